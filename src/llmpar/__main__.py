@@ -1,0 +1,3 @@
+from llmpar.cli.main import main
+
+main()

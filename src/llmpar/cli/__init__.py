@@ -1,0 +1,1 @@
+"""Command-line interface (click + rich). Nothing below cli/ prints."""

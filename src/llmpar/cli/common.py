@@ -1,0 +1,102 @@
+"""The option group shared by `memory`, `step` and `plan` (DESIGN.md, CLI conventions), and
+helpers to print JSON. Same names and meaning everywhere; the API takes the same keywords."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+import numpy as np
+
+from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZERS, RECOMPUTE, SCHEDULES
+
+_LAYOUT_OPTIONS = [
+    click.option("--hardware", "hardware", default="h100-sxm", show_default=True,
+                 help="Shipped profile name (see `llmpar hardware`) or a YAML path."),
+    click.option("--gpus", type=int, help="Total GPUs = tp*cp*pp*dp."),
+    click.option("--tp", type=int, help="Tensor-parallel degree (default 1)."),
+    click.option("--pp", type=int, help="Pipeline-parallel degree (default 1; uneven stages allowed)."),
+    click.option("--dp", type=int, help="Data-parallel degree (default: derived from --gpus, or one node)."),
+    click.option("--cp", type=int, help="Context-parallel degree (default 1)."),
+    click.option("--ep", type=int, help="Expert-parallel degree, carved out of dp*cp (default 1)."),
+    click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage over dp*cp."),
+    click.option("--sp/--no-sp", default=None, help="Sequence parallelism (default: on when tp > 1)."),
+    click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True),
+    click.option("--micro-batch", type=int, help="Sequences per micro-batch (default 1)."),
+    click.option("--global-batch", type=int, help="Sequences per step (m = B / (b*dp))."),
+    click.option("--microbatches", type=int, help="Micro-batches per step, instead of --global-batch."),
+    click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
+    click.option("--schedule", type=click.Choice(SCHEDULES), help="Pipeline schedule (default 1f1b)."),
+    click.option("--virtual-stages", type=int, help="Chunks per stage; > 1 means interleaved."),
+]
+
+_PRECISION_OPTIONS = [
+    click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="Compute/weight dtype."),
+    click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True),
+    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES), default="bf16", show_default=True),
+    click.option("--convention", type=click.Choice(CONVENTIONS), default="llmpar", show_default=True,
+                 help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
+    click.option("--attention", type=click.Choice(ATTENTION), help="Attention kernel (default from the model spec)."),
+    click.option("--reserve", help="Memory held back (CUDA context, NCCL, fragmentation), e.g. 6GiB (default: profile)."),
+]
+
+_OUTPUT_OPTIONS = [
+    click.option("--units", type=click.Choice(["gb", "gib"]), default="gb", show_default=True,
+                 help="Memory display unit: GB = 1e9 (the papers'), GiB = 2^30."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    click.option("--explain", is_flag=True, help="Print each term's formula, inputs and source."),
+]
+
+
+def _apply(options, f):
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def layout_options(f):
+    return _apply(_LAYOUT_OPTIONS, f)
+
+
+def precision_options(f):
+    return _apply(_PRECISION_OPTIONS, f)
+
+
+def output_options(f):
+    return _apply(_OUTPUT_OPTIONS, f)
+
+
+def common_options(f):
+    """The whole shared group: layout, precision, output."""
+    return layout_options(precision_options(output_options(f)))
+
+
+LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
+               "global_batch", "microbatches", "seq", "schedule", "virtual_stages")
+
+
+def layout_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: kw.get(k) for k in LAYOUT_KEYS if k in kw}
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    return obj
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(_jsonable(obj), indent=2))

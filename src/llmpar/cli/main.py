@@ -1,0 +1,100 @@
+"""The ``llmpar`` command: a click group whose subcommands are imported only when used.
+
+Errors a user can cause end in one line on stderr and exit 2 (DESIGN.md, exit codes); a check
+the user asked for that fails is exit 1; a computed result (even DOES NOT FIT) is exit 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from llmpar.errors import CheckFailed, UserError
+
+# name -> (module, attribute, one-line help). Modules load lazily so `llmpar --help` stays fast.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "models": ("llmpar.cli.specs_cmd", "models", "List shipped models; `models show NAME` for one."),
+    "hardware": ("llmpar.cli.specs_cmd", "hardware", "List shipped hardware profiles; `hardware show NAME`."),
+    "memory": ("llmpar.cli.memory_cmd", "memory", "Per-GPU memory for training or inference, and whether it fits."),
+    "collective": ("llmpar.cli.collective_cmd", "collective", "Time, algbw and busbw of one collective per algorithm."),
+    "bubble": ("llmpar.cli.bubble_cmd", "bubble", "Draw a pipeline schedule and its bubble ratios."),
+    "step": ("llmpar.cli.step_cmd", "step", "Step time, tokens/s, MFU and where the time goes."),
+    "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
+    "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Parse nccl-tests logs, fit and check the collective model."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("llmpar"):
+                return _missing(name)
+            raise
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _missing(name: str) -> click.Command:
+    @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    def cmd():
+        raise UserError(f"`llmpar {name}` is not available in this version")
+
+    return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="llmpar")
+def cli():
+    """llmpar - plan distributed LLM training and serving on paper.
+
+    Will the model fit, how long will a step take, where does the time go, and which
+    TP/PP/DP/CP/EP layout is best for N GPUs? Every number shows its formula and source
+    (--explain) and can be calibrated against NCCL measurements of your cluster.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI, turning user errors into one line and exit 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="llmpar", standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"llmpar: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except CheckFailed as exc:
+        click.echo(f"llmpar: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelp as exc:  # pragma: no cover - click >= 8.2
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"llmpar: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"llmpar: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code or 2)
+    except click.exceptions.Abort:
+        click.echo("llmpar: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:  # pragma: no cover
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

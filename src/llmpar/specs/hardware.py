@@ -1,0 +1,124 @@
+"""Hardware profile (data, validated by pydantic).
+
+One YAML file per system in ``hardware/``; a user file may ``extends:`` a shipped one. Numbers are
+unit strings (``80 GiB``, ``3.35 TB/s``, ``900 GB/s bidirectional``, ``989 TFLOPS``, ``2 us``) and
+are stored internally in bytes, bytes/s (per direction), FLOP/s and seconds.
+
+Bandwidth convention (DESIGN.md, Units): ``Tier.bandwidth`` is *per GPU, per direction*. For an
+NVLink tier that is the GPU's NVLink bandwidth in one direction (H100: 450 GB/s); for a scale-out
+tier it is the GPU's share of the node's NICs (DGX H100: 8 x 400 Gb/s / 8 GPUs = 50 GB/s).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_seconds
+
+Bytes = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size"))]
+Bandwidth = Annotated[float, BeforeValidator(lambda v: parse_per_direction_bandwidth(v))]
+Flops = Annotated[float, BeforeValidator(lambda v: parse_flops(v))]
+Seconds = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "latency"))]
+
+DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+
+
+class GemmEfficiency(BaseModel):
+    """Achieved/peak matmul throughput as a saturating function of GEMM shape.
+
+    eff(m, n, k) = max_efficiency * d / (d + half_dim),  d = min(m, n, k)
+    (DESIGN.md, GEMM efficiency: large square bf16 GEMMs reach ~87 % of peak on A100 and ~80 % on
+    H100, ml-engineering MAMF; small or skinny GEMMs fall off). ``llmpar calibrate gemm`` refits it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    max_efficiency: float = Field(0.80, gt=0, le=1)
+    half_dim: float = Field(64.0, ge=0, description="smallest GEMM dimension at which efficiency is half the maximum")
+
+
+class Accelerator(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    memory: Bytes = Field(description="HBM capacity, in the unit the vendor means (H100 '80 GB' is 80 GiB)")
+    memory_bandwidth: Bandwidth = Field(description="HBM bandwidth (datasheet)")
+    memory_efficiency: float = Field(0.85, gt=0, le=1, description="achieved/datasheet HBM bandwidth (STREAM-like)")
+    peak_flops: dict[str, Flops] = Field(description="dense peak FLOP/s per dtype: bf16, fp16, fp8, tf32, fp32")
+    gemm: GemmEfficiency = Field(default_factory=GemmEfficiency)
+
+    @model_validator(mode="after")
+    def _check(self) -> Accelerator:
+        unknown = set(self.peak_flops) - set(DTYPES)
+        if unknown:
+            raise ValueError(f"peak_flops has unknown dtype(s) {sorted(unknown)}; known: {', '.join(DTYPES)}")
+        if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
+            raise ValueError("peak_flops needs at least bf16 or fp16")
+        return self
+
+    def peak(self, dtype: str) -> float:
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        if dtype in ("bf16", "fp16"):
+            return self.peak_flops.get("bf16") or self.peak_flops["fp16"]
+        from llmpar.errors import UserError
+
+        raise UserError(f"hardware {self.name!r} states no peak for dtype {dtype!r} (has: {', '.join(self.peak_flops)})")
+
+
+class Tier(BaseModel):
+    """One level of the interconnect, from the GPU's point of view.
+
+    ``domain_size``: how many GPUs this tier connects directly (8 for NVLink inside a DGX, 72 for
+    an NVL72 rack); ``None`` for the scale-out network, which reaches every GPU.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
+    domain_size: int | None = Field(None, gt=0)
+    bandwidth: Bandwidth = Field(description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
+    latency: Seconds = Field(description="hardware latency per hop/step of a collective")
+    in_network_reduction: bool = Field(False, description="NVLS (NVSwitch SHARP) or IB SHARP available")
+    efficiency: float = Field(0.9, gt=0, le=1, description="achieved/line-rate bandwidth for large messages")
+
+
+class Hardware(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    source: str = ""
+    extends: str | None = None
+    gpu: Accelerator
+    gpus_per_node: int = Field(gt=0)
+    reserve: Bytes = Field(description="memory not available to the model: CUDA context, NCCL buffers, allocator fragmentation")
+    tiers: list[Tier] = Field(min_length=1)
+    calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
+
+    @model_validator(mode="after")
+    def _check(self) -> Hardware:
+        sizes = [t.domain_size for t in self.tiers]
+        if sizes[-1] is not None:
+            raise ValueError("the last tier must be the scale-out network (domain_size: null)")
+        inner = [s for s in sizes[:-1]]
+        if any(s is None for s in inner):
+            raise ValueError("only the last tier may have domain_size: null")
+        if inner != sorted(inner):
+            raise ValueError("tiers must be ordered from the smallest domain to the largest")
+        if self.reserve >= self.gpu.memory:
+            raise ValueError("reserve must be smaller than the GPU memory")
+        return self
+
+    @property
+    def scale_up(self) -> Tier:
+        """The fastest tier (NVLink/NVSwitch inside the node or rack)."""
+        return self.tiers[0]
+
+    @property
+    def scale_out(self) -> Tier:
+        return self.tiers[-1]
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs reachable without the scale-out network (8 on a DGX, 72 on GB200 NVL72)."""
+        return max((t.domain_size or 0) for t in self.tiers[:-1]) if len(self.tiers) > 1 else 1

@@ -1,0 +1,113 @@
+"""Model specification (data, validated by pydantic).
+
+A model is a YAML file in ``models/`` (or a user path, or a Hugging Face ``config.json`` read by
+:mod:`llmpar.specs.hf`). Shapes only: every count derived from them (parameters, FLOPs, memory)
+lives in ``llmpar.cost``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class MoESpec(BaseModel):
+    """Mixture of experts (Mixtral: 8 experts top-2; DeepSeek-V3: 256 routed top-8 + 1 shared)."""
+
+    model_config = ConfigDict(extra="forbid")
+    experts: int = Field(gt=0, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, description="routed experts each token goes through")
+    shared_experts: int = Field(0, ge=0, description="experts every token goes through")
+    expert_ffn_hidden: int = Field(gt=0, description="FFN size of one expert")
+    dense_layers: list[int] = Field(
+        default_factory=list, description="indices of layers with a dense FFN instead of experts (DeepSeek-V3: 0, 1, 2)"
+    )
+    router_bias: bool = Field(False, description="per-expert router bias (DeepSeek-V3's aux-loss-free balancing)")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        return self
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv:2405.04434 §2.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    q_lora_rank: int | None = Field(None, gt=0, description="None: queries are not compressed")
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    aliases: list[str] = Field(default_factory=list)
+    description: str = ""
+    source: str = Field("", description="where the shapes come from")
+    family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox"] = "llama"
+
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(None, gt=0, description="GQA key/value heads; None = heads (MHA)")
+    head_dim: int | None = Field(None, gt=0, description="None = hidden / heads")
+    ffn_hidden: int = Field(gt=0, description="FFN inner size of a dense layer")
+    ffn_type: Literal["gelu", "swiglu"] = Field(
+        "swiglu", description="gelu: 2 matrices (h->f->h); swiglu: 3 matrices (gate, up, down)"
+    )
+    vocab: int = Field(gt=0)
+    tied_embeddings: bool = False
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    position: Literal["learned", "rope", "alibi"] = "rope"
+    max_seq: int = Field(gt=0)
+    linear_bias: bool = Field(False, description="biases on every linear layer (GPT-2/3, Megatron GPT)")
+    qkv_bias: bool = Field(False, description="biases on the Q, K, V projections only (Qwen2)")
+    dropout: bool = Field(False, description="dropout in the block (paper-era GPT: yes; Llama: no)")
+    attention: Literal["standard", "flash"] = Field(
+        "flash", description="default attention kernel: standard keeps the s^2 softmax/dropout activations"
+    )
+    parallel_block: bool = Field(False, description="attention and MLP in parallel from one norm (GPT-NeoX, GPT-J)")
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        kv = self.kv_heads or self.heads
+        if self.heads % kv:
+            raise ValueError(f"heads ({self.heads}) is not a multiple of kv_heads ({kv})")
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); give head_dim")
+        if self.moe:
+            bad = [i for i in self.moe.dense_layers if not 0 <= i < self.layers]
+            if bad:
+                raise ValueError(f"moe.dense_layers {bad} outside 0..{self.layers - 1}")
+        return self
+
+    # -- derived shapes (not counts: counts live in llmpar.cost.params)
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def moe_layers(self) -> int:
+        if not self.moe:
+            return 0
+        return self.layers - len(set(self.moe.dense_layers))
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers

@@ -1,0 +1,175 @@
+"""Find and load shipped or user specs.
+
+Shipped YAML files live in the repository's top-level ``hardware/`` and ``models/`` folders. The
+wheel carries them as ``llmpar/data/{hardware,models}`` (hatch ``force-include``); an editable or
+source-tree run falls back to the repository folders (DESIGN.md, Data files).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from llmpar.errors import UserError, suggest
+from llmpar.specs.hardware import Hardware
+from llmpar.specs.model import ModelSpec
+
+
+def data_dir(kind: str) -> Path:
+    """Folder holding the shipped ``kind`` ('hardware' or 'models') YAML files."""
+    try:
+        packaged = resources.files("llmpar").joinpath("data").joinpath(kind)
+        if packaged.is_dir():
+            return Path(str(packaged))
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):  # editable installs
+        pass
+    repo = Path(__file__).resolve().parents[3] / kind
+    if repo.is_dir():
+        return repo
+    raise UserError(f"llmpar's shipped {kind}/ folder is missing (broken install?)")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; malformed YAML is one line naming file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"malformed YAML in {where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a YAML mapping at the top level")
+    return data
+
+
+def validation_message(exc: ValidationError, source: str) -> str:
+    """First validation error as one line: which field, why."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"invalid spec {source}: field '{loc}': {msg}{more}"
+
+
+def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(validation_message(exc, source)) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _index(kind: str) -> dict[str, tuple[str, Path]]:
+    """name or alias -> (canonical name, file) for the shipped specs."""
+    out: dict[str, tuple[str, Path]] = {}
+    for path in sorted(data_dir(kind).glob("*.yaml")):
+        data = read_yaml(path)
+        name = str(data.get("name", path.stem))
+        out[name] = (name, path)
+        for alias in data.get("aliases", []) or []:
+            out[str(alias)] = (name, path)
+    return out
+
+
+def shipped_names(kind: str) -> list[str]:
+    return sorted({canon for canon, _ in _index(kind).values()})
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge for ``extends:``; lists of mappings with a ``name`` merge item by item."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = _merge(old, value)
+        elif (
+            isinstance(old, list)
+            and isinstance(value, list)
+            and all(isinstance(x, dict) and "name" in x for x in old + value)
+        ):
+            merged = {x["name"]: x for x in old}
+            for item in value:
+                merged[item["name"]] = _merge(merged.get(item["name"], {}), item)
+            out[key] = list(merged.values())
+        else:
+            out[key] = value
+    return out
+
+
+def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    if _looks_like_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise UserError(f"hardware file not found: {name}")
+    else:
+        idx = _index("hardware")
+        if name.lower() not in idx:
+            raise UserError(f"unknown hardware {name!r}{suggest(name, idx)}; see `llmpar hardware`")
+        path = idx[name.lower()][1]
+    if str(path) in seen:
+        raise UserError(f"hardware 'extends' loops through {path}")
+    data = read_yaml(path)
+    base = data.get("extends")
+    if base:
+        base_dict, _ = _hardware_dict(str(base), seen + (str(path),))
+        base_dict.pop("aliases", None)
+        data = _merge(base_dict, data)
+        data["extends"] = str(base)
+    data.setdefault("name", path.stem)
+    return data, str(path)
+
+
+def load_hardware(name: str) -> Hardware:
+    """A shipped profile by name (``h100-sxm``) or a YAML path, with ``extends:`` resolved."""
+    if isinstance(name, Hardware):
+        return name
+    data, source = _hardware_dict(str(name))
+    data.pop("aliases", None)
+    return validate(Hardware, data, source)
+
+
+def load_model(name: str) -> ModelSpec:
+    """A shipped model by name or alias (``llama-70b``), a YAML path, or a HF ``config.json``."""
+    if isinstance(name, ModelSpec):
+        return name
+    name = str(name)
+    if name.endswith(".json"):
+        from llmpar.specs.hf import load_hf_config
+
+        return load_hf_config(Path(name))
+    if _looks_like_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise UserError(f"model file not found: {name}")
+        data = read_yaml(path)
+        data.setdefault("name", path.stem)
+        return validate(ModelSpec, data, str(path))
+    idx = _index("models")
+    key = name.lower()
+    if key not in idx:
+        raise UserError(f"unknown model {name!r}{suggest(key, idx)}; see `llmpar models`")
+    canon, path = idx[key]
+    return validate(ModelSpec, read_yaml(path), str(path))
+
+
+def resolved_name(name: str, kind: str = "models") -> tuple[str, str | None]:
+    """(canonical name, alias typed or None) — so output can show 'llama-70b -> llama-3-70b'."""
+    idx = _index(kind)
+    key = str(name).lower()
+    if key in idx and idx[key][0] != key:
+        return idx[key][0], key
+    return (idx[key][0] if key in idx else str(name)), None

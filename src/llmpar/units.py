@@ -1,0 +1,142 @@
+"""Parse and format quantities with units.
+
+Internally llmpar uses bytes, seconds, FLOP/s and bytes/second (DESIGN.md, Units). YAML files and
+command-line options accept strings such as ``80 GiB``, ``3.35 TB/s``, ``900 GB/s bidirectional``,
+``400 Gb/s`` (bits), ``989 TFLOPS``, ``2 us`` and bare counts such as ``7.5B``.
+Conversion happens only here, at the edges.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from llmpar.errors import UserError
+
+_DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+_NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE]i?)?\s*([bB])?\s*$")
+_BW_RE = re.compile(
+    rf"^\s*{_NUM}\s*([kKMGTP])?\s*(B|b|bit|bits)\s*/\s*s(?:ec)?\s*"
+    r"(bidirectional|bidir|bi-directional|per[ _-]direction|unidirectional|uni)?\s*$"
+)
+_FLOPS_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE])?\s*(FLOPS|FLOP/s|flops|flop/s)?\s*$")
+_TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|ms|s)?\s*$")
+_COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKMBTG])?\s*$")
+
+
+def _positive(value: float, text: str, what: str, allow_zero: bool = False) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise UserError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+def parse_bytes(text: str | int | float, what: str = "size", allow_zero: bool = False) -> float:
+    """``'1GiB'`` -> 1073741824; ``'512MB'`` -> 5.12e8; ``4096`` -> 4096 (bytes)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what, allow_zero)
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected a number with an optional unit such as 512MB, 1GiB, 80 GiB")
+    num, prefix, _b = m.groups()
+    prefix = prefix or ""
+    scale = _BIN[prefix] if prefix.endswith("i") else _DEC[prefix]
+    return _positive(float(num) * scale, str(text), what, allow_zero)
+
+
+def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> tuple[float, bool]:
+    """Return (bytes/s, stated_bidirectional). ``'400 Gb/s'`` is bits: 50e9 bytes/s.
+
+    ``'900 GB/s bidirectional'`` -> (900e9, True); callers halve it for the per-direction figure.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what), False
+    m = _BW_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected e.g. '450 GB/s', '400 Gb/s', '900 GB/s bidirectional'")
+    num, prefix, unit, direction = m.groups()
+    value = float(num) * _DEC[prefix or ""]
+    if unit != "B":
+        value /= 8.0
+    bidir = bool(direction) and direction.lower().startswith("bi")
+    return _positive(value, str(text), what), bidir
+
+
+def parse_per_direction_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
+    """Bytes/s in one direction: a figure marked bidirectional is halved (DESIGN.md, Units)."""
+    value, bidir = parse_bandwidth(text, what)
+    return value / 2.0 if bidir else value
+
+
+def parse_flops(text: str | int | float, what: str = "FLOP/s") -> float:
+    """``'989 TFLOPS'`` -> 9.89e14."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what)
+    m = _FLOPS_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected e.g. '989 TFLOPS'")
+    num, prefix, _ = m.groups()
+    return _positive(float(num) * _DEC[prefix or ""], str(text), what)
+
+
+def parse_seconds(text: str | int | float, what: str = "time", allow_zero: bool = True) -> float:
+    """``'2 us'`` -> 2e-6. A bare number is seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what, allow_zero)
+    m = _TIME_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected e.g. '2 us', '5 ms', '0.1 s'")
+    num, unit = m.groups()
+    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[unit]
+    return _positive(float(num) * scale, str(text), what, allow_zero)
+
+
+def parse_count(text: str | int | float, what: str = "count") -> float:
+    """``'7.5B'`` -> 7.5e9 parameters; ``'70B'``, ``'1.2T'``, ``'350M'``, ``'12e9'``."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what)
+    m = _COUNT_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected e.g. 7.5B, 70B, 350M")
+    num, suffix = m.groups()
+    scale = {None: 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[suffix]
+    return _positive(float(num) * scale, str(text), what)
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def fmt_bytes(n: float, units: str = "gb", digits: int = 2) -> str:
+    """Memory in GB (1e9, the papers' unit) by default, or GiB with ``units='gib'``."""
+    if units == "gib":
+        return f"{n / 2**30:.{digits}f} GiB"
+    return f"{n / 1e9:.{digits}f} GB"
+
+
+def unit_scale(units: str) -> tuple[float, str]:
+    return (2**30, "GiB") if units == "gib" else (1e9, "GB")
+
+
+def fmt_size(n: float) -> str:
+    """Human size for message sizes: 1.00 GiB, 512 MiB, 8 B (binary, as nccl-tests sizes are)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_seconds(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3f} ms"
+    return f"{t * 1e6:.2f} us"
+
+
+def fmt_count(n: float) -> str:
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{suffix}"
+    return f"{n:.0f}"
