@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
     except CheckFailed as exc:
         click.echo(f"llmpar: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.NoArgsIsHelp as exc:  # pragma: no cover - click >= 8.2
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        sys.exit(0)
     except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: a group called bare shows its help
+            click.echo(exc.format_message())
+            sys.exit(0)
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"llmpar: error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)
