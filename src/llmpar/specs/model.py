@@ -68,6 +68,10 @@ class ModelSpec(BaseModel):
     max_seq: int = Field(gt=0)
     linear_bias: bool = Field(False, description="biases on every linear layer (GPT-2/3, Megatron GPT)")
     qkv_bias: bool = Field(False, description="biases on the Q, K, V projections only (Qwen2)")
+    attention_out_bias: bool = Field(
+        False, description="bias on the attention output projection (HF llama attention_bias: true, with qkv_bias)"
+    )
+    mlp_bias: bool = Field(False, description="biases on the FFN linears (HF llama mlp_bias: true)")
     dropout: bool = Field(False, description="dropout in the block (paper-era GPT: yes; Llama: no)")
     attention: Literal["standard", "flash"] = Field(
         "flash", description="default attention kernel: standard keeps the s^2 softmax/dropout activations"

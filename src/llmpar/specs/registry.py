@@ -22,6 +22,11 @@ from llmpar.specs.model import ModelSpec
 
 def data_dir(kind: str) -> Path:
     """Folder holding the shipped ``kind`` ('hardware' or 'models') YAML files."""
+    # A source checkout (editable install) reads the repository folder first: hatch's editable
+    # install copies force-included data once, at install time, so that copy goes stale.
+    repo = Path(__file__).resolve().parents[3] / kind
+    if repo.is_dir() and (repo.parent / "pyproject.toml").is_file():
+        return repo
     try:
         packaged = resources.files("llmpar").joinpath("data").joinpath(kind)
         if packaged.is_dir():
