@@ -76,3 +76,130 @@ def test_stage_layers_arrays():
     np.testing.assert_array_equal(pl.stage_layers(L, p), [8, 4, 10, 8, 96])
     np.testing.assert_array_equal(pl.first_stage_layers(L, p), [7, 3, 10, 8, 96])
     np.testing.assert_array_equal(pl.last_stage_layers(L, p), [7, 3, 10, 7, 96])
+
+
+# --- bubbles ---------------------------------------------------------------------------------
+
+def test_bubble_ratios_closed_forms():
+    # GPipe / 1F1B, p = 4, m = 8: over ideal (p−1)/m = 3/8; fraction of step (p−1)/(m+p−1) = 3/11.
+    for s in (G, F1B):
+        assert pl.bubble_over_ideal(s, 4, 8) == pytest.approx(3 / 8)
+        assert pl.bubble_fraction_of_step(s, 4, 8) == pytest.approx(3 / 11)
+    # Interleaved v = 2: over ideal (p−1)/(v·m) = 3/16; fraction (p−1)/(v·m + p−1) = 3/19.
+    assert pl.bubble_over_ideal(IL, 4, 8, 2) == pytest.approx(3 / 16)
+    assert pl.bubble_fraction_of_step(IL, 4, 8, 2) == pytest.approx(3 / 19)
+    # ZB-H1 with F = B = W = 1: bubble (p−1)(F+B−W) = 3, ideal m(F+B+W) = 24 -> 1/8; 3/27.
+    assert pl.bubble_over_ideal(ZB, 4, 8) == pytest.approx(3 / 24)
+    assert pl.bubble_fraction_of_step(ZB, 4, 8) == pytest.approx(3 / 27)
+    # DualPipe p = 8, m = 16, F = B = W = 1, F&B = F + B_full = 3:
+    # (p/2−1)(F&B + B_full − 3W) = 3·(3 + 2 − 3) = 6; ideal 16·3 = 48 -> 0.125; 6/54.
+    assert pl.bubble_over_ideal(DP, 8, 16) == pytest.approx(6 / 48)
+    assert pl.bubble_fraction_of_step(DP, 8, 16) == pytest.approx(6 / 54)
+
+
+def test_seed_statements_labelled():
+    # Seed 000: GPipe bubble (P−1)/M is the bubble *over ideal*: P = 8, M = 32 -> 7/32 = 0.21875,
+    # which is 7/39 = 0.1795 of the step.
+    assert pl.bubble_over_ideal(G, 8, 32) == pytest.approx(7 / 32)
+    assert pl.bubble_fraction_of_step(G, 8, 32) == pytest.approx(7 / 39)
+    # Seed 004: a naive layer split (no micro-batching, m = 1) idles (P−1)/P of the step:
+    # P = 4 -> 3/4; over ideal that is P−1 = 3.
+    assert pl.bubble_fraction_of_step(G, 4, 1) == pytest.approx(3 / 4)
+    assert pl.bubble_over_ideal(G, 4, 1) == pytest.approx(3.0)
+
+
+def test_pipeline_time_scalar():
+    # 1F1B: t_f = 1 s, t_b = 2 s, p = 4, m = 8: ideal 8·3 = 24, bubble 3·3 = 9, total 33.
+    assert pl.pipeline_time(1.0, 2.0, 4, 8, F1B) == pytest.approx((33.0, 9.0))
+    # Interleaved v = 4: bubble 9/4 = 2.25.
+    assert pl.pipeline_time(1.0, 2.0, 4, 8, IL, 4) == pytest.approx((26.25, 2.25))
+    # ZB-H1, t_w = 0.8 of t_b = 2 (B = 1.2): (p−1)·max(F+B−W, F, B) = 3·max(1.4, 1, 1.2) = 4.2.
+    assert pl.pipeline_time(1.0, 2.0, 4, 8, ZB, t_w=0.8) == pytest.approx((28.2, 4.2))
+    # DualPipe p = 8, t_f = 1, t_b = 2, W = 1, F&B = 2.5 (some compute overlap):
+    # (8/2 − 1)(2.5 + 2 − 3) = 3·1.5 = 4.5.
+    assert pl.pipeline_time(1.0, 2.0, 8, 16, DP, t_w=1.0, t_fb=2.5) == pytest.approx((52.5, 4.5))
+    # pp = 1: no bubble at all for any schedule.
+    for s in (G, F1B, ZB):
+        assert pl.pipeline_time(1.0, 2.0, 1, 5, s)[1] == 0.0
+
+
+def test_pipeline_time_arrays_match_scalars():
+    sched = np.array([G, F1B, IL, ZB, DP])
+    pp = np.array([4, 8, 4, 8, 8])
+    m = np.array([8, 16, 8, 16, 32])
+    v = np.array([1, 1, 2, 1, 1])
+    tf = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    tb = 2 * tf
+    total, bubble = pl.pipeline_time(tf, tb, pp, m, sched, v)
+    assert total.shape == bubble.shape == (5,)
+    for i in range(5):
+        t_i, b_i = pl.pipeline_time(float(tf[i]), float(tb[i]), int(pp[i]), int(m[i]), int(sched[i]), int(v[i]))
+        assert (total[i], bubble[i]) == pytest.approx((t_i, b_i))
+    # GPipe row: 0.3 s per micro-batch, bubble 3·0.3 = 0.9, total 8·0.3 + 0.9 = 3.3.
+    assert (total[0], bubble[0]) == pytest.approx((3.3, 0.9))
+
+
+def test_feasibility_and_checks():
+    # Megatron interleaving needs m % p == 0; DualPipe even p, even m >= 2p.
+    mask = pl.schedule_feasible(np.array([IL, IL, DP, DP, DP, F1B, F1B]), np.array([4, 4, 8, 8, 7, 4, 4]),
+                                np.array([8, 6, 16, 14, 14, 3, 3]), np.array([2, 2, 1, 1, 1, 1, 2]))
+    np.testing.assert_array_equal(mask, [True, False, True, False, False, True, False])
+    from llmpar.errors import UserError
+    with pytest.raises(UserError, match="multiple of --pp"):
+        pl.check_schedule(IL, 4, 6, 2)
+    with pytest.raises(UserError, match="even --pp"):
+        pl.check_schedule(DP, 3, 12)
+    with pytest.raises(UserError, match="needs --schedule interleaved"):
+        pl.check_schedule(F1B, 4, 8, 2)
+
+
+# --- the drawn schedule agrees with the formulas ---------------------------------------------
+
+@pytest.mark.parametrize("s,p,m,v", [(G, 4, 8, 1), (F1B, 4, 8, 1), (F1B, 8, 3, 1), (G, 1, 4, 1),
+                                     (IL, 4, 8, 2), (IL, 2, 6, 3), (ZB, 4, 8, 1), (ZB, 4, 2, 1)])
+def test_timeline_idle_equals_formula(s, p, m, v):
+    # Unit times F = 1, backward 2 (ZB-H1: B = 1, W = 1). GPipe/1F1B: the flush lasts
+    # (m+p−1)·3 and each stage is busy 3m, so idle = (p−1)/(m+p−1).
+    t = pl.timeline(s, p, m, v)
+    assert t.idle_fraction == pytest.approx(pl.bubble_fraction_of_step(s, p, m, v))
+    # every stage runs each (micro-batch, chunk) forward and backward exactly once
+    for row in t.stages:
+        fw = sorted((x.microbatch, x.chunk) for x in row if x.kind == "F")
+        assert fw == sorted((j, c) for j in range(m) for c in range(v))
+        assert len([x for x in row if x.kind == "B"]) == m * v
+        assert all(a.end <= b.start for a, b in zip(row, row[1:]))
+
+
+def test_timeline_1f1b_shape():
+    # p = 4, m = 8, 1F1B: stage 0 runs 3 warm-up forwards then F3 at t = 3; B0 comes back after
+    # F0 went through 4 stages (t = 4) and B0 through stages 3, 2, 1 (2 each): starts at 4 + 6 = 10.
+    t = pl.timeline(F1B, 4, 8)
+    row0 = t.stages[0]
+    assert [(x.kind, x.microbatch) for x in row0[:5]] == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0)]
+    assert row0[4].start == 10.0
+    assert t.total == 33.0   # (8 + 4 − 1)·3
+    # peak in-flight on stage 0 = forwards before its first backward = 4 = min(p, m)
+    assert sum(1 for x in row0[:4] if x.kind == "F") == pl.in_flight_microbatches(F1B, 4, 8)
+    # DualPipe is not simulated (the CLI prints its formula instead of a drawing)
+    assert pl.timeline(DP, 8, 16) is None
+
+
+try:
+    from hypothesis import given, strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    @given(st.sampled_from([G, F1B, IL, ZB]), st.integers(1, 6), st.integers(1, 4), st.integers(2, 3),
+           st.sampled_from([0.5, 1.0, 1.5]), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0.25, 1.0, 1.5]))
+    def test_pipeline_time_equals_simulated_schedule(s, p, k, v, tf, tb, tw):
+        # The closed forms of pipeline_time are exact for this module's schedules, for any chunk
+        # times: the simulated flush (list scheduling of each stage's op order) lasts as long.
+        if s == IL:
+            p = max(p, 2)
+            m = p * k
+        else:
+            m, v = k * 2 + p % 3, 1
+        t = pl.timeline(s, p, m, v, tf, tb, tw)
+        total, _ = pl.pipeline_time(tf * v, (tb + tw) * v, p, m, s, v, t_w=tw * v)
+        assert total == pytest.approx(t.total)

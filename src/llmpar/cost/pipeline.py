@@ -104,3 +104,290 @@ def first_stage_layers(layers, pp):
     c = np.asarray(stage_layers(layers, pp))
     d = _deficit(layers, pp)
     return _out(c - np.minimum(np.maximum(d - 1, 0), 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bubbles and pipeline step time
+# ---------------------------------------------------------------------------------------------
+#
+# Times are per micro-batch on one pipeline stage (the most loaded one: the step is paced by
+# the slowest stage). t_fwd covers the stage's forward (all v chunks of it for interleaving),
+# t_bwd its *full* backward: input gradient B plus weight gradient W.
+#
+#   ideal  = m·(t_fwd + t_bwd)                      (no pipeline: the stage is never idle)
+#   total  = ideal + bubble
+#   bubble over ideal      = bubble / ideal          ((p−1)/m for GPipe and 1F1B)
+#   bubble fraction of step = bubble / total         ((p−1)/(m+p−1) for GPipe and 1F1B)
+
+UNIT_F, UNIT_B_INPUT, UNIT_W = 1.0, 1.0, 1.0
+"""Unit chunk times behind the unitless ratios: F = B(input) = W (Qi et al. 2023, §2: T_F ≈ T_B ≈ T_W
+for a transformer layer), so a full backward is 2F (Narayanan et al. 2021, §3.5: backward ≈ 2× forward)."""
+
+
+def pipeline_time(t_fwd, t_bwd, pp, m, schedule, v=1, t_w=None, t_fb=None):
+    """(total, bubble) seconds of one pipeline flush, from per-micro-batch per-stage times.
+
+    - GPipe (Huang et al. 2019 §2.3) and 1F1B (Narayanan et al. 2021 §2.2, "PipeDream-Flush"):
+      bubble = (p−1)(t_fwd + t_bwd); DeepSeek-V3 Table 2 writes (PP−1)(F+B) with B the full
+      backward, DESIGN.md (p−1)(F+B+W) with B the input gradient only.
+    - Interleaved 1F1B with v chunks (Narayanan et al. 2021 §2.2.2): bubble = (p−1)(t_fwd + t_bwd)/v.
+    - ZB-H1 (Qi et al. 2023 §3.1): bubble = (p−1)(F + B − W) with per-stage F, B (input grad)
+      and W (weight grad), B = t_bwd − t_w. The paper's figure assumes W ≤ min(F, B); beyond
+      that the F or B chain through the stages dominates, and with m < p only m micro-batches
+      can overlap. This module's ZB-H1 schedule (:func:`timeline`) gives exactly
+      (p − m')(F + B) + (m' − 1)·max(F + B − W, F, B), m' = min(m, p),
+      which is the paper's formula for m >= p and W <= min(F, B).
+    - DualPipe (DeepSeek-V3 report §3.2.1, Table 2): bubble = (p/2 − 1)(F&B + B_full − 3W) with
+      B_full = t_bwd the *full* backward chunk (the report's B; DESIGN.md's (F&B + B − 3W) uses
+      the same letter) and F&B the time of one overlapped forward+backward pair, by default
+      t_fwd + t_bwd (the overlap hides communication, not compute). Requires p even and m >= 2p.
+
+    t_w defaults to t_bwd/2 (input- and weight-gradient GEMMs have the same FLOPs). Negative
+    bubbles (W larger than the formulas allow) are clipped to 0. Array-polymorphic.
+    """
+    F = np.asarray(t_fwd, dtype=float)
+    Bf = np.asarray(t_bwd, dtype=float)
+    W = Bf / 2.0 if t_w is None else np.asarray(t_w, dtype=float)
+    Bi = Bf - W
+    FB = F + Bf if t_fb is None else np.asarray(t_fb, dtype=float)
+    p = np.asarray(pp, dtype=float)
+    m_ = np.asarray(m, dtype=float)
+    v_ = np.asarray(v, dtype=float)
+    s = np.asarray(schedule)
+
+    flush = (p - 1.0) * (F + Bf)                                   # GPipe, 1F1B
+    interleaved = flush / v_                                       # Narayanan 2021 §2.2.2
+    mp = np.minimum(m_, p)
+    zb = (p - mp) * (F + Bi) + (mp - 1.0) * np.maximum(np.maximum(F + Bi - W, F), Bi)   # Qi 2023 §3.1
+    dual = np.maximum((p / 2.0 - 1.0) * (FB + Bf - 3.0 * W), 0.0)  # DeepSeek-V3 Table 2
+
+    bubble = np.where(s == INTERLEAVED, interleaved,
+             np.where(s == ZB_H1, zb,
+             np.where(s == DUALPIPE, dual, flush)))
+    total = m_ * (F + Bf) + bubble
+    return _out(total), _out(bubble)
+
+
+def _unit_bubble(schedule, pp, m, v):
+    """(ideal, bubble) of one stage with the unit chunk times of :data:`UNIT_F` etc."""
+    v_ = np.asarray(v, dtype=float)
+    s = np.asarray(schedule)
+    # per-stage times: v chunks of F = 1 and B_full = 2 for interleaving, one chunk otherwise
+    chunks = np.where(s == INTERLEAVED, v_, 1.0)
+    t_f = UNIT_F * chunks
+    t_b = (UNIT_B_INPUT + UNIT_W) * chunks
+    total, bubble = pipeline_time(t_f, t_b, pp, m, schedule, v, t_w=UNIT_W * chunks)
+    return np.asarray(total) - np.asarray(bubble), np.asarray(bubble)
+
+
+def bubble_over_ideal(schedule, pp, m, v=1):
+    """Bubble time divided by the ideal (bubble-free) compute time of a step.
+
+    GPipe/1F1B: (p−1)/m (Huang 2019; Narayanan 2021 §2.2.1); interleaved: (p−1)/(v·m)
+    (Narayanan 2021 §2.2.2); ZB-H1: (p−1)/(3m) for m >= p; DualPipe: (p−2)/(3m). The last two
+    depend on the chunk times: they use F = B = W (:data:`UNIT_F`)."""
+    ideal, bubble = _unit_bubble(schedule, pp, m, v)
+    return _out(bubble / ideal)
+
+
+def bubble_fraction_of_step(schedule, pp, m, v=1):
+    """Bubble time as a fraction of the whole step (ideal + bubble): GPipe/1F1B (p−1)/(m+p−1),
+    interleaved (p−1)/(v·m+p−1); same unit chunk times as :func:`bubble_over_ideal`.
+
+    The seeds' naive layer split (no micro-batching, m = 1) is (p−1)/p of the step."""
+    ideal, bubble = _unit_bubble(schedule, pp, m, v)
+    return _out(bubble / (ideal + bubble))
+
+
+def schedule_feasible(schedule, pp, m, v=1):
+    """Boolean mask of layouts the schedule can run (the planner masks; the CLI explains why
+    with :func:`check_schedule`). Interleaved (Megatron-LM): p >= 2, v >= 2 and m a multiple of p.
+    DualPipe (deepseek-ai/DualPipe): p even, m even and m >= 2p. Others: always."""
+    p = np.asarray(pp)
+    m_ = np.asarray(m)
+    v_ = np.asarray(v)
+    s = np.asarray(schedule)
+    ok_inter = (p >= 2) & (v_ >= 2) & (m_ % p == 0)
+    ok_dual = (p % 2 == 0) & (m_ % 2 == 0) & (m_ >= 2 * p)
+    ok_other = v_ == 1
+    return _out(np.where(s == INTERLEAVED, ok_inter, np.where(s == DUALPIPE, ok_dual, ok_other)))
+
+
+def check_schedule(schedule: int, pp: int, m: int, v: int = 1) -> None:
+    """Raise UserError (one line) if the schedule cannot run this (scalar) layout."""
+    from llmpar.errors import UserError
+
+    name = SCHEDULES[int(schedule)]
+    if pp < 1:
+        raise UserError(f"--pp must be a positive integer, got {pp}")
+    if m < 1:
+        raise UserError(f"--microbatches must be a positive integer, got {m}")
+    if v < 1:
+        raise UserError(f"--virtual-stages must be a positive integer, got {v}")
+    if schedule == INTERLEAVED:
+        if pp < 2:
+            raise UserError("the interleaved schedule needs --pp of at least 2")
+        if v < 2:
+            raise UserError("the interleaved schedule needs --virtual-stages of at least 2")
+        if m % pp:
+            raise UserError(
+                f"the interleaved schedule needs --microbatches to be a multiple of --pp "
+                f"(Megatron-LM's interleaved 1F1B), got m={m}, pp={pp}"
+            )
+    elif v != 1:
+        raise UserError(f"--virtual-stages {v} needs --schedule interleaved (got {name})")
+    if schedule == DUALPIPE:
+        if pp % 2:
+            raise UserError(f"DualPipe needs an even --pp (it folds the pipeline in two), got {pp}")
+        if m % 2 or m < 2 * pp:
+            raise UserError(f"DualPipe needs an even --microbatches of at least 2*pp = {2 * pp}, got {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The schedule itself: which micro-batch each stage runs in each time slot (for drawing)
+# ---------------------------------------------------------------------------------------------
+# Not a formula: a list-scheduling simulation of each schedule's per-stage op order, with the
+# unit chunk times above (F = 1, full backward = 2; ZB-H1 splits it into B = 1 and W = 1).
+# Tests check that its idle time equals the formulas' bubble.
+
+from dataclasses import dataclass, field  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Slot:
+    start: float
+    end: float
+    kind: str        # "F", "B" (full backward, or input gradient for ZB-H1) or "W"
+    microbatch: int
+    chunk: int = 0   # model chunk (interleaved), 0 otherwise
+
+
+@dataclass
+class Timeline:
+    schedule: str
+    pp: int
+    microbatches: int
+    virtual_stages: int
+    unit_times: dict
+    stages: list = field(default_factory=list)   # stages[i] = list of Slot in time order
+    total: float = 0.0
+
+    @property
+    def busy(self) -> float:
+        return sum(s.end - s.start for row in self.stages for s in row)
+
+    @property
+    def idle_fraction(self) -> float:
+        """Idle stage-time over all stage-time: equals bubble_fraction_of_step."""
+        return 1.0 - self.busy / (self.pp * self.total)
+
+
+def _order_flush(p, m, i, gpipe):
+    if gpipe:  # Huang et al. 2019: all forwards, then all backwards
+        return [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in range(m)]
+    # 1F1B (Narayanan 2021 §2.2.1): p−i−1 warm-up forwards, then one forward / one backward
+    w = min(p - i - 1, m)
+    order = [("F", j, 0) for j in range(w)]
+    for k in range(m - w):
+        order += [("F", w + k, 0), ("B", k, 0)]
+    return order + [("B", k, 0) for k in range(m - w, m)]
+
+
+def _order_interleaved(p, m, v, i):
+    # Megatron-LM interleaved 1F1B: forwards walk the micro-batches in groups of p, chunk by
+    # chunk; backwards the same with chunks reversed. Warm-up: 2(p−i−1) + (v−1)p forwards.
+    n = m * v
+
+    def fwd(k):
+        group, r = divmod(k, p * v)
+        return group * p + r % p, r // p
+
+    w = min(2 * (p - i - 1) + (v - 1) * p, n)
+    order = [("F", *fwd(k), ) for k in range(w)]
+    for k in range(n - w):
+        mb, c = fwd(k)
+        order += [("F", *fwd(w + k)), ("B", mb, v - 1 - c)]
+    for k in range(n - w, n):
+        mb, c = fwd(k)
+        order.append(("B", mb, v - 1 - c))
+    return order
+
+
+def _order_zb_h1(p, m, i):
+    # ZB-H1 (Qi et al. 2023 §3.1): 1F1B with the backward split into B and W; stage i may hold
+    # back up to i weight-gradient passes (peak in-flight stays p, as 1F1B's stage 1), which
+    # then fill the cool-down bubble.
+    w = min(p - i - 1, m)
+    order = [("F", j, 0) for j in range(w)]
+    pending: list[int] = []
+
+    def backward(k):
+        order.append(("B", k, 0))
+        pending.append(k)
+        while len(pending) > i:
+            order.append(("W", pending.pop(0), 0))
+
+    for k in range(m - w):
+        order.append(("F", w + k, 0))
+        backward(k)
+    for k in range(m - w, m):
+        backward(k)
+    order += [("W", k, 0) for k in pending]
+    return order
+
+
+def timeline(schedule, pp: int, m: int, v: int = 1, t_f: float = UNIT_F, t_b: float = UNIT_B_INPUT,
+             t_w: float = UNIT_W) -> Timeline | None:
+    """Simulate one flush of the schedule (scalar layout), by default with the unit chunk times
+    (F = 1, B = 1, W = 1; backward = B + W = 2 where it is not split). Times are per chunk.
+
+    Returns None for DualPipe, whose bidirectional, overlapped schedule is not drawn here.
+    """
+    s = int(schedule)
+    if s == DUALPIPE:
+        return None
+    check_schedule(s, pp, m, v)
+    V = pp * v if s == INTERLEAVED else pp
+    if s == ZB_H1:
+        dur = {"F": t_f, "B": t_b, "W": t_w}
+        orders = [_order_zb_h1(pp, m, i) for i in range(pp)]
+    elif s == INTERLEAVED:
+        dur = {"F": t_f, "B": t_b + t_w}
+        orders = [_order_interleaved(pp, m, v, i) for i in range(pp)]
+    else:
+        dur = {"F": t_f, "B": t_b + t_w}
+        orders = [_order_flush(pp, m, i, s == GPIPE) for i in range(pp)]
+
+    end: dict = {}
+    pos = [0] * pp
+    free = [0.0] * pp
+    rows: list[list[Slot]] = [[] for _ in range(pp)]
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for i in range(pp):
+            while pos[i] < len(orders[i]):
+                kind, mb, c = orders[i][pos[i]]
+                vs = c * pp + i                      # virtual stage: chunk c of stage i
+                if kind == "F":
+                    dep = ("F", mb, vs - 1) if vs > 0 else None
+                elif kind == "B":
+                    dep = ("B", mb, vs + 1) if vs < V - 1 else ("F", mb, vs)
+                else:
+                    dep = ("B", mb, vs)
+                if dep is not None and dep not in end:
+                    break
+                t0 = max(free[i], end[dep] if dep else 0.0)
+                t1 = t0 + dur[kind]
+                end[(kind, mb, vs)] = t1
+                free[i] = t1
+                rows[i].append(Slot(t0, t1, kind, mb, c))
+                pos[i] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the orders above are deadlock-free
+            raise RuntimeError(f"{SCHEDULES[s]} schedule deadlocked (p={pp}, m={m}, v={v})")
+    return Timeline(
+        schedule=SCHEDULES[s], pp=pp, microbatches=m, virtual_stages=v,
+        unit_times={k: float(t) for k, t in dur.items()}, stages=rows, total=max(free),
+    )
