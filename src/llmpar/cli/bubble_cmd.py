@@ -1,0 +1,197 @@
+"""`llmpar bubble`: draw a pipeline schedule and print its bubble ratios.
+
+All numbers come from :mod:`llmpar.cost.pipeline`; this module only builds a result dict and
+renders it (rich text, or JSON).
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmpar.errors import UserError
+from llmpar.parallel import SCHEDULES
+
+_STYLE = {"F": "bold white on blue", "B": "bold black on green", "W": "black on yellow"}
+_MAX_DRAW_COLUMNS = 2000
+
+_FORMULAS = {
+    "gpipe": ("(p-1)/m", "(p-1)/(m+p-1)", "Huang et al. 2019 (GPipe), §2.3"),
+    "1f1b": ("(p-1)/m", "(p-1)/(m+p-1)", "Narayanan et al. 2021, §2.2.1 (PipeDream-Flush)"),
+    "interleaved": ("(p-1)/(v*m)", "(p-1)/(v*m+p-1)", "Narayanan et al. 2021, §2.2.2"),
+    "zb-h1": ("(p-1)(F+B-W) / (m(F+B+W)) = (p-1)/(3m) at F=B=W, m>=p",
+              "(p-1)/(3m+p-1) at F=B=W, m>=p", "Qi et al. 2023 (Zero Bubble), §3.1"),
+    "dualpipe": ("(p/2-1)(F&B+B_full-3W) / (m(F+B_full)) = (p-2)/(3m) at F=B=W, F&B=F+B_full",
+                 "(p-2)/(3m+p-2) at F=B=W, F&B=F+B_full", "DeepSeek-V3 technical report, §3.2.1, Table 2"),
+}
+
+
+def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int | None,
+          layers: int | None) -> dict:
+    """The result of `llmpar bubble` as a dict (no printing)."""
+    from llmpar.cost import pipeline as pl
+
+    notes: list[str] = []
+    if pp < 1:
+        raise UserError(f"--pp must be a positive integer, got {pp}")
+    if microbatches < 1:
+        raise UserError(f"--microbatches must be a positive integer, got {microbatches}")
+    if virtual_stages is not None and virtual_stages < 1:
+        raise UserError(f"--virtual-stages must be a positive integer, got {virtual_stages}")
+    v = virtual_stages or 1
+    if schedule is None:
+        schedule = "interleaved" if v > 1 else "1f1b"
+    if schedule not in SCHEDULES:  # click.Choice guards the CLI; this guards direct callers
+        raise UserError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    code = SCHEDULES.index(schedule)
+    if schedule == "interleaved" and virtual_stages is None:
+        v = 2
+        notes.append("interleaved schedule without --virtual-stages: assumed v=2")
+    pl.check_schedule(code, pp, microbatches, v)
+    stage = None
+    if layers is not None:
+        if layers < 1:
+            raise UserError(f"--layers must be a positive integer, got {layers}")
+        if pp > layers:
+            raise UserError(f"--pp {pp} exceeds the {layers} layers")
+        most = int(pl.stage_layers(layers, pp))
+        if v > most:
+            raise UserError(f"--virtual-stages {v} exceeds the {most} layers per pipeline stage ({layers} layers / pp={pp})")
+        stage = {"layers": layers, "most_loaded_stage_layers": most,
+                 "first_stage_layers": int(pl.first_stage_layers(layers, pp)),
+                 "last_stage_layers": int(pl.last_stage_layers(layers, pp))}
+
+    over, frac_step, source = _FORMULAS[schedule]
+    result = {
+        "schedule": schedule,
+        "pp": pp,
+        "microbatches": microbatches,
+        "virtual_stages": v,
+        "bubble_over_ideal": float(pl.bubble_over_ideal(code, pp, microbatches, v)),
+        "bubble_fraction_of_step": float(pl.bubble_fraction_of_step(code, pp, microbatches, v)),
+        "formula_bubble_over_ideal": over,
+        "formula_bubble_fraction_of_step": frac_step,
+        "source": source,
+        "in_flight_microbatches": float(pl.in_flight_microbatches(code, pp, microbatches, v)),
+        "parameter_copies": int(pl.parameter_copies(code)),
+        "unit_chunk_times": {"forward": pl.UNIT_F, "backward_input": pl.UNIT_B_INPUT,
+                             "backward_weight": pl.UNIT_W},
+        "notes": notes,
+    }
+    if stage:
+        result["stages"] = stage
+    tl = pl.timeline(code, pp, microbatches, v)
+    if tl is not None:
+        result["timeline"] = {
+            "total_units": tl.total,
+            "idle_fraction": tl.idle_fraction,
+            "stages": [[{"kind": s.kind, "microbatch": s.microbatch, "chunk": s.chunk,
+                         "start": s.start, "end": s.end} for s in row] for row in tl.stages],
+        }
+    return result
+
+
+def _label(slot: dict, interleaved: bool) -> str:
+    base = f"{slot['kind']}{slot['microbatch']}"
+    return f"{base}:{slot['chunk']}" if interleaved else base
+
+
+def _drawing(result: dict):
+    """rich Text lines, one row per stage; each time unit is `u` characters, idle is '.'."""
+    from rich.text import Text
+
+    tl = result["timeline"]
+    interleaved = result["schedule"] == "interleaved"
+    labels = [_label(s, interleaved) for row in tl["stages"] for s in row]
+    u = max(len(x) for x in labels) + 1
+    total = int(round(tl["total_units"]))
+    if total * u > _MAX_DRAW_COLUMNS:
+        return None
+    name_w = len(f"stage {result['pp'] - 1}")
+    lines = []
+    for i, row in enumerate(tl["stages"]):
+        line = Text(f"stage {i}".ljust(name_w) + " |")
+        t = 0.0
+        for s in row:
+            gap = int(round(s["start"] - t))
+            if gap > 0:
+                line.append("." * (gap * u), style="dim")
+            width = int(round(s["end"] - s["start"])) * u
+            line.append(_label(s, interleaved).ljust(width), style=_STYLE[s["kind"]])
+            t = s["end"]
+        if total - t > 0:
+            line.append("." * (int(round(total - t)) * u), style="dim")
+        line.append("|")
+        lines.append(line)
+    return lines
+
+
+def render(result: dict) -> None:
+    from rich.console import Console
+
+    lines = _drawing(result) if "timeline" in result else None
+    width = max([len(x.plain) for x in lines] + [100]) if lines else None
+    console = Console(width=width, highlight=False, soft_wrap=True)
+    p, m, v = result["pp"], result["microbatches"], result["virtual_stages"]
+    head = f"{result['schedule']} schedule: p={p} stages, m={m} micro-batches"
+    if result["schedule"] == "interleaved":
+        head += f", v={v} model chunks per stage"
+    console.print(head)
+    for note in result["notes"]:
+        console.print(f"assumed: {note}")
+    ut = result["unit_chunk_times"]
+    if lines is not None:
+        if result["schedule"] == "zb-h1":
+            key = (f"F = forward ({ut['forward']:g} unit), B = input gradient ({ut['backward_input']:g}), "
+                   f"W = weight gradient ({ut['backward_weight']:g})")
+        else:
+            key = (f"F = forward ({ut['forward']:g} unit), "
+                   f"B = backward ({ut['backward_input'] + ut['backward_weight']:g} units)")
+        if result["schedule"] == "interleaved":
+            key += "; Fm:c = micro-batch m on model chunk c"
+        console.print(key + "; '.' = idle")
+        for line in lines:
+            console.print(line, no_wrap=True, overflow="ignore")
+        tl = result["timeline"]
+        console.print(f"drawn: {tl['total_units']:g} time units, idle {tl['idle_fraction']:.4f} of stage-time")
+    elif "timeline" in result:
+        console.print(f"(drawing omitted: wider than {_MAX_DRAW_COLUMNS} columns; use fewer micro-batches)")
+    else:
+        console.print("(drawing omitted: DualPipe's bidirectional schedule with overlapped F&B pairs is "
+                      "not drawn here; ratios below are from its formula)")
+    console.print(f"bubble over ideal time      {result['bubble_over_ideal']:.4f}   "
+                  f"= {result['formula_bubble_over_ideal']}")
+    console.print(f"bubble as fraction of step  {result['bubble_fraction_of_step']:.4f}   "
+                  f"= {result['formula_bubble_fraction_of_step']}")
+    console.print(f"in-flight micro-batches on stage 1: {result['in_flight_microbatches']:g}"
+                  + (f"; parameter copies per device: {result['parameter_copies']}" if result["parameter_copies"] != 1 else ""))
+    if "stages" in result:
+        st = result["stages"]
+        console.print(f"layers per stage: most loaded {st['most_loaded_stage_layers']}, "
+                      f"first {st['first_stage_layers']} (+ embedding), last {st['last_stage_layers']} (+ LM head, loss)")
+    console.print(f"source: {result['source']}")
+
+
+@click.command(name="bubble")
+@click.option("--pp", type=int, required=True, help="Pipeline stages p.")
+@click.option("--microbatches", "-m", type=int, required=True, help="Micro-batches per step m.")
+@click.option("--schedule", type=click.Choice(SCHEDULES),
+              help="Pipeline schedule (default 1f1b; interleaved when --virtual-stages > 1).")
+@click.option("--virtual-stages", type=int, help="Model chunks per stage v (interleaved only; default 2 there).")
+@click.option("--layers", type=int, help="Optional: transformer layers, to show (uneven) stage sizes and check v.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bubble(pp, microbatches, schedule, virtual_stages, layers, as_json):
+    """Draw a pipeline schedule (a row per stage) and print its bubble ratios.
+
+    "Bubble over ideal" is idle time divided by the bubble-free compute time ((p-1)/m for
+    GPipe/1F1B); "fraction of step" is idle time over the whole step ((p-1)/(m+p-1)).
+
+    Example: llmpar bubble --pp 4 --microbatches 8 --schedule interleaved --virtual-stages 2
+    """
+    result = build(schedule, pp, microbatches, virtual_stages, layers)
+    if as_json:
+        from llmpar.cli.common import echo_json
+
+        echo_json({k: v for k, v in result.items() if k != "timeline"}
+                  | {"drawn_idle_fraction": result["timeline"]["idle_fraction"] if "timeline" in result else None})
+        return
+    render(result)
