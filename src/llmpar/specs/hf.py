@@ -1,0 +1,257 @@
+"""Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
+
+Supported ``model_type``: llama, mistral, mixtral, qwen2, deepseek_v3, gpt2, gpt_neox. Keys follow
+the transformers configuration classes of those models (``LlamaConfig``, ``MistralConfig``,
+``MixtralConfig``, ``Qwen2Config``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); where a
+key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
+malformed JSON (file and line), an unknown ``model_type`` (naming the supported ones) or a missing
+or non-integer key (naming the key).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from llmpar.errors import UserError
+from llmpar.specs.model import ModelSpec
+
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt2", "gpt_neox")
+
+_MISSING = object()
+
+
+class _Config:
+    """A config dict with one-line errors that name the file and the key."""
+
+    def __init__(self, data: dict[str, Any], path: Path, model_type: str):
+        self.data, self.path, self.model_type = data, path, model_type
+
+    def _fail(self, msg: str) -> UserError:
+        return UserError(f"{self.path}: {msg} (model_type {self.model_type!r})")
+
+    def integer(self, key: str, default: Any = _MISSING, allow_null: bool = False) -> int | None:
+        value = self.data.get(key, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self._fail(f"missing key {key!r}")
+            return default
+        if value is None:
+            if allow_null:
+                return None
+            if default is not _MISSING:
+                return default
+            raise self._fail(f"key {key!r} is null; expected a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._fail(f"key {key!r} must be a positive integer, got {value!r}")
+        return value
+
+    def count(self, key: str, default: int) -> int:
+        """A count that may be zero (first_k_dense_replace, n_shared_experts)."""
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._fail(f"key {key!r} must be a non-negative integer, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(f"key {key!r} must be true or false, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(f"key {key!r} must be a number, got {value!r}")
+        return float(value)
+
+
+def _llama_like(c: _Config, family: str) -> dict[str, Any]:
+    """LlamaConfig / MistralConfig / MixtralConfig / Qwen2Config: SwiGLU, RMSNorm, RoPE, GQA."""
+    heads = c.integer("num_attention_heads")
+    out: dict[str, Any] = dict(
+        family=family,
+        layers=c.integer("num_hidden_layers"),
+        hidden=c.integer("hidden_size"),
+        heads=heads,
+        kv_heads=c.integer("num_key_value_heads", default=heads),  # None/absent: MHA (transformers default)
+        head_dim=c.integer("head_dim", default=None),  # Mistral-Nemo, Qwen3 state it; else hidden/heads
+        ffn_hidden=c.integer("intermediate_size"),
+        ffn_type="swiglu",
+        vocab=c.integer("vocab_size"),
+        max_seq=c.integer("max_position_embeddings"),
+        tied_embeddings=c.flag("tie_word_embeddings", False),
+        norm="rmsnorm",
+        position="rope",
+        attention="flash",
+        dropout=c.number("attention_dropout", 0.0) > 0,
+    )
+    if family == "llama":
+        attn_bias = c.flag("attention_bias", False)  # LlamaAttention: bias on q, k, v and o
+        out.update(qkv_bias=attn_bias, attention_out_bias=attn_bias, mlp_bias=c.flag("mlp_bias", False))
+    if family == "qwen2":
+        out["qkv_bias"] = True  # Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+    if family == "mixtral":
+        out["moe"] = dict(
+            experts=c.integer("num_local_experts"),
+            top_k=c.integer("num_experts_per_tok"),
+            shared_experts=0,
+            expert_ffn_hidden=out["ffn_hidden"],
+            dense_layers=[],
+            router_bias=False,
+        )
+    return out
+
+
+def _deepseek_v3(c: _Config) -> dict[str, Any]:
+    """DeepseekV3Config: MLA, DeepSeekMoE with shared experts, first_k_dense_replace dense layers."""
+    layers = c.integer("num_hidden_layers")
+    heads = c.integer("num_attention_heads")
+    out: dict[str, Any] = dict(
+        family="deepseek",
+        layers=layers,
+        hidden=c.integer("hidden_size"),
+        heads=heads,
+        ffn_hidden=c.integer("intermediate_size"),
+        ffn_type="swiglu",
+        vocab=c.integer("vocab_size"),
+        max_seq=c.integer("max_position_embeddings"),
+        tied_embeddings=c.flag("tie_word_embeddings", False),
+        norm="rmsnorm",
+        position="rope",
+        attention="flash",
+        mla=dict(
+            q_lora_rank=c.integer("q_lora_rank", allow_null=True),  # null: no query compression
+            kv_lora_rank=c.integer("kv_lora_rank"),
+            qk_nope_head_dim=c.integer("qk_nope_head_dim"),
+            qk_rope_head_dim=c.integer("qk_rope_head_dim"),
+            v_head_dim=c.integer("v_head_dim"),
+        ),
+    )
+    out["head_dim"] = out["mla"]["v_head_dim"]  # as models/deepseek-v3.yaml: the output width per head
+    attn_bias = c.flag("attention_bias", False)
+    out.update(qkv_bias=attn_bias, attention_out_bias=attn_bias)
+    experts = c.integer("n_routed_experts", default=None, allow_null=True)
+    if experts is not None:
+        first_dense = c.count("first_k_dense_replace", 0)
+        freq = c.integer("moe_layer_freq", default=1)
+        # DeepseekV3DecoderLayer: MoE when layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0
+        dense = [i for i in range(layers) if not (i >= first_dense and i % freq == 0)]
+        out["moe"] = dict(
+            experts=experts,
+            top_k=c.integer("num_experts_per_tok"),
+            shared_experts=c.count("n_shared_experts", 0),
+            expert_ffn_hidden=c.integer("moe_intermediate_size"),
+            dense_layers=dense,
+            router_bias=c.data.get("topk_method") == "noaux_tc",  # e_score_correction_bias
+        )
+    return out
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    """GPT2Config: learned positions, LayerNorm, GeLU 4h (n_inner null), biases everywhere, tied."""
+    hidden = c.integer("n_embd")
+    drops = [c.number(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
+    return dict(
+        family="gpt",
+        layers=c.integer("n_layer"),
+        hidden=hidden,
+        heads=c.integer("n_head"),
+        ffn_hidden=c.integer("n_inner", default=4 * hidden),
+        ffn_type="gelu",
+        vocab=c.integer("vocab_size"),
+        max_seq=c.integer("n_positions"),
+        tied_embeddings=c.flag("tie_word_embeddings", True),
+        norm="layernorm",
+        position="learned",
+        linear_bias=True,
+        dropout=any(p > 0 for p in drops),
+        attention="standard",
+    )
+
+
+def _gpt_neox(c: _Config) -> dict[str, Any]:
+    """GPTNeoXConfig: parallel attention+MLP block (two LayerNorms), rotary, biases, untied head."""
+    attn_bias = c.flag("attention_bias", True)
+    return dict(
+        family="gpt_neox",
+        layers=c.integer("num_hidden_layers"),
+        hidden=c.integer("hidden_size"),
+        heads=c.integer("num_attention_heads"),
+        ffn_hidden=c.integer("intermediate_size"),
+        ffn_type="gelu",
+        vocab=c.integer("vocab_size"),
+        max_seq=c.integer("max_position_embeddings"),
+        tied_embeddings=c.flag("tie_word_embeddings", False),
+        norm="layernorm",
+        position="rope",
+        parallel_block=c.flag("use_parallel_residual", True),
+        qkv_bias=attn_bias,
+        attention_out_bias=attn_bias,
+        mlp_bias=True,  # dense_h_to_4h and dense_4h_to_h always have biases
+        dropout=max(c.number("hidden_dropout", 0.0), c.number("attention_dropout", 0.0)) > 0,
+        attention="standard",  # gpt-neox's default attention is the unfused "global" kernel
+    )
+
+
+_BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "llama": lambda c: _llama_like(c, "llama"),
+    "mistral": lambda c: _llama_like(c, "mistral"),
+    "mixtral": lambda c: _llama_like(c, "mixtral"),
+    "qwen2": lambda c: _llama_like(c, "qwen2"),
+    "deepseek_v3": _deepseek_v3,
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _name(path: Path, data: dict[str, Any]) -> str:
+    given = data.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        return given.strip().rstrip("/").split("/")[-1].lower()
+    if path.name == "config.json" and path.resolve().parent.name:
+        return path.resolve().parent.name.lower()
+    return path.stem.lower()
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (see the module docstring)."""
+    from llmpar.specs.registry import validate
+
+    path = Path(path)
+    data = _read_json(path)
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise UserError(f"{path}: missing key 'model_type' (supported: {', '.join(SUPPORTED)})")
+    if model_type not in _BUILDERS:
+        raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
+    spec = _BUILDERS[model_type](_Config(data, path, model_type))
+    spec.update(
+        name=_name(path, data),
+        description=f"{model_type} model read from a Hugging Face config.json",
+        source=f"Hugging Face config.json: {path}",
+    )
+    return validate(ModelSpec, spec, str(path))

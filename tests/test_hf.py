@@ -1,0 +1,189 @@
+"""Hugging Face config.json reading (llmpar.specs.hf).
+
+The fixtures are written here by hand in the HF format (the keys of each model's published
+config.json); each is checked against the shipped YAML's exact count or a published total.
+"""
+
+import json
+
+import pytest
+
+from conftest import assert_one_line_error
+from llmpar.cost.params import active_params, breakdown, total_params
+from llmpar.errors import UserError
+from llmpar.specs import load_model
+from llmpar.specs.hf import SUPPORTED, load_hf_config
+
+LLAMA_2_7B = {  # meta-llama/Llama-2-7b-hf
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 4096,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "vocab_size": 32000,
+}
+LLAMA_3_8B = {  # meta-llama/Meta-Llama-3-8B
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "vocab_size": 128256,
+}
+MISTRAL_7B = {  # mistralai/Mistral-7B-v0.1
+    "architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": False, "vocab_size": 32000,
+}
+MIXTRAL = {  # mistralai/Mixtral-8x7B-v0.1
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "num_local_experts": 8, "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 32000,
+}
+QWEN25_72B = {  # Qwen/Qwen2.5-72B
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu", "hidden_size": 8192,
+    "intermediate_size": 29568, "max_position_embeddings": 131072, "max_window_layers": 80, "model_type": "qwen2",
+    "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False, "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+DEEPSEEK_V3 = {  # deepseek-ai/DeepSeek-V3
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc",
+    "v_head_dim": 128, "vocab_size": 129280,
+}
+GPT2 = {  # openai-community/gpt2 (124M)
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "embd_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12,
+    "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
+}
+GPT_NEOX_20B = {  # EleutherAI/gpt-neox-20b
+    "architectures": ["GPTNeoXForCausalLM"], "hidden_act": "gelu_fast", "hidden_size": 6144,
+    "intermediate_size": 24576, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "gpt_neox",
+    "num_attention_heads": 64, "num_hidden_layers": 44, "rotary_emb_base": 10000, "rotary_pct": 0.25,
+    "tie_word_embeddings": False, "use_parallel_residual": True, "vocab_size": 50432,
+}
+
+
+def write(tmp_path, cfg, folder="model"):
+    path = tmp_path / folder / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+@pytest.mark.parametrize(
+    "cfg,yaml_name",
+    [(LLAMA_2_7B, "llama-2-7b"), (LLAMA_3_8B, "llama-3-8b"), (MIXTRAL, "mixtral-8x7b"),
+     (QWEN25_72B, "qwen2.5-72b"), (DEEPSEEK_V3, "deepseek-v3")],
+)
+def test_same_count_as_yaml(tmp_path, cfg, yaml_name):
+    # the config.json and the shipped YAML describe the same model: every component count agrees
+    # (Llama-2-7B 6,738,415,616; Llama-3-8B 8,030,261,248; Mixtral 46,702,792,704;
+    #  Qwen2.5-72B 72,706,203,648; DeepSeek-V3 671,026,419,200 — derivations in test_params.py)
+    m = load_hf_config(write(tmp_path, cfg))
+    assert breakdown(m) == breakdown(load_model(yaml_name))
+
+
+def test_llama_fields(tmp_path):
+    m = load_model(str(write(tmp_path, LLAMA_3_8B, "Meta-Llama-3-8B")))  # the registry routes .json here
+    assert m.name == "meta-llama-3-8b"
+    assert (m.family, m.n_kv_heads, m.d_head, m.ffn_type, m.norm, m.position) == ("llama", 8, 128, "swiglu", "rmsnorm", "rope")
+    assert not m.tied_embeddings and m.attention == "flash" and not m.dropout
+    # num_key_value_heads absent -> MHA (LlamaConfig default)
+    cfg = {k: v for k, v in LLAMA_2_7B.items() if k != "num_key_value_heads"}
+    assert load_hf_config(write(tmp_path, cfg, "nokv")).n_kv_heads == 32
+
+
+def test_mistral(tmp_path):
+    # Mistral-7B-v0.1, HF count 7,241,732,096:
+    # 32*(2*4096^2 + 2*4096*1024 + 3*4096*14336 + 2*4096) + 2*32000*4096 + 4096
+    m = load_hf_config(write(tmp_path, MISTRAL_7B))
+    assert m.family == "mistral"
+    assert total_params(m) == 7_241_732_096
+
+
+def test_deepseek_layers(tmp_path):
+    m = load_hf_config(write(tmp_path, DEEPSEEK_V3))
+    # first_k_dense_replace 3, moe_layer_freq 1 -> layers 0,1,2 dense, 58 MoE; noaux_tc -> router bias
+    assert m.moe.dense_layers == [0, 1, 2] and m.moe_layers == 58 and m.moe.router_bias
+    assert m.mla.q_lora_rank == 1536 and m.ffn_hidden == 18432 and m.moe.expert_ffn_hidden == 2048
+    # DeepSeek-V3 "37B activated": 37,552,297,472 (test_params.py)
+    assert active_params(m) == 37_552_297_472
+    # q_lora_rank null (DeepSeek-V2-Lite style) reads as no query compression
+    lite = dict(DEEPSEEK_V3, q_lora_rank=None)
+    assert load_hf_config(write(tmp_path, lite, "lite")).mla.q_lora_rank is None
+
+
+def test_gpt2(tmp_path):
+    # GPT-2 small, 124,439,808 (HF): 12*(12*768^2 + 13*768) + (50257 + 1024)*768 + 2*768
+    #   = 85,054,464 + 39,383,808 + 1,536
+    m = load_hf_config(write(tmp_path, GPT2))
+    assert total_params(m) == 124_439_808
+    assert (m.family, m.attention, m.ffn_type, m.norm, m.position) == ("gpt", "standard", "gelu", "layernorm", "learned")
+    assert m.tied_embeddings and m.linear_bias and m.dropout and m.ffn_hidden == 4 * 768
+
+
+def test_gpt_neox(tmp_path):
+    # GPT-NeoX-20B, 20,554,567,680 (HF model card, Black et al. 2022):
+    # 44*(12*6144^2 + 13*6144) + 2*50432*6144 (untied embed_in, embed_out) + 2*6144
+    m = load_hf_config(write(tmp_path, GPT_NEOX_20B))
+    assert total_params(m) == 20_554_567_680
+    assert m.parallel_block and m.position == "rope" and not m.tied_embeddings and m.norm == "layernorm"
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+def test_unknown_model_type(tmp_path, cli):
+    path = write(tmp_path, dict(LLAMA_2_7B, model_type="bert"))
+    res = cli("models", "show", path)
+    assert_one_line_error(res, "bert", *SUPPORTED)
+
+
+def test_missing_model_type(tmp_path, cli):
+    path = write(tmp_path, {k: v for k, v in LLAMA_2_7B.items() if k != "model_type"})
+    assert_one_line_error(cli("models", "show", path), "model_type")
+
+
+@pytest.mark.parametrize(
+    "cfg,key",
+    [(LLAMA_2_7B, "hidden_size"), (MIXTRAL, "num_local_experts"), (DEEPSEEK_V3, "kv_lora_rank"),
+     (GPT2, "n_embd"), (GPT_NEOX_20B, "intermediate_size"), (QWEN25_72B, "max_position_embeddings")],
+)
+def test_missing_key(tmp_path, cli, cfg, key):
+    path = write(tmp_path, {k: v for k, v in cfg.items() if k != key})
+    assert_one_line_error(cli("models", "show", path), f"missing key '{key}'", str(path))
+
+
+@pytest.mark.parametrize("value", ["4096", -1, 0, None, True, 40.5])
+def test_bad_value(tmp_path, cli, value):
+    path = write(tmp_path, dict(LLAMA_2_7B, hidden_size=value))
+    assert_one_line_error(cli("models", "show", path), "hidden_size")
+
+
+def test_malformed_json(tmp_path, cli):
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}\n')
+    # the stray comma is on line 3
+    assert_one_line_error(cli("models", "show", path), "malformed JSON", f"{path}:3")
+
+
+def test_not_an_object_and_missing_file(tmp_path, cli):
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    assert_one_line_error(cli("models", "show", path), "JSON object")
+    assert_one_line_error(cli("models", "show", tmp_path / "nope" / "config.json"), "not found")
+
+
+def test_inconsistent_shapes(tmp_path, cli):
+    # 32 heads, 6 KV heads: the spec's own validation names the field
+    path = write(tmp_path, dict(LLAMA_2_7B, num_key_value_heads=6))
+    assert_one_line_error(cli("models", "show", path), "kv_heads")
+    with pytest.raises(UserError):
+        load_hf_config(path)
