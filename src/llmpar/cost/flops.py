@@ -1,0 +1,333 @@
+"""FLOPs of a training step: per layer by component, per GEMM after the TP/CP split, and per
+step (model FLOPs for MFU, hardware FLOPs for HFU), plus the papers' closed forms.
+
+Conventions (docs/flops.md):
+- Matmul FLOPs only: an (m x k) @ (k x n) product costs 2·m·n·k (one multiply + one add).
+  Biases, norms, softmax, activation functions, dropout and residual adds are O(s·h) element-wise
+  work, left out here exactly as Narayanan et al. 2021 (App.) and Korthikanti et al. 2022 (§6,
+  eq. 7) leave them out; their time is memory-bound and lives in ``cost/compute.py``.
+- Backward = 2 x forward for every matmul (an input-gradient and a weight-gradient product of
+  the same size; Narayanan et al. 2021 App., "the backward pass requires double the number of
+  FLOPs"), so a step without recompute is 3 x forward.
+- Attention core: per sequence and head, scores Q·K^T cost 2·s·s·d_qk and context P·V
+  2·s·s·d_v. ``causal`` is the fraction of that s^2 work counted: 1.0 (:data:`CAUSAL_FULL`) is
+  the papers' model-FLOPs convention (DESIGN.md, FLOPs and MFU); a causal flash-attention kernel
+  skips the masked blocks and does about half (:data:`CAUSAL_FLASH`, or
+  :func:`causal_block_fraction` for a given block size), which is what the *time* model uses.
+- MoE: balanced routing assumed (every expert receives tokens·top_k/E tokens on average).
+
+Array-polymorphic in b, s, tp, cp, ep and the Parallel fields; model shapes are scalars from
+:class:`~llmpar.specs.model.ModelSpec`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmpar.parallel import RECOMPUTE
+from llmpar.specs.model import ModelSpec
+
+CAUSAL_FULL = 1.0
+CAUSAL_FLASH = 0.5
+
+# GEMM names of the attention core: what selective recompute re-runs (Korthikanti 2022 §5).
+ATTENTION_CORE = ("attn_scores", "attn_context")
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
+
+
+def _out(x):
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def causal_block_fraction(s, block=128):
+    """Fraction of the s x s score matrix a causal block-sparse kernel (flash attention) computes:
+    with n = ceil(s/block) blocks per side it runs the n(n+1)/2 blocks on or below the diagonal,
+    (n+1)/(2n) of n^2 (Dao 2023, FlashAttention-2 §3.1: "skip blocks ... fully masked").
+    s = 8192, block 128: n = 64 -> 65/128 = 0.5078."""
+    n = -(-np.asarray(s) // block)
+    return _out((n + 1) / (2.0 * n))
+
+
+def _ffn_mats(model: ModelSpec) -> int:
+    """Matrices of one FFN: GeLU 2 (h->f->h, Vaswani 2017 §3.3), SwiGLU 3 (gate, up, down; Shazeer 2020)."""
+    return 3 if model.ffn_type == "swiglu" else 2
+
+
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(d_qk, d_v): width of one query/key head and one value head.
+    MHA/GQA: (d, d); MLA (DeepSeek-V2 §2.1): (qk_nope + qk_rope, v_head_dim) = (192, 128) for V3."""
+    if model.mla is not None:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+    return model.d_head, model.d_head
+
+
+def _is_moe(model: ModelSpec, moe) -> bool:
+    return bool(model.moe is not None if moe is None else (moe and model.moe is not None))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer forward FLOPs by component (whole layer, no parallel split)
+# ---------------------------------------------------------------------------------------------
+
+def attention_flops(model: ModelSpec, b, s, causal=CAUSAL_FULL) -> dict:
+    """Forward FLOPs of one layer's attention for b sequences of s tokens, by component.
+
+    MHA/GQA (Vaswani 2017 §3.2; Ainslie 2023): qkv 2T·h·(a + 2·kv)·d, T = b·s tokens;
+    scores 2·b·a·s²·d·causal; context 2·b·a·s²·d·causal; out 2T·a·d·h.
+    MLA (DeepSeek-V2 arXiv:2405.04434 §2.1.2–2.1.3, eqs. 9–14, 37–40; training computes the
+    up-projections explicitly): q_down 2T·h·r_q, q_up 2T·r_q·a·(d_nope + d_rope) (or q 2T·h·a·d_qk
+    without query compression), kv_down 2T·h·(r_kv + d_rope) (the shared rotary key comes out of
+    the same projection), kv_up 2T·r_kv·a·(d_nope + d_v), scores 2·b·a·s²·d_qk·causal, context
+    2·b·a·s²·d_v·causal, out 2T·a·d_v·h.
+    """
+    h, a = model.hidden, model.heads
+    T = b * s
+    d_qk, d_v = attention_head_dims(model)
+    core = 2.0 * b * a * s * s * causal
+    out: dict = {}
+    if model.mla is not None:
+        mla = model.mla
+        if mla.q_lora_rank is None:
+            out["q"] = 2.0 * T * h * a * d_qk
+        else:
+            out["q_down"] = 2.0 * T * h * mla.q_lora_rank
+            out["q_up"] = 2.0 * T * mla.q_lora_rank * a * d_qk
+        out["kv_down"] = 2.0 * T * h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        out["kv_up"] = 2.0 * T * mla.kv_lora_rank * a * (mla.qk_nope_head_dim + d_v)
+    else:
+        out["qkv"] = 2.0 * T * h * (a + 2 * model.n_kv_heads) * d_qk
+    out["attn_scores"] = core * d_qk
+    out["attn_context"] = core * d_v
+    out["attn_out"] = 2.0 * T * a * d_v * h
+    return out
+
+
+def mlp_flops(model: ModelSpec, b, s, moe=None) -> dict:
+    """Forward FLOPs of one layer's FFN block for T = b·s tokens.
+
+    Dense: mlp 2T·mats·h·f (mats = 2 GeLU, 3 SwiGLU).
+    MoE (Fedus 2021; Mixtral, Jiang 2024 §2.1; DeepSeek-V3 §2.1.2): router 2T·h·E; experts
+    2T·top_k·mats·h·f_e (each token through top_k experts of size f_e); shared_experts
+    2T·n_shared·mats·h·f_e. ``moe=None``: an MoE layer if the model has experts.
+    """
+    h, mats = model.hidden, _ffn_mats(model)
+    T = b * s
+    if not _is_moe(model, moe):
+        return {"mlp": 2.0 * T * mats * h * model.ffn_hidden}
+    e = model.moe
+    out = {
+        "router": 2.0 * T * h * e.experts,
+        "experts": 2.0 * T * e.top_k * mats * h * e.expert_ffn_hidden,
+    }
+    if e.shared_experts:
+        out["shared_experts"] = 2.0 * T * e.shared_experts * mats * h * e.expert_ffn_hidden
+    return out
+
+
+def layer_flops(model: ModelSpec, b, s, moe=None, causal=CAUSAL_FULL) -> dict:
+    """Forward FLOPs of one transformer layer by component (attention + FFN block)."""
+    return {**attention_flops(model, b, s, causal), **mlp_flops(model, b, s, moe)}
+
+
+def layer_forward_flops(model: ModelSpec, b, s, moe=None, causal=CAUSAL_FULL):
+    """Sum of :func:`layer_flops`."""
+    return _out(sum(layer_flops(model, b, s, moe, causal).values()))
+
+
+def attention_core_flops(model: ModelSpec, b, s, causal=CAUSAL_FULL):
+    """Forward FLOPs of the attention core (scores + context): what selective recompute re-runs
+    (Korthikanti 2022 §5; softmax and dropout re-run too, but are not matmuls)."""
+    f = attention_flops(model, b, s, causal)
+    return _out(f["attn_scores"] + f["attn_context"])
+
+
+def head_flops(model: ModelSpec, b, s):
+    """LM head (logits) forward: 2·b·s·h·V (the product is done whether or not the weight is tied;
+    the embedding lookup is not a matmul)."""
+    return _out(2.0 * b * s * model.hidden * model.vocab)
+
+
+def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
+    """Whole-model forward FLOPs for one sequence of s tokens: dense layers + MoE layers + LM head."""
+    dense = model.dense_layers * layer_forward_flops(model, 1, s, moe=False, causal=causal)
+    moe = model.moe_layers * layer_forward_flops(model, 1, s, moe=True, causal=causal) if model.moe else 0.0
+    return _out(dense + moe + head_flops(model, 1, s))
+
+
+def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_FULL):
+    """Extra forward FLOPs that activation recomputation re-runs, per sequence (the LM head is
+    never recomputed). selective: every layer's attention core (Korthikanti 2022 §5); full: every
+    layer's whole forward (Chen et al. 2016; Narayanan 2021 eq. 3's fourth forward pass).
+    ``recompute``: code into :data:`llmpar.parallel.RECOMPUTE`, may be an array."""
+    rec = np.asarray(recompute)
+    core = model.layers * attention_core_flops(model, 1, s, causal)
+    full = forward_flops_per_sequence(model, s, causal) - head_flops(model, 1, s)
+    return _out(np.where(rec == RECOMPUTE_FULL, full, np.where(rec == RECOMPUTE_SELECTIVE, core, 0.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per step: model FLOPs (MFU numerator) and hardware FLOPs (HFU numerator)
+# ---------------------------------------------------------------------------------------------
+
+def model_flops_per_step(model: ModelSpec, par):
+    """Model FLOPs of one optimizer step: 3 x forward (forward + backward = 2 x forward) over the
+    global batch B = m·b·dp sequences of par.seq tokens, attention s² counted in full (the papers'
+    MFU convention). For a GPT block this is Korthikanti 2022 eq. 7 exactly:
+    72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)). MoE: only the routed experts a token goes through."""
+    B = par.microbatches * par.micro_batch * par.dp
+    return _out(3.0 * B * forward_flops_per_sequence(model, par.seq, CAUSAL_FULL))
+
+
+def hardware_flops_per_step(model: ModelSpec, par):
+    """Hardware FLOPs of one step: model FLOPs + the forward work recompute really re-runs
+    (selective: attention core only; full: every layer's forward), same s² convention as the
+    model FLOPs. With full recompute on a GPT block this is Narayanan 2021 eq. 3:
+    96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). (Korthikanti's eq. 8 counts more for selective
+    recompute; see :func:`korthikanti_eq8_flops`.)"""
+    B = par.microbatches * par.micro_batch * par.dp
+    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, CAUSAL_FULL)
+    return _out(model_flops_per_step(model, par) + B * np.asarray(extra))
+
+
+def flops_utilization(flops_per_step, step_time_s, gpus, peak_flops):
+    """MFU (with model FLOPs) or HFU (with hardware FLOPs): FLOPs / (time · gpus · peak)."""
+    return _out(np.asarray(flops_per_step) / (np.asarray(step_time_s) * gpus * peak_flops))
+
+
+# ---------------------------------------------------------------------------------------------
+# The papers' closed forms (GPT blocks: f = 4h, MHA, matmul FLOPs only)
+# ---------------------------------------------------------------------------------------------
+
+def narayanan_eq3_flops(B, s, L, h, V):
+    """Narayanan et al. 2021 (arXiv:2104.04473) App., eq. 3: FLOPs per iteration with full
+    activation recomputation (4 forward-equivalents for the layers, 3 for the LM head):
+    96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))."""
+    return _out(96.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * L * h)))
+
+
+def korthikanti_eq7_flops(B, s, L, h, V):
+    """Korthikanti et al. 2022 (arXiv:2205.05198) §6, eq. 7, model FLOPs per iteration:
+    72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L))."""
+    return _out(72.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * h * L)))
+
+
+def korthikanti_eq8_flops(B, s, L, h, V):
+    """Korthikanti et al. 2022 §6, eq. 8, hardware FLOPs with selective recompute:
+    72·B·s·L·h²·(1 + s/(3h) + V/(12·h·L)). It adds 12·B·s²·L·h, three times the attention
+    core's forward 4·B·s²·L·h that selective recompute re-runs; use it only to compare with
+    figures computed with it (DESIGN.md)."""
+    return _out(72.0 * B * s * L * h * h * (1.0 + s / (3.0 * h) + V / (12.0 * h * L)))
+
+
+def matmul_params_per_token(model: ModelSpec) -> int:
+    """N of PaLM's 6N: the weights of every matmul one token goes through — attention
+    projections, the dense FFN or the router + top_k routed + shared experts, and the LM head
+    (V·h, counted even when tied). Not counted: the embedding lookup, norms, biases, and the
+    routed experts a token is not sent to (so for MoE this is the *activated* count)."""
+    per_layer_dense = sum(v for k, v in layer_flops(model, 1, 1, moe=False, causal=0.0).items())
+    per_layer_moe = sum(v for k, v in layer_flops(model, 1, 1, moe=True, causal=0.0).items()) if model.moe else 0
+    total = model.dense_layers * per_layer_dense + model.moe_layers * per_layer_moe + head_flops(model, 1, 1)
+    return int(round(total / 2.0))
+
+
+def palm_flops_per_token(model: ModelSpec, s):
+    """Chowdhery et al. 2022 (PaLM) App. B: 6·N + 12·L·H·Q·T per token (H heads of width Q,
+    T = sequence), N = :func:`matmul_params_per_token` (activated, non-embedding, LM head
+    included). The attention term generalises to 6·L·s·a·(d_qk + d_v) (MLA: 192 + 128), which is
+    12·L·h·s when a·d = h. Equals 3 x :func:`forward_flops_per_sequence` / s."""
+    d_qk, d_v = attention_head_dims(model)
+    return _out(6.0 * matmul_params_per_token(model) + 6.0 * model.layers * np.asarray(s) * model.heads * (d_qk + d_v))
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMMs per layer per micro-batch on one GPU, after the TP and CP split
+# ---------------------------------------------------------------------------------------------
+
+def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, causal=CAUSAL_FLASH) -> list:
+    """The forward GEMMs of one layer for one micro-batch on one GPU: (name, m, n, k, count),
+    an (m x k) @ (k x n) product done ``count`` times; FLOPs = 2·m·n·k·count. m, n, k and count
+    may be arrays (b, s, tp, cp, ep arrays). Backward: the same GEMMs twice (input and weight
+    gradient); selective recompute re-runs the :data:`ATTENTION_CORE` ones.
+
+    Split (Megatron-LM, Shoeybi 2019 §3; Korthikanti 2022 §4.2; context parallelism splits the
+    sequence): T = b·s/cp tokens on this GPU. Column-parallel (QKV, FFN up) split n by tp;
+    row-parallel (attention out, FFN down) split k by tp; with sequence parallelism the GEMMs still
+    see all T tokens (gathered before, reduce-scattered after).
+    - attention core as batched GEMMs per (sequence, local head): scores m = s/cp queries,
+      n = s keys, k = d_qk; context m = s/cp, n = d_v, k = s; count = b·(a/tp)·causal (the
+      causal fraction of key blocks actually computed: 0.5 flash default, 1.0 in full).
+      With cp, each GPU's queries attend to all s keys (load-balanced causal split).
+    - MLA (Megatron-Core MultiLatentAttention): q_down and kv_down are replicated on every TP
+      rank ("duplicated"), so each rank pays them in full; q_up/kv_up are column-parallel.
+    - MoE, balanced routing: each of the E/ep experts on this GPU receives
+      m = ep·T·top_k/E tokens; expert FFNs are split by expert-TP = tp; count = E/ep. The router
+      (h x E) runs on T/tp tokens (sequence-parallel). Shared experts are one dense FFN of size
+      n_shared·f_e on all T tokens.
+    GEMM FLOPs summed over the tp·cp GPUs equal :func:`layer_flops` with the same ``causal``,
+    except MLA's replicated down-projections.
+    """
+    h, a, kv = model.hidden, model.heads, model.n_kv_heads
+    d_qk, d_v = attention_head_dims(model)
+    T = b * s / cp
+    heads = a / tp
+    gemms = []
+    if model.mla is not None:
+        mla = model.mla
+        if mla.q_lora_rank is None:
+            gemms.append(("q", T, a * d_qk / tp, h, 1))
+        else:
+            gemms.append(("q_down", T, mla.q_lora_rank, h, 1))
+            gemms.append(("q_up", T, a * d_qk / tp, mla.q_lora_rank, 1))
+        gemms.append(("kv_down", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h, 1))
+        gemms.append(("kv_up", T, a * (mla.qk_nope_head_dim + d_v) / tp, mla.kv_lora_rank, 1))
+    else:
+        gemms.append(("qkv", T, (a + 2 * kv) * d_qk / tp, h, 1))
+    gemms.append(("attn_scores", s / cp, s, d_qk, b * heads * causal))
+    gemms.append(("attn_context", s / cp, d_v, s, b * heads * causal))
+    gemms.append(("attn_out", T, h, a * d_v / tp, 1))
+
+    mats = _ffn_mats(model)
+    up = mats - 1  # GeLU: fc1 h->f; SwiGLU: fused gate+up h->2f
+    if not _is_moe(model, moe):
+        f = model.ffn_hidden
+        gemms.append(("mlp_up", T, up * f / tp, h, 1))
+        gemms.append(("mlp_down", T, h, f / tp, 1))
+        return gemms
+    e = model.moe
+    fe = e.expert_ffn_hidden
+    tokens_per_expert = ep * T * e.top_k / e.experts
+    local_experts = e.experts / ep
+    gemms.append(("router", T / tp, e.experts, h, 1))
+    gemms.append(("expert_up", tokens_per_expert, up * fe / tp, h, local_experts))
+    gemms.append(("expert_down", tokens_per_expert, h, fe / tp, local_experts))
+    if e.shared_experts:
+        fs = e.shared_experts * fe
+        gemms.append(("shared_up", T, up * fs / tp, h, 1))
+        gemms.append(("shared_down", T, h, fs / tp, 1))
+    return gemms
+
+
+def head_gemms(model: ModelSpec, b, s, tp=1, cp=1) -> list:
+    """The LM head on the last stage: logits (T x h) @ (h x V/tp), vocab-parallel (Megatron)."""
+    return [("lm_head", b * s / cp, model.vocab / tp, model.hidden, 1)]
+
+
+def gemm_flops(gemms) -> float:
+    """Sum of 2·m·n·k·count over a GEMM list (array-polymorphic)."""
+    return _out(sum(2.0 * m * n * k * c for _, m, n, k, c in gemms))
+
+
+def recompute_gemms(gemms, recompute) -> list:
+    """The GEMMs recompute re-runs in forward, as counts scaled by 0/1 (``recompute`` may be an
+    array): full = all of them, selective = the attention core (:data:`ATTENTION_CORE`), none = 0."""
+    rec = np.asarray(recompute)
+    out = []
+    for name, m, n, k, c in gemms:
+        on = np.where(rec == RECOMPUTE_FULL, 1.0,
+                      np.where((rec == RECOMPUTE_SELECTIVE) & (name in ATTENTION_CORE), 1.0, 0.0))
+        out.append((name, m, n, k, _out(c * on)))
+    return out
