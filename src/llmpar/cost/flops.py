@@ -228,8 +228,8 @@ def matmul_params_per_token(model: ModelSpec) -> int:
     projections, the dense FFN or the router + top_k routed + shared experts, and the LM head
     (V·h, counted even when tied). Not counted: the embedding lookup, norms, biases, and the
     routed experts a token is not sent to (so for MoE this is the *activated* count)."""
-    per_layer_dense = sum(v for k, v in layer_flops(model, 1, 1, moe=False, causal=0.0).items())
-    per_layer_moe = sum(v for k, v in layer_flops(model, 1, 1, moe=True, causal=0.0).items()) if model.moe else 0
+    per_layer_dense = sum(layer_flops(model, 1, 1, moe=False, causal=0.0).values())
+    per_layer_moe = sum(layer_flops(model, 1, 1, moe=True, causal=0.0).values()) if model.moe else 0
     total = model.dense_layers * per_layer_dense + model.moe_layers * per_layer_moe + head_flops(model, 1, 1)
     return int(round(total / 2.0))
 

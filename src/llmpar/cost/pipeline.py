@@ -11,6 +11,8 @@ docs/pipeline.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from llmpar.parallel import SCHEDULES
@@ -250,8 +252,6 @@ def check_schedule(schedule: int, pp: int, m: int, v: int = 1) -> None:
 # unit chunk times above (F = 1, full backward = 2; ZB-H1 splits it into B = 1 and W = 1).
 # Tests check that its idle time equals the formulas' bubble.
 
-from dataclasses import dataclass, field  # noqa: E402
-
 
 @dataclass(frozen=True)
 class Slot:
@@ -303,7 +303,7 @@ def _order_interleaved(p, m, v, i):
         return group * p + r % p, r // p
 
     w = min(2 * (p - i - 1) + (v - 1) * p, n)
-    order = [("F", *fwd(k), ) for k in range(w)]
+    order = [("F", *fwd(k)) for k in range(w)]
     for k in range(n - w):
         mb, c = fwd(k)
         order += [("F", *fwd(w + k)), ("B", mb, v - 1 - c)]
