@@ -109,6 +109,10 @@ class Settings:
     convention: str = "llmpar"
     attention: str = "flash"
     kv_dtype: str = "bf16"
+    # Fraction of the data-parallel gradient/parameter traffic hidden behind compute. 0 = none,
+    # as in Megatron-LM 2021 (gradients all-reduced after the last backward); Megatron-Core's
+    # overlap_grad_reduce / FSDP prefetch hide most of it. See docs/time-model.md.
+    dp_overlap: float = 0.0
 
     def __post_init__(self):
         for value, names, what in (
@@ -117,6 +121,8 @@ class Settings:
             (self.attention, ATTENTION, "attention"), (self.kv_dtype, DTYPES, "kv dtype"),
         ):
             code(names, value, what)
+        if not 0.0 <= self.dp_overlap <= 1.0:
+            raise UserError(f"--dp-overlap must be between 0 and 1, got {self.dp_overlap}")
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

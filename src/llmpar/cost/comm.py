@@ -1,0 +1,133 @@
+"""Communication of each parallel dimension: bytes per GPU per step and time.
+
+Every function is array-polymorphic in the layout (numpy arrays of degrees). Collective times come
+from :mod:`llmpar.cost.collectives` (the NCCL-like model), the group's placement on the tiers from
+:mod:`llmpar.cost.topology`. Sizes follow the nccl-tests convention (all-gather/reduce-scatter size
+= the whole gathered array).
+
+Sources
+- TP (Shoeybi et al. 2019, §3, Fig. 3): per layer two all-reduces forward (after the attention
+  output projection and after the second MLP matrix) and two backward (the conjugate f operators)
+  of the b*s*h activation. With sequence parallelism (Korthikanti et al. 2022, §4.2.2, Fig. 5)
+  each all-reduce becomes an all-gather + reduce-scatter pair of the same total volume.
+  Full recompute re-runs the forward, and with it the forward's TP collectives.
+- PP (Narayanan et al. 2021, §2.2, §4.1): one b*s*h activation sent per micro-batch per stage
+  boundary forward and its gradient backward; with SP (scatter/gather optimisation) ÷ t.
+  Interleaving sends v times as many (Narayanan 2021 §2.2.2).
+- DP (Rajbhandari et al. 2019, ZeRO §7): ZeRO-0 all-reduce of gradients (2Ψ volume); ZeRO-1/2
+  reduce-scatter of gradients + all-gather of parameters (2Ψ); ZeRO-3 all-gathers parameters for
+  the forward and again for the backward of every micro-batch, and reduce-scatters gradients (3Ψ
+  for m = 1).
+- CP (Megatron-Core context parallelism; Liu et al. 2023 ring attention): K and V all-gathered
+  across the cp ranks in the forward of every layer, and in the backward again, with dK/dV
+  reduce-scattered; overlapped with the attention computation.
+- EP (Lepikhin et al. 2020 GShard; DeepSeek-V3 report §3.2): all-to-all dispatch and combine of
+  the routed tokens in the forward of every MoE layer, and the same two in the backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmpar.cost.collectives import collective_time
+
+
+def _frac(n):
+    return (n - 1) / np.maximum(n, 1)
+
+
+def tp_layer(hw, model, par, placement, e=2.0):
+    """TP collectives of ONE layer and ONE micro-batch.
+
+    Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd). Each collective moves the
+    b*(s/cp)*h activation: without SP 2 all-reduces each way; with SP 2 all-gathers + 2
+    reduce-scatters each way (same bytes: AR = RS + AG).
+    """
+    size, k = placement["tp"]
+    act = par.micro_batch * (par.seq / par.cp) * model.hidden * e
+    t_ar = collective_time(hw, "all_reduce", act, size, k)
+    t_pair = collective_time(hw, "all_gather", act, size, k) + collective_time(hw, "reduce_scatter", act, size, k)
+    one_way = np.where(par.sp, 2 * t_pair, 2 * t_ar)
+    sent = 2 * 2 * act * _frac(size)  # 2 all-reduces' worth, each 2(P-1)/P * act, per direction
+    return one_way, one_way, sent, sent
+
+
+def cp_layer(hw, model, par, placement, e=2.0):
+    """CP collectives of ONE layer and ONE micro-batch (not yet overlapped).
+
+    K and V of the local sequence chunk: 2 * b * (s/cp) * kv_heads/tp * d * e per rank; the
+    all-gather's total array is cp times that. Forward: all-gather K,V. Backward: all-gather K,V
+    again and reduce-scatter dK,dV. MLA models gather their compressed latent instead.
+    Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd).
+    """
+    size, k = placement["cp"]
+    if model.mla is not None:
+        per_token = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * e
+    else:
+        per_token = 2 * model.n_kv_heads / par.tp * model.d_head * e
+    local = par.micro_batch * (par.seq / par.cp) * per_token
+    total = local * par.cp
+    t_ag = collective_time(hw, "all_gather", total, size, k)
+    t_rs = collective_time(hw, "reduce_scatter", total, size, k)
+    sent = total * _frac(size)
+    return t_ag, t_ag + t_rs, sent, 2 * sent
+
+
+def ep_moe_layer(hw, model, par, placement, e=2.0):
+    """EP all-to-alls of ONE MoE layer and ONE micro-batch.
+
+    Each GPU dispatches its b*(s/cp)/tp... tokens' top_k copies (b*(s/cp)*top_k*h*e bytes; with SP
+    the tokens are also split by tp) and combines the same back: 2 all-to-alls forward, 2 backward.
+    Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd).
+    """
+    if model.moe is None:
+        return 0.0, 0.0, 0.0, 0.0
+    size, k = placement["ep"]
+    tokens = par.micro_batch * (par.seq / par.cp) / np.where(par.sp, par.tp, 1)
+    payload = tokens * model.moe.top_k * model.hidden * e
+    # all-to-all: nccl-tests size = the whole send buffer of one rank
+    t = collective_time(hw, "all_to_all", payload, size, k)
+    sent = payload * _frac(size)
+    return 2 * t, 2 * t, 2 * sent, 2 * sent
+
+
+def pp_microbatch(hw, model, par, placement, e=2.0):
+    """One stage-boundary transfer of one micro-batch in one direction.
+
+    b*(s/cp)*h*e bytes; ÷ tp with SP (Narayanan 2021 scatter/gather optimisation). Returns
+    (seconds, bytes). The pipeline group crosses the tier that ``placement['pp']`` says.
+    """
+    size, k = placement["pp"]
+    nbytes = par.micro_batch * (par.seq / par.cp) * model.hidden * e / np.where(par.sp, par.tp, 1)
+    t = collective_time(hw, "send_recv", nbytes, np.maximum(size, 2), k)
+    return np.where(size > 1, t, 0.0), np.where(size > 1, nbytes, 0.0)
+
+
+def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes):
+    """Data-parallel traffic of one step (before overlap).
+
+    dense_params: parameters on this GPU replicated across the dp*cp group; expert_params: routed-
+    expert parameters on this GPU, replicated across the expert-data-parallel group dp*cp/ep.
+    ZeRO-0: all-reduce grads once per step. ZeRO-1: reduce-scatter grads once per step + all-gather
+    updated weights (Megatron's distributed optimizer). ZeRO-2: grads are kept sharded, so they are
+    reduce-scattered after every micro-batch's backward (m times) + one all-gather of weights.
+    ZeRO-3: all-gather weights for the forward and again for the backward of every micro-batch and
+    reduce-scatter grads every micro-batch (Rajbhandari et al. 2019 §7: 3Ψ for m = 1).
+    Returns (seconds, bytes sent per GPU).
+    """
+    out_t, out_b = 0.0, 0.0
+    for key, nparam in (("dp", dense_params), ("edp", expert_params)):
+        size, k = placement[key]
+        g = nparam * grad_bytes
+        w = nparam * weight_bytes
+        t_ar = collective_time(hw, "all_reduce", g, size, k)
+        t_rs = collective_time(hw, "reduce_scatter", g, size, k)
+        t_ag = collective_time(hw, "all_gather", w, size, k)
+        f = _frac(size)
+        z = par.zero
+        m = par.microbatches
+        t = np.where(z == 0, t_ar, np.where(z == 1, t_rs + t_ag, np.where(z == 2, m * t_rs + t_ag, m * (t_rs + 2 * t_ag))))
+        b = f * np.where(z == 0, 2 * g, np.where(z == 1, g + w, np.where(z == 2, m * g + w, m * (g + 2 * w))))
+        out_t = out_t + np.where(size > 1, t, 0.0)
+        out_b = out_b + np.where(size > 1, b, 0.0)
+    return out_t, out_b
