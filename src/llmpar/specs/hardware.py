@@ -78,9 +78,17 @@ class Tier(BaseModel):
     kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
     domain_size: int | None = Field(None, gt=0)
     bandwidth: Bandwidth = Field(description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
-    latency: Seconds = Field(description="hardware latency per hop/step of a collective")
+    latency: Seconds = Field(description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
     in_network_reduction: bool = Field(False, description="NVLS (NVSwitch SHARP) or IB SHARP available")
     efficiency: float = Field(0.9, gt=0, le=1, description="achieved/line-rate bandwidth for large messages")
+    # --- optional refinements of the collective model (llmpar.cost.collectives; docs/collectives.md).
+    # None = derived from `latency` with the ratios of NCCL's hwLatencies table for this tier's kind.
+    ll128_latency: Seconds | None = Field(None, description="per-step latency with the LL128 protocol")
+    simple_latency: Seconds | None = Field(None, description="per-step latency with the Simple protocol")
+    inr_latency: Seconds | None = Field(
+        None, description="latency of one in-network reduction (NVLS on NVSwitch, SHARP on the NIC tier)")
+    inr_efficiency: float | None = Field(
+        None, gt=0, le=1, description="achieved/line-rate bandwidth of in-network reduction (NVLS/SHARP)")
 
 
 class Hardware(BaseModel):

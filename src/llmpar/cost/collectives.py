@@ -1,0 +1,486 @@
+"""Collective communication cost: an alpha-beta model with NCCL's algorithm/protocol selection.
+
+Array-polymorphic in the message size AND in the group shape (group size P, members per
+scale-up domain k), so ``llmpar step`` costs one layout and ``llmpar plan`` thousands with the
+same function. docs/collectives.md gives every formula with its derivation.
+
+Model (sources in brackets):
+
+* time(a, p) = latency(a, p) + max over tiers of bytes_on_tier(a) / beta_tier(a, p)
+  [Hockney alpha-beta; Patarasuk & Yuan 2009 for the ring; NCCL ``src/graph/tuning.cc``
+  ``ncclTopoTuneModel`` + ``ncclTopoGetAlgoTime`` for the latency/bandwidth table structure].
+* latency(a, p) = base(a, p) + intra_steps * alpha_intra(p) + inter_steps * alpha_inter(p)
+  base = NCCL's ``baseLatencies``; alpha(p) = the tier's per-step latency for protocol p (NCCL's
+  ``hwLatencies`` per link type; the profile states the LL one and optionally LL128/Simple).
+* beta: the tier's line rate per GPU per direction x its efficiency, x the protocol's bandwidth
+  fraction (NCCL: LL 0.5, LL128 0.92 of Simple; tree x0.92, tree LL /3.8). Across the scale-out
+  tier a group with k members per domain pools k NIC shares: beta_inter = k x NIC share
+  (DESIGN.md, Collectives). In-network reduction (NVLS, SHARP) uses ``inr_efficiency``.
+* NCCL picks the (algorithm, protocol) with the smallest time; so do we, among the algorithms
+  NCCL has (ring, tree, nvls, nvls_tree, collnet; direct point-to-point for all-to-all, gather,
+  scatter, send/recv). ``naive`` (for all-reduce) and ``hierarchical`` are reference rows.
+* Sizes follow nccl-tests (doc/PERFORMANCE.md): all-gather/reduce-scatter/gather/scatter size is
+  the whole array, all-to-all the whole per-rank buffer, send/recv the bytes one rank sends.
+  busbw = algbw x factor: all-reduce 2(P-1)/P; all-gather, reduce-scatter, all-to-all, gather,
+  scatter (P-1)/P (nccl-tests src/*.cu GetBw); broadcast, reduce, send/recv 1.
+
+Fit parameters (what ``llmpar calibrate fit`` may change in a profile), per tier:
+``latency`` (LL alpha), ``ll128_latency``, ``simple_latency``, ``efficiency`` (beta = bandwidth x
+efficiency), ``inr_latency`` and ``inr_efficiency``. Everything else here is NCCL's constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmpar.errors import UserError, suggest
+
+COLLECTIVES = (
+    "broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather", "reduce_scatter",
+    "all_to_all", "send_recv",
+)
+ALGORITHMS = ("naive", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical")
+PROTOCOLS = ("ll", "ll128", "simple")
+PROTOCOL_NAMES = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+
+# Which algorithms exist for which collective (NCCL tuning.cc skips the others), and which of
+# them NCCL itself can choose. "naive" is direct point-to-point: for all-to-all, gather, scatter
+# and send/recv that IS what NCCL runs; for all-reduce it is the seeds' strawman.
+_ALGOS_FOR = {
+    "all_reduce": ("naive", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"),
+    "all_gather": ("ring", "nvls"),
+    "reduce_scatter": ("ring", "nvls"),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+    "all_to_all": ("naive",),
+    "gather": ("naive",),
+    "scatter": ("naive",),
+    "send_recv": ("naive",),
+}
+_NCCL_CHOICES = {
+    c: tuple(a for a in algos if a != "hierarchical" and not (c == "all_reduce" and a == "naive"))
+    for c, algos in _ALGOS_FOR.items()
+}
+
+_ALIASES = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "a2a": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv",
+    "bcast": "broadcast",
+}
+_ALGO_ALIASES = {"nvlstree": "nvls_tree", "collnet_direct": "collnet", "collnetdirect": "collnet", "sharp": "collnet"}
+
+# NCCL tuning.cc ``baseLatencies`` (us) per algorithm, protocol (LL, LL128, Simple).
+BASE_LATENCY_US = {
+    "ring": (6.6, 14.0, 8.4),
+    "tree": (6.8, 14.0, 8.4),
+    "naive": (6.6, 14.0, 8.4),          # point-to-point kernels: ring's launch cost
+    "hierarchical": (6.6, 14.0, 8.4),   # three ring phases, one launch each would add more; keep one
+    "nvls": (0.0, 0.0, 0.0),
+    "nvls_tree": (0.0, 0.0, 0.0),
+    "collnet": (0.0, 0.0, 0.0),
+}
+
+# NCCL tuning.cc ``hwLatencies`` for Ring (LL, LL128, Simple), us, per link type. A tier states its
+# LL latency (``latency``); LL128 and Simple default to the same ratios unless the profile states them.
+HW_LATENCY_US = {
+    "nvlink": (0.6, 1.9, 3.4),
+    "pcie": (1.0, 2.5, 5.7),
+    "net": (2.7, 4.0, 14.0),
+}
+_LINK_CLASS = {"nvlink": "nvlink", "nvswitch": "nvlink", "pcie": "pcie", "infiniband": "net", "ethernet": "net"}
+# In-network reduction defaults when a tier has it but states no inr_latency / inr_efficiency:
+# NCCL hwLatencies[NVLINK][NVLS][Simple] = 25 us, [NET][CollNetDirect][Simple] = 31 us;
+# nvlsEfficiency Hopper 0.85 (tuning.cc).
+INR_LATENCY_US = {"nvlink": 25.0, "pcie": 25.0, "net": 31.0}
+INR_EFFICIENCY_DEFAULT = 0.85
+
+# Protocol bandwidth as a fraction of Simple's (tuning.cc "model refinements"): ring LL 0.5,
+# LL128 0.92; tree all-reduce x0.92, tree LL a further /3.8, tree LL128 x 120/128 (multi-node).
+# NVLS, NVLS-tree and CollNet run the Simple protocol only (0 = not available).
+PROTO_BW = {
+    "ring": (0.5, 0.92, 1.0),
+    "naive": (0.5, 0.92, 1.0),
+    "hierarchical": (0.5, 0.92, 1.0),
+    "tree": (0.92 / 3.8, 0.92 * 120.0 / 128.0, 0.92),
+    "nvls": (0.0, 0.0, 1.0),
+    "nvls_tree": (0.0, 0.0, 1.0),
+    "collnet": (0.0, 0.0, 1.0),
+}
+# NCCL ncclTopoGetAlgoTime: multi-node ring/Simple all-reduce latency x1.4 ("plateau effect").
+RING_PLATEAU = 1.4
+
+
+def normalize_collective(name: str) -> str:
+    key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+    key = _ALIASES.get(key.replace("_", ""), key)
+    if key not in COLLECTIVES:
+        raise UserError(f"unknown collective {name!r}{suggest(key, COLLECTIVES)}; choose one of: {', '.join(COLLECTIVES)}")
+    return key
+
+
+def normalize_algorithm(name: str, collective: str | None = None) -> str:
+    key = str(name).strip().lower().replace("-", "_")
+    key = _ALGO_ALIASES.get(key.replace("_", ""), _ALGO_ALIASES.get(key, key))
+    if key not in ALGORITHMS:
+        raise UserError(f"unknown algorithm {name!r}{suggest(key, ALGORITHMS)}; choose one of: {', '.join(ALGORITHMS)}")
+    if collective is not None and key not in _ALGOS_FOR[collective]:
+        raise UserError(
+            f"algorithm {key!r} is not available for {collective}; "
+            f"available: {', '.join(_ALGOS_FOR[collective])}"
+        )
+    return key
+
+
+def algorithms_for(collective: str) -> tuple[str, ...]:
+    return _ALGOS_FOR[normalize_collective(collective)]
+
+
+def bus_factor(collective: str, group_size):
+    """nccl-tests busbw/algbw factor (doc/PERFORMANCE.md; src/*.cu ``GetBw``)."""
+    c = normalize_collective(collective)
+    p = np.asarray(group_size, dtype=float)
+    pp = np.maximum(p, 1.0)
+    if c == "all_reduce":
+        f = 2.0 * (pp - 1.0) / pp
+    elif c in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        f = (pp - 1.0) / pp
+    else:
+        f = np.ones_like(pp)
+    return f if f.ndim else float(f)
+
+
+# ----------------------------------------------------------------------------- tier parameters
+
+def tier_params(tier) -> dict:
+    """Resolved collective-model parameters of one tier (NCCL defaults filled in)."""
+    cls = _LINK_CLASS[tier.kind]
+    ll, l128, simple = HW_LATENCY_US[cls]
+    a_ll = tier.latency
+    a_128 = tier.ll128_latency if tier.ll128_latency is not None else a_ll * l128 / ll
+    a_simple = tier.simple_latency if tier.simple_latency is not None else a_ll * simple / ll
+    inr_eff = tier.inr_efficiency if tier.inr_efficiency is not None else INR_EFFICIENCY_DEFAULT
+    inr_lat = tier.inr_latency if tier.inr_latency is not None else INR_LATENCY_US[cls] * 1e-6
+    return {
+        "name": tier.name,
+        "beta": tier.bandwidth * tier.efficiency,
+        "alpha": (a_ll, a_128, a_simple),
+        "inr": bool(tier.in_network_reduction),
+        "beta_inr": tier.bandwidth * inr_eff,
+        "inr_latency": inr_lat,
+    }
+
+
+def _intra_params(hw, k):
+    """Parameters of the scale-up tier used by a group with k members per domain.
+
+    The smallest inner tier whose domain holds k GPUs (with one inner tier: that tier). Works on
+    arrays of k by selecting element-wise. Without an inner tier the scale-out tier stands in
+    (then k is always 1 and no intra-domain bytes flow).
+    """
+    inner = hw.tiers[:-1] or hw.tiers[-1:]
+    params = [tier_params(t) for t in inner]
+    if len(params) == 1:
+        return params[0]
+    # start from the largest, overwrite where a smaller tier still holds k
+    out = dict(params[-1])
+    out["alpha"] = tuple(params[-1]["alpha"])
+    for t, prm in zip(reversed(inner[:-1]), reversed(params[:-1])):
+        fits = k <= t.domain_size
+        out = {
+            "name": np.where(fits, prm["name"], out["name"]),
+            "beta": np.where(fits, prm["beta"], out["beta"]),
+            "alpha": tuple(np.where(fits, a, b) for a, b in zip(prm["alpha"], out["alpha"])),
+            "inr": np.where(fits, prm["inr"], out["inr"]),
+            "beta_inr": np.where(fits, prm["beta_inr"], out["beta_inr"]),
+            "inr_latency": np.where(fits, prm["inr_latency"], out["inr_latency"]),
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------- the table
+
+@dataclass
+class _Algo:
+    """One algorithm's cost on every candidate: per protocol latency and bandwidth time."""
+
+    latency: list          # per protocol, seconds (array or float); inf where unavailable
+    bw_time: list          # per protocol, seconds
+    bytes_per_rank: object  # bytes sent by the busiest rank (all its links)
+    intra: object          # bool: moves bytes over the scale-up tier
+    inter: object          # bool: moves bytes over the scale-out tier
+    available: object      # bool
+
+    def times(self):
+        return [np.where(self.available, lat + bw, np.inf) for lat, bw in zip(self.latency, self.bw_time)]
+
+
+def _shape(hw, size_bytes, group_size, members_per_node):
+    S = np.asarray(size_bytes, dtype=float)
+    P = np.asarray(group_size, dtype=float)
+    if members_per_node is None:
+        k = np.minimum(P, float(hw.nvlink_domain))
+    else:
+        k = np.asarray(members_per_node, dtype=float)
+    P1 = np.maximum(P, 1.0)
+    k = np.clip(k, 1.0, P1)
+    n = np.ceil(P1 / k)                     # scale-up domains the group spans
+    return S, P1, k, n
+
+
+def _log2ceil(n):
+    return np.ceil(np.log2(np.maximum(n, 1.0)))
+
+
+def _table(hw, collective: str, size_bytes, group_size, members_per_node=None) -> dict[str, _Algo]:
+    """Latency and bandwidth time of every algorithm x protocol for ``collective``."""
+    c = collective
+    S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
+    multi = n > 1.0
+    has_local = k > 1.0
+    ti = _intra_params(hw, k)
+    to = tier_params(hw.tiers[-1])
+    a_i = ti["alpha"]
+    a_o = to["alpha"]
+    b_i = ti["beta"]
+    b_o = k * to["beta"]                    # k NIC shares pooled (DESIGN.md, Collectives)
+    b_nvls = ti["beta_inr"]
+    b_sharp = k * to["beta_inr"]
+    zero = np.zeros_like(S * P)
+    inf = np.inf
+
+    def bw(x_i, beta_i, x_o, beta_o):
+        """Seconds to move S*x_i per GPU over the scale-up tier and S*x_o per domain over the
+        scale-out tier, both in flight at once (pipelined): the slower one sets the time."""
+        t_i = np.where(x_i > 0, S * x_i / beta_i, 0.0)
+        t_o = np.where(multi & (x_o > 0), S * x_o / beta_o, 0.0)
+        return np.maximum(t_i, t_o)
+
+    def steps_latency(algo, n_intra, n_inter):
+        base = BASE_LATENCY_US[algo]
+        return [base[p] * 1e-6 + n_intra * a_i[p] + n_inter * a_o[p] for p in range(3)]
+
+    def per_proto(algo, t_bw, lat, **kw):
+        frac = PROTO_BW[algo]
+        bwt = [t_bw / f if f > 0 else zero + inf for f in frac]
+        return _Algo(latency=lat, bw_time=bwt, **kw)
+
+    # fraction of a ring's edges that stay inside a domain, as seen by one GPU: with the group
+    # spread over n domains, n of the P edges of each ring cross; NCCL spreads the crossing edges
+    # of its channels over the k GPUs (one NIC each), so each GPU sends (k-1)/k of its ring
+    # traffic over NVLink and 1/k over its NIC (whose share the pooled beta_o already counts).
+    ring_intra = np.where(multi, (k - 1.0) / k, 1.0)
+    out: dict[str, _Algo] = {}
+    flat = (P - 1.0) / P
+
+    if c == "all_reduce":
+        x = 2.0 * flat
+        lat = steps_latency("ring", 2.0 * (P - 1.0) - 2.0 * (n - 1.0), 2.0 * (n - 1.0))
+        lat[2] = lat[2] * np.where(multi, RING_PLATEAU, 1.0)
+        out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
+                                bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
+        # double binary tree (Sanders et al. 2009; NCCL 2.4): intra-node chain, inter-node tree.
+        # Busiest GPU sends 2S (S/2 up + S/2 down in each of the 2 trees); a domain sends S out
+        # with 2 domains (each is the other's root/child), 2S with more.
+        x_o_tree = np.where(n <= 2.0, 1.0, 2.0)
+        lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p]) for p in range(3)]
+        out["tree"] = per_proto("tree", bw(np.where(has_local, 2.0, 0.0), b_i, x_o_tree, b_o), lat,
+                                bytes_per_rank=S * np.where(has_local | multi, 2.0, 0.0),
+                                intra=has_local, inter=multi, available=P > 1)
+        # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and receives
+        # S of multicast stores, plus its own S/P shard each way: S(1 + 1/P) per direction.
+        nvls_ok = (~multi) & has_local & np.asarray(ti["inr"], dtype=bool)
+        lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
+        out["nvls"] = per_proto("nvls", bw(1.0 + 1.0 / P, b_nvls, 0.0, b_o), lat,
+                                bytes_per_rank=S * (1.0 + 1.0 / P), intra=True, inter=False, available=nvls_ok)
+        # NVLS-tree: NVLS inside each domain, tree of domains across the NIC tier.
+        nvt_ok = multi & has_local & np.asarray(ti["inr"], dtype=bool)
+        lat = [zero + inf, zero + inf, ti["inr_latency"] + 2.0 * _log2ceil(n) * a_o[2]]
+        out["nvls_tree"] = per_proto("nvls_tree", bw(1.0 + 1.0 / k, b_nvls, x_o_tree, b_o), lat,
+                                     bytes_per_rank=S * (1.0 + 1.0 / k) + S * x_o_tree / k,
+                                     intra=True, inter=True, available=nvt_ok)
+        # CollNet (IB SHARP): each domain sends its partial sum S into the switch tree once and
+        # receives the result once; inside the domain NVLS if present, else ring RS/AG.
+        cn_ok = multi & bool(to["inr"])
+        x_i_cn = np.where(np.asarray(ti["inr"], dtype=bool), 1.0 + 1.0 / k, 2.0 * (k - 1.0) / k)
+        b_i_cn = np.where(np.asarray(ti["inr"], dtype=bool), b_nvls, b_i)
+        lat = [zero + inf, zero + inf, 2.0 * (k - 1.0) * a_i[2] + to["inr_latency"]]
+        out["collnet"] = per_proto("collnet", bw(np.where(has_local, x_i_cn, 0.0), b_i_cn, 1.0, b_sharp), lat,
+                                   bytes_per_rank=S * np.where(has_local, x_i_cn, 0.0) + S / k,
+                                   intra=has_local, inter=True, available=cn_ok)
+        # Hierarchical (Horovod/BlueConnect-style): ring reduce-scatter inside the domain, ring
+        # all-reduce of the S/k shard across domains (each GPU on its own NIC share), ring
+        # all-gather inside the domain. Phases run one after the other: times add.
+        x_loc = (k - 1.0) / k
+        t_loc = S * x_loc / b_i
+        t_net = S * 2.0 * (n - 1.0) / n / b_o
+        lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
+               for p in range(3)]
+        out["hierarchical"] = per_proto("hierarchical", 2.0 * t_loc + t_net, lat,
+                                        bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
+                                        intra=has_local, inter=multi, available=multi & has_local)
+        # Naive: every rank sends its whole D to every other rank: D(P-1) sent per rank (the
+        # seeds' "2DP" adds the D(P-1) it receives). Per domain k(P-k)D leaves over k NIC shares.
+        lat = steps_latency("naive", k - 1.0, P - k)
+        out["naive"] = per_proto("naive", bw(k - 1.0, b_i, k * (P - k), b_o), lat,
+                                 bytes_per_rank=S * (P - 1.0), intra=has_local, inter=multi, available=P > 1)
+    elif c in ("all_gather", "reduce_scatter"):
+        lat = steps_latency("ring", (P - 1.0) - (n - 1.0), n - 1.0)
+        out["ring"] = per_proto("ring", bw(flat * ring_intra, b_i, flat, b_o), lat,
+                                bytes_per_rank=S * flat, intra=has_local, inter=multi, available=P > 1)
+        # NVLS all-gather (multicast store) / reduce-scatter (multimem load-reduce): each GPU
+        # receives (all-gather) or serves (reduce-scatter) the (P-1)/P of S it does not own.
+        nvls_ok = (~multi) & has_local & np.asarray(ti["inr"], dtype=bool)
+        lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
+        out["nvls"] = per_proto("nvls", bw(flat, b_nvls, 0.0, b_o), lat,
+                                bytes_per_rank=S * np.where(c == "all_gather", 1.0 / P, flat),
+                                intra=True, inter=False, available=nvls_ok)
+    elif c in ("broadcast", "reduce"):
+        # pipelined chain (NCCL ring for broadcast/reduce): every rank but the last forwards S
+        lat = steps_latency("ring", (P - 1.0) - (n - 1.0), n - 1.0)
+        out["ring"] = per_proto("ring", bw(ring_intra, b_i, 1.0, b_o), lat,
+                                bytes_per_rank=S + zero, intra=has_local, inter=multi, available=P > 1)
+    elif c == "all_to_all":
+        # each rank sends S/P to every peer: (k-1)S/P over the scale-up tier, (P-k)S/P over
+        # the NICs (k of them pooled per domain: k(P-k)S/P leaves each domain)
+        lat = steps_latency("naive", k - 1.0, P - k)
+        out["naive"] = per_proto("naive", bw((k - 1.0) / P, b_i, k * (P - k) / P, b_o), lat,
+                                 bytes_per_rank=S * flat, intra=has_local, inter=multi, available=P > 1)
+    elif c in ("gather", "scatter"):
+        # the root receives (gather) / sends (scatter) the (P-1)/P of S it does not own; the
+        # part from other domains crosses the NICs of the root's domain (PXN spreads it).
+        lat = steps_latency("naive", k - 1.0, P - k)
+        out["naive"] = per_proto("naive", bw(np.where(has_local, flat, 0.0), b_i, (P - k) / P, b_o), lat,
+                                 bytes_per_rank=S * flat, intra=has_local, inter=multi, available=P > 1)
+    elif c == "send_recv":
+        # every rank sends S to the next (nccl-tests sendrecv); a crossing pair has ONE NIC share
+        lat = steps_latency("naive", np.where(multi, 0.0, 1.0), np.where(multi, 1.0, 0.0))
+        t = np.where(multi, S / to["beta"], S / b_i)
+        out["naive"] = per_proto("naive", t, lat, bytes_per_rank=S + zero,
+                                 intra=~multi, inter=multi, available=P > 1)
+    return out
+
+
+# ----------------------------------------------------------------------------- public API
+
+def _scalar_or_array(x, *inputs):
+    if all(np.ndim(i) == 0 for i in inputs if i is not None):
+        return float(x)
+    return x
+
+
+def collective_time(hw, collective: str, size_bytes, group_size, members_per_node=None,
+                    algorithm: str | None = None):
+    """Seconds for one ``collective`` of ``size_bytes`` (nccl-tests size) over ``group_size`` GPUs.
+
+    ``members_per_node``: how many group members share one scale-up (NVLink) domain - the node on
+    a DGX, the 72-GPU rack on GB200 NVL72 (``llmpar.cost.topology.group_placement`` derives it);
+    None = min(group_size, domain size). ``algorithm`` None = the fastest NCCL algorithm and
+    protocol, as NCCL picks; a named one = that algorithm's fastest protocol (inf where it is not
+    available for the group, e.g. nvls across domains). group_size 1 costs 0.
+    Every argument but ``hw`` and ``collective`` may be a numpy array (broadcast together).
+    """
+    c = normalize_collective(collective)
+    table = _table(hw, c, size_bytes, group_size, members_per_node)
+    names = (normalize_algorithm(algorithm, c),) if algorithm else _NCCL_CHOICES[c]
+    best = None
+    for a in names:
+        for t in table[a].times():
+            best = t if best is None else np.minimum(best, t)
+    P = np.asarray(group_size)
+    best = np.where(P <= 1, 0.0, best)
+    return _scalar_or_array(best, size_bytes, group_size, members_per_node)
+
+
+@dataclass
+class AlgorithmRow:
+    algorithm: str
+    protocol: str | None
+    time_s: float
+    bytes_per_rank: float
+    algbw_GBps: float
+    busbw_GBps: float
+    tiers: list[str]
+    available: bool
+    nccl: bool                     # one NCCL can choose (naive all-reduce and hierarchical are not)
+    latency_s: float = 0.0
+    bandwidth_s: float = 0.0
+    protocols: dict = field(default_factory=dict)   # protocol -> time_s (available ones)
+
+    def as_dict(self) -> dict:
+        return {
+            "algorithm": self.algorithm, "protocol": self.protocol, "time_s": self.time_s,
+            "bytes_per_rank": self.bytes_per_rank, "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps, "tiers": self.tiers, "available": self.available,
+            "nccl": self.nccl, "latency_s": self.latency_s, "bandwidth_s": self.bandwidth_s,
+            "protocols": self.protocols,
+        }
+
+
+@dataclass
+class CollectiveReport:
+    collective: str
+    size_bytes: float
+    group_size: int
+    members_per_node: int
+    domains: int
+    bus_factor: float
+    rows: list[AlgorithmRow]
+    chosen: str | None
+    chosen_protocol: str | None
+    tiers: dict            # tier name -> resolved parameters used
+
+    @property
+    def chosen_row(self) -> AlgorithmRow | None:
+        return next((r for r in self.rows if r.algorithm == self.chosen), None)
+
+
+def collective_report(hw, collective: str, size_bytes: float, group_size: int, members_per_node: int | None = None,
+                      algorithm: str | None = None) -> CollectiveReport:
+    """Scalar, row-per-algorithm view of :func:`collective_time` (for the CLI and ``--explain``).
+
+    Same table, same numbers: the chosen row's ``time_s`` equals ``collective_time``.
+    """
+    c = normalize_collective(collective)
+    if algorithm:
+        algorithm = normalize_algorithm(algorithm, c)
+    S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
+    table = _table(hw, c, size_bytes, group_size, members_per_node)
+    ti = _intra_params(hw, k)
+    to = tier_params(hw.tiers[-1])
+    factor = bus_factor(c, float(P))
+    rows = []
+    for a in _ALGOS_FOR[c]:
+        alg = table[a]
+        times = [float(t) for t in alg.times()]
+        avail = bool(alg.available) and min(times) < np.inf
+        p = int(np.argmin(times)) if avail else None
+        t = times[p] if avail else float("inf")
+        tiers = []
+        if bool(alg.intra) and k > 1:
+            tiers.append(str(ti["name"]))
+        if bool(alg.inter) and n > 1:
+            tiers.append(str(to["name"]))
+        algbw = float(S) / t / 1e9 if avail and t > 0 else 0.0
+        rows.append(AlgorithmRow(
+            algorithm=a, protocol=PROTOCOLS[p] if avail else None, time_s=t,
+            bytes_per_rank=float(alg.bytes_per_rank), algbw_GBps=algbw, busbw_GBps=algbw * factor,
+            tiers=tiers, available=avail, nccl=a in _NCCL_CHOICES[c],
+            latency_s=float(alg.latency[p]) if avail else float("inf"),
+            bandwidth_s=float(alg.bw_time[p]) if avail else float("inf"),
+            protocols={PROTOCOLS[i]: times[i] for i in range(3) if times[i] < np.inf},
+        ))
+    pool = [r for r in rows if r.available and (r.algorithm == algorithm if algorithm else r.nccl)]
+    best = min(pool, key=lambda r: r.time_s) if pool else None
+    tiers_used = {str(ti["name"]): ti, str(to["name"]): to} if n > 1 else {str(ti["name"]): ti}
+    return CollectiveReport(
+        collective=c, size_bytes=float(S), group_size=int(P), members_per_node=int(k), domains=int(n),
+        bus_factor=float(factor), rows=rows, chosen=best.algorithm if best else None,
+        chosen_protocol=best.protocol if best else None, tiers=tiers_used,
+    )
+
+
+def busbw(collective: str, size_bytes, time_s, group_size):
+    """nccl-tests bus bandwidth in bytes/s: size/time x factor."""
+    return np.asarray(size_bytes, dtype=float) / np.asarray(time_s, dtype=float) * bus_factor(collective, group_size)

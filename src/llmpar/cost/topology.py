@@ -1,0 +1,154 @@
+"""Placement of parallel groups onto the interconnect tiers.
+
+Ranks are numbered tp (innermost) -> cp -> dp -> pp (outermost), as Megatron-LM orders them
+(``megatron/core/parallel_state.py``, ``RankGenerator`` with order "tp-cp-ep-dp-pp"; DESIGN.md,
+Placement). A group of a dimension is ``size`` ranks spaced ``stride`` apart, stride = the
+product of the degrees inside it. Expert-parallel groups are carved out of the dp x cp ranks:
+an ep group of size e takes e consecutive ranks of that space, so its stride is tp; the
+expert-data-parallel group (dp*cp/e ranks) then has stride tp*e.
+
+From size, stride and the scale-up domain D (``Hardware.nvlink_domain``: 8 on a DGX, 72 on a
+GB200 NVL72 rack, where gpus_per_node is 4 but all 72 GPUs share one NVLink domain) we derive
+k = members of one group inside one domain - what the collective model needs for beta_inter =
+k x NIC share - and whether the group crosses the scale-out tier. Everything is numpy-friendly:
+``size`` and ``stride`` may be arrays (one entry per candidate layout).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
+
+
+def group_placement(hw, size, stride, total=None):
+    """(members_per_node, crosses_nodes) for groups of ``size`` ranks spaced ``stride`` apart.
+
+    Ranks fill scale-up domains of D GPUs in order (rank r lives in domain r // D). "node" here
+    is the scale-up (NVLink) domain, not the physical server. With span = size x stride:
+
+    * D % span == 0: every group lies inside one domain: k = size, no scale-out traffic.
+    * span % D == 0 and D % stride == 0: every group covers whole domains: k = D / stride.
+    * otherwise groups straddle domain boundaries unevenly (GB200 NVL72 with power-of-two
+      degrees); k is the smallest part of a group on one side of a boundary, the worst group
+      setting the pace. With ``total`` (GPUs in the job) the boundaries m*D, m = 1 ..
+      ceil(total/D) - 1, are scanned: a boundary at offset x = (m*D mod span) inside a group's
+      span leaves floor(x/stride) (at least 1) members on its left and size - ceil(x/stride) (at
+      least 1) on its right; a domain wholly inside a span holds D // stride. Without ``total``
+      the cluster is taken as unbounded and the boundaries fall on every multiple of
+      g = gcd(D, span): k = max(1, g // stride).
+    """
+    D = int(hw.nvlink_domain)
+    scalar = np.ndim(size) == 0 and np.ndim(stride) == 0 and np.ndim(total) == 0
+    n = np.maximum(np.asarray(size, dtype=np.int64), 1)
+    s = np.maximum(np.asarray(stride, dtype=np.int64), 1)
+    tot = np.asarray(0 if total is None else total, dtype=np.int64)
+    shape = np.broadcast_shapes(n.shape, s.shape, tot.shape)
+    n, s, tot = (np.atleast_1d(np.broadcast_to(a, shape)).ravel() for a in (n, s, tot))
+    span = n * s
+    inside = (D % span) == 0
+    whole = ((span % D) == 0) & ((D % s) == 0)
+    g = np.gcd(D, span)
+    k = np.where(inside, n, np.where(whole, D // s, np.maximum(1, g // s)))
+    crosses = ~inside
+    if total is not None:
+        bounds = -(-tot // D) - 1                      # internal domain boundaries in the job
+        mis = ~inside & ~whole
+        # a job that fits in one domain never leaves it, whatever its groups look like
+        crosses = np.where(bounds < 1, False, crosses)
+        k = np.where(bounds < 1, n, k)
+        idx = np.nonzero(mis & (bounds >= 1))
+        if idx[0].size:
+            nn, ss, sp, bb = n[idx], s[idx], span[idx], bounds[idx]
+            period = sp // np.gcd(D, sp)               # m*D mod span repeats with this period
+            m_max = int(np.minimum(bb, period).max())
+            m = np.arange(1, m_max + 1, dtype=np.int64)[:, None]
+            x = (m * D) % sp[None, :]
+            valid = (m <= np.minimum(bb, period)[None, :]) & (x != 0)
+            left = np.maximum(1, x // ss[None, :])
+            right = np.maximum(1, nn[None, :] - (-(-x // ss[None, :])))
+            part = np.where(valid, np.minimum(left, right), np.iinfo(np.int64).max)
+            kb = part.min(axis=0)
+            kb = np.where(sp > D, np.minimum(kb, np.maximum(1, D // ss)), kb)
+            kk = k.copy()
+            kk[idx] = np.where(valid.any(axis=0), kb, nn)
+            cc = crosses.copy()
+            cc[idx] = valid.any(axis=0)
+            k, crosses = kk, cc
+    k = np.minimum(k, n)
+    crosses = crosses & (n > 1)
+    if scalar:
+        return int(k[0]), bool(crosses[0])
+    return k.reshape(shape), crosses.reshape(shape)
+
+
+def strides(par, order=DEFAULT_ORDER) -> dict:
+    """Stride of each of tp, cp, dp, pp in the rank order ``order`` (innermost first)."""
+    if sorted(order) != sorted(DEFAULT_ORDER):
+        from llmpar.errors import UserError
+
+        raise UserError(f"rank order must be a permutation of {', '.join(DEFAULT_ORDER)}, got {', '.join(order)}")
+    out = {}
+    s = 1
+    for dim in order:
+        out[dim] = s
+        s = s * getattr(par, dim)
+    return out
+
+
+def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
+    """dim -> (group size, members per domain k) for each parallel group of layout ``par``.
+
+    Keys: ``tp``, ``cp``, ``dp``, ``pp`` (the groups of each degree), ``ep`` (expert-parallel:
+    e consecutive ranks of the dp x cp space), ``edp`` (expert data-parallel: dp*cp/ep ranks),
+    ``dpcp`` (the dp x cp group over which dense gradients are reduced and ZeRO shards when
+    cp > 1, as Megatron does). Fields of ``par`` may be numpy arrays.
+    """
+    st = strides(par, order)
+    # the dp x cp space: when cp and dp are adjacent in the order it is one strided block whose
+    # stride is that of the inner of the two
+    inner = "cp" if order.index("cp") < order.index("dp") else "dp"
+    s_space = st[inner]
+    dpcp = par.dp * par.cp
+    ep = par.ep
+    edp = dpcp // ep
+    groups = {
+        "tp": (par.tp, st["tp"]),
+        "cp": (par.cp, st["cp"]),
+        "dp": (par.dp, st["dp"]),
+        "pp": (par.pp, st["pp"]),
+        "ep": (ep, s_space),
+        "edp": (edp, s_space * ep),
+        "dpcp": (dpcp, s_space),
+    }
+    out = {}
+    total = par.gpus
+    for dim, (size, stride) in groups.items():
+        k, _ = group_placement(hw, size, stride, total)
+        out[dim] = (size, k)
+    return out
+
+
+def placement_table(hw, par, order=DEFAULT_ORDER) -> dict:
+    """Scalar layouts: dim -> {size, stride, members_per_node, crosses_nodes, tiers} (for --explain)."""
+    st = strides(par, order)
+    inner = "cp" if order.index("cp") < order.index("dp") else "dp"
+    dpcp = int(par.dp * par.cp)
+    ep = int(par.ep)
+    groups = {
+        "tp": (int(par.tp), st["tp"]), "cp": (int(par.cp), st["cp"]), "dp": (int(par.dp), st["dp"]),
+        "pp": (int(par.pp), st["pp"]), "ep": (ep, st[inner]), "edp": (dpcp // ep, st[inner] * ep),
+        "dpcp": (dpcp, st[inner]),
+    }
+    out = {}
+    total = int(par.gpus)
+    inner = [t for t in hw.tiers[:-1]]
+    for dim, (size, stride) in groups.items():
+        k, crosses = group_placement(hw, size, int(stride), total)
+        tiers = []
+        if k > 1 and inner:
+            tiers.append(next((t.name for t in inner if t.domain_size >= k), inner[-1].name))
+        if crosses:
+            tiers.append(hw.tiers[-1].name)
+        out[dim] = {"size": size, "stride": int(stride), "members_per_node": k, "crosses_nodes": crosses, "tiers": tiers}
+    return out

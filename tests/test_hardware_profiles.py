@@ -1,0 +1,96 @@
+"""Every shipped hardware profile loads and states the numbers its sources give.
+
+Derived numbers are checked against the datasheet/paper figures cited in the YAML comments
+(docs/hardware.md): per-direction NVLink = bidirectional / 2; NIC share = NIC line rate / 8 bits;
+max GEMM efficiency x peak = the MAMF measurement; memory efficiency x bandwidth = STREAM.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llmpar.specs.registry import data_dir, load_hardware, shipped_names
+
+EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "h100-sxm-roce"}
+
+
+def test_all_shipped_profiles_load():
+    names = set(shipped_names("hardware"))
+    assert EXPECTED <= names
+    for name in names:
+        hw = load_hardware(name)
+        assert hw.reserve < hw.gpu.memory
+        assert hw.tiers[-1].domain_size is None
+        assert hw.source and hw.description
+
+
+@pytest.mark.parametrize(
+    "name, nvlink_per_dir_GBps, nic_share_GBps, domain, per_node",
+    [
+        ("a100-80gb", 300, 25, 8, 8),       # NVLink3 600 bidir; 8x HDR 200 Gb/s per 8 GPUs
+        ("h100-sxm", 450, 50, 8, 8),        # NVLink4 900 bidir; 8x NDR 400 Gb/s
+        ("h200", 450, 50, 8, 8),            # same NVLink/NICs as DGX H100
+        ("h800", 200, 50, 8, 8),            # NVLink 400 bidir; DeepSeek-V3: IB 50 GB/s
+        ("b200", 900, 50, 8, 8),            # NVLink5 1800 bidir; 8x 400 Gb/s
+        ("gb200-nvl72", 900, 50, 72, 4),    # 4 GPUs per tray, 72-GPU NVLink domain
+        ("h100-sxm-roce", 450, 50, 8, 8),   # Llama 3: 400 Gbps RoCE per GPU
+    ],
+)
+def test_interconnect_numbers(name, nvlink_per_dir_GBps, nic_share_GBps, domain, per_node):
+    hw = load_hardware(name)
+    assert hw.tiers[0].bandwidth == pytest.approx(nvlink_per_dir_GBps * 1e9)
+    assert hw.tiers[-1].bandwidth == pytest.approx(nic_share_GBps * 1e9)
+    assert hw.nvlink_domain == domain and hw.gpus_per_node == per_node
+
+
+def test_compute_and_memory_numbers():
+    a100, h100, h200 = (load_hardware(n) for n in ("a100-80gb", "h100-sxm", "h200"))
+    b200, gb200, h800 = (load_hardware(n) for n in ("b200", "gb200-nvl72", "h800"))
+    assert a100.gpu.peak("bf16") == 312e12 and a100.gpu.peak("tf32") == 156e12
+    assert "fp8" not in a100.gpu.peak_flops                         # Ampere has no FP8
+    assert h100.gpu.peak("fp8") == 1979e12
+    # H200 inherits H100's compute through `extends:` and overrides memory
+    assert h200.gpu.peak("bf16") == h100.gpu.peak("bf16") == 989e12
+    assert h200.gpu.memory_bandwidth == 4.8e12 and h200.gpu.memory == 140 * 2**30
+    assert h800.gpu.peak("bf16") == 989e12 and h800.gpu.memory_bandwidth == 3.35e12
+    assert b200.gpu.peak("bf16") == 2250e12 and gb200.gpu.peak("bf16") == 2500e12
+    # MAMF (ml-engineering): best-shape bf16 matmul TFLOP/s = max_efficiency x peak
+    for hw, mamf in ((a100, 271.2), (h100, 794.5), (b200, 1745.0), (gb200, 1822.0)):
+        assert hw.gpu.gemm.max_efficiency * hw.gpu.peak("bf16") / 1e12 == pytest.approx(mamf, rel=0.005)
+    # Azure STREAM triad: A100 1.70 TB/s, H100 2.97, H200 4.15 = memory_efficiency x bandwidth
+    for hw, triad in ((a100, 1.70e12), (h100, 2.97e12), (h200, 4.15e12)):
+        assert hw.gpu.memory_efficiency * hw.gpu.memory_bandwidth == pytest.approx(triad, rel=0.01)
+
+
+def test_h800_efficiency_gives_deepseek_figure():
+    # DeepSeek-V3 report: NVLink "160 GB/s" achieved = 200 GB/s per direction x 0.80
+    hw = load_hardware("h800")
+    assert hw.tiers[0].bandwidth * hw.tiers[0].efficiency == pytest.approx(160e9)
+
+
+def test_roce_profile_is_ethernet():
+    hw = load_hardware("h100-sxm-roce")
+    assert hw.tiers[-1].kind == "ethernet" and not hw.tiers[-1].in_network_reduction
+
+
+def test_every_number_line_is_commented():
+    # each line stating a unit-bearing quantity in a shipped profile carries its source in a comment
+    quantity = re.compile(r":\s*[\d.]+\s*(GB/s|Gb/s|TB/s|TFLOPS|GiB|us)\b")
+    for path in sorted(data_dir("hardware").glob("*.yaml")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            body = line.split("#", 1)[0]
+            if quantity.search(body):
+                assert "#" in line or _block_commented(path, i), f"{path.name}:{i} has no source comment"
+
+
+def _block_commented(path, lineno):
+    """peak_flops entries sit under a commented `peak_flops:` header."""
+    lines = path.read_text().splitlines()
+    for j in range(lineno - 2, -1, -1):
+        if lines[j].strip().startswith("peak_flops:"):
+            return "#" in lines[j]
+        if not lines[j].startswith("    "):
+            return False
+    return False
