@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from llmpar.errors import UserError, suggest
+import numpy as np
+
+from llmpar.cost.collectives import COLLECTIVES, bus_factor
+from llmpar.cost.collectives import normalize_collective as _normalize
+from llmpar.errors import UserError
 
 # ----------------------------------------------------------------------------- names and factors
-
-COLLECTIVES = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter", "send_recv",
-)
 
 #: nccl-tests program name (argv[0] without the directory) -> collective
 PROGRAMS = {
@@ -56,16 +56,6 @@ PROGRAMS = {
     "gather_perf": "gather",
     "scatter_perf": "scatter",
     "sendrecv_perf": "send_recv",
-}
-
-_ALIASES = {
-    "allreduce": "all_reduce", "ar": "all_reduce",
-    "allgather": "all_gather", "ag": "all_gather",
-    "reducescatter": "reduce_scatter", "rs": "reduce_scatter",
-    "alltoall": "all_to_all", "all2all": "all_to_all", "a2a": "all_to_all",
-    "broadcast": "broadcast", "bcast": "broadcast",
-    "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-    "sendrecv": "send_recv", "p2p": "send_recv",
 }
 
 #: collectives whose nccl-tests ``size`` counts every rank's piece (size = count x typesize x ranks)
@@ -85,38 +75,22 @@ _OLD_ERROR_LIMIT = {"half": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float": 1e
 
 
 def normalize_collective(name: str) -> str:
-    """``all-reduce``, ``allreduce``, ``all_reduce_perf``, ``AllReduce`` -> ``all_reduce``."""
+    """``all-reduce``, ``allreduce``, ``all_reduce_perf``, ``./build/alltoall_perf`` -> canonical name.
+
+    Strips the nccl-tests program's directory and ``_perf`` suffix, then uses the collective
+    model's names (:func:`llmpar.cost.collectives.normalize_collective`).
+    """
     raw = str(name).strip()
-    s = os.path.basename(raw).lower().replace("-", "_")
-    s = re.sub(r"_perf(_mpi)?$", "", s)
-    if s in COLLECTIVES:
-        return s
-    key = s.replace("_", "")
-    if key in _ALIASES:
-        return _ALIASES[key]
-    raise UserError(f"unknown collective {raw!r}{suggest(s, COLLECTIVES)}; known: {', '.join(COLLECTIVES)}")
+    s = re.sub(r"_perf(_mpi)?$", "", os.path.basename(raw.replace("\\", "/")).lower())
+    return _normalize(s)
 
 
 def busbw_factor(collective: str, ranks):
-    """busbw / algbw as nccl-tests defines it (doc/PERFORMANCE.md; ``*GetBw`` in src/*.cu).
-
-    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n;
-    broadcast, reduce, send_recv 1. Array-polymorphic in ``ranks``.
-    """
-    if collective == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if collective in GATHERED:
-        return (ranks - 1) / ranks
-    return 1.0 + 0.0 * ranks
+    """busbw / algbw as nccl-tests defines it: :func:`llmpar.cost.collectives.bus_factor`."""
+    return bus_factor(collective, ranks)
 
 
-def _ranks_from_factor(collective: str, f: float) -> float:
-    """Inverse of :func:`busbw_factor` in n (inf where the factor carries no rank information)."""
-    if collective == "all_reduce":
-        return 2.0 / (2.0 - f) if f < 2.0 else math.inf
-    if collective in GATHERED:
-        return 1.0 / (1.0 - f) if f < 1.0 else math.inf
-    return math.nan
+_MAX_RANKS = 1 << 17
 
 
 # ----------------------------------------------------------------------------- result objects
@@ -695,14 +669,17 @@ def _factor_interval(rows: list[Row]) -> tuple[float, float] | None:
     return (lo, hi) if seen else None
 
 
-def _ranks_candidates(collective: str, interval: tuple[float, float], lower: int = 1) -> tuple[int, float]:
-    """Integer rank counts whose factor lies in ``interval``: (smallest, largest) (largest may be inf)."""
+def _ranks_candidates(collective: str, interval: tuple[float, float], lower: int = 1) -> tuple[int, float] | None:
+    """Rank counts n whose busbw factor lies in ``interval``: (smallest, largest); largest is inf
+    when every n up to 2^17 fits. None when no n fits. Evaluates the one factor formula on all n."""
     lo, hi = interval
-    n_lo = _ranks_from_factor(collective, lo)
-    n_hi = _ranks_from_factor(collective, hi)
-    first = max(lower, 2, math.ceil(n_lo - 1e-9))
-    last = math.floor(n_hi + 1e-9) if math.isfinite(n_hi) else math.inf
-    return first, last
+    ns = np.arange(max(lower, 2), _MAX_RANKS + 1)
+    f = np.asarray(bus_factor(collective, ns))
+    hit = ns[(f >= lo - 1e-12) & (f <= hi + 1e-12)]
+    if hit.size == 0:
+        return None
+    last = math.inf if hit[-1] == _MAX_RANKS else int(hit[-1])
+    return int(hit[0]), last
 
 
 def _size_ratio(rows: list[Row]) -> tuple[set, int]:
@@ -839,8 +816,11 @@ def _finish(sec: _Section, meta: dict[str, Any], file: str, index: int, override
                     notes.append(f"size / (count x typesize) = {q:g} but the {ranks_src} says {ranks} ranks")
     iv = _factor_interval(rows)
     if collective in ("all_reduce",) or collective in GATHERED:
-        if iv is not None:
-            first, last = _ranks_candidates(collective, iv, lower)
+        cands = _ranks_candidates(collective, iv, lower) if iv is not None else None
+        if iv is not None and cands is None:
+            notes.append(f"busbw/algbw ({iv[0]:.4f}..{iv[1]:.4f}) fits no rank count for {collective}")
+        elif iv is not None:
+            first, last = cands
             formula = "2(n-1)/n" if collective == "all_reduce" else "(n-1)/n"
             if ranks is None:
                 if first == last:
