@@ -79,7 +79,7 @@ def parse_sizes(spec: str) -> list[int]:
         parts = spec.split(":")
         if len(parts) not in (2, 3):
             raise UserError(f"cannot read --sizes {spec!r}: expected MIN:MAX[:FACTOR], e.g. 1KiB:64MiB")
-        lo, hi = (int(parse_bytes(p, "size")) for p in parts[:2])
+        lo, hi = (int(parse_bytes(p, "--sizes value")) for p in parts[:2])
         factor = 2
         if len(parts) == 3:
             try:
@@ -95,7 +95,7 @@ def parse_sizes(spec: str) -> list[int]:
             out.append(s)
             s *= factor
         return out
-    sizes = sorted({int(parse_bytes(p, "size")) for p in spec.split(",") if p.strip()})
+    sizes = sorted({int(parse_bytes(p, "--sizes value")) for p in spec.split(",") if p.strip()})
     if not sizes:
         raise UserError(f"cannot read --sizes {spec!r}")
     return sizes
