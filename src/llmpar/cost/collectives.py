@@ -233,9 +233,13 @@ def _log2ceil(n):
     return np.ceil(np.log2(np.maximum(n, 1.0)))
 
 
-def _table(hw, collective: str, size_bytes, group_size, members_per_node=None) -> dict[str, _Algo]:
-    """Latency and bandwidth time of every algorithm x protocol for ``collective``."""
+def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, only=None) -> dict[str, _Algo]:
+    """Latency and bandwidth time of every algorithm x protocol for ``collective``.
+
+    ``only``: the algorithms to evaluate (default: all defined for the collective).
+    """
     c = collective
+    want = set(only) if only is not None else set(_ALGOS_FOR[c])
     S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
     multi = n > 1.0
     has_local = k > 1.0
@@ -274,68 +278,85 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None) -
     out: dict[str, _Algo] = {}
     flat = (P - 1.0) / P
 
+    intra_inr = np.asarray(ti["inr"], dtype=bool)
+    any_intra_inr = bool(np.any(intra_inr))
+    x_o_tree = np.where(n <= 2.0, 1.0, 2.0)
+
     if c == "all_reduce":
-        x = 2.0 * flat
-        lat = steps_latency("ring", 2.0 * (P - 1.0) - 2.0 * (n - 1.0), 2.0 * (n - 1.0))
-        lat[2] = lat[2] * np.where(multi, RING_PLATEAU, 1.0)
-        out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
-                                bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
-        # double binary tree (Sanders et al. 2009; NCCL 2.4): intra-node chain, inter-node tree.
-        # Busiest GPU sends 2S (S/2 up + S/2 down in each of the 2 trees); a domain sends S out
-        # with 2 domains (each is the other's root/child), 2S with more.
-        x_o_tree = np.where(n <= 2.0, 1.0, 2.0)
-        lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p]) for p in range(3)]
-        out["tree"] = per_proto("tree", bw(np.where(has_local, 2.0, 0.0), b_i, x_o_tree, b_o), lat,
-                                bytes_per_rank=S * np.where(has_local | multi, 2.0, 0.0),
-                                intra=has_local, inter=multi, available=P > 1)
-        # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and receives
-        # S of multicast stores, plus its own S/P shard each way: S(1 + 1/P) per direction.
-        nvls_ok = (~multi) & has_local & np.asarray(ti["inr"], dtype=bool)
-        lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
-        out["nvls"] = per_proto("nvls", bw(1.0 + 1.0 / P, b_nvls, 0.0, b_o), lat,
-                                bytes_per_rank=S * (1.0 + 1.0 / P), intra=True, inter=False, available=nvls_ok)
-        # NVLS-tree: NVLS inside each domain, tree of domains across the NIC tier.
-        nvt_ok = multi & has_local & np.asarray(ti["inr"], dtype=bool)
-        lat = [zero + inf, zero + inf, ti["inr_latency"] + 2.0 * _log2ceil(n) * a_o[2]]
-        out["nvls_tree"] = per_proto("nvls_tree", bw(1.0 + 1.0 / k, b_nvls, x_o_tree, b_o), lat,
-                                     bytes_per_rank=S * (1.0 + 1.0 / k) + S * x_o_tree / k,
-                                     intra=True, inter=True, available=nvt_ok)
-        # CollNet (IB SHARP): each domain sends its partial sum S into the switch tree once and
-        # receives the result once; inside the domain NVLS if present, else ring RS/AG.
-        cn_ok = multi & bool(to["inr"])
-        x_i_cn = np.where(np.asarray(ti["inr"], dtype=bool), 1.0 + 1.0 / k, 2.0 * (k - 1.0) / k)
-        b_i_cn = np.where(np.asarray(ti["inr"], dtype=bool), b_nvls, b_i)
-        lat = [zero + inf, zero + inf, 2.0 * (k - 1.0) * a_i[2] + to["inr_latency"]]
-        out["collnet"] = per_proto("collnet", bw(np.where(has_local, x_i_cn, 0.0), b_i_cn, 1.0, b_sharp), lat,
-                                   bytes_per_rank=S * np.where(has_local, x_i_cn, 0.0) + S / k,
-                                   intra=has_local, inter=True, available=cn_ok)
-        # Hierarchical (Horovod/BlueConnect-style): ring reduce-scatter inside the domain, ring
-        # all-reduce of the S/k shard across domains (each GPU on its own NIC share), ring
-        # all-gather inside the domain. Phases run one after the other: times add.
-        x_loc = (k - 1.0) / k
-        t_loc = S * x_loc / b_i
-        t_net = S * 2.0 * (n - 1.0) / n / b_o
-        lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
-               for p in range(3)]
-        out["hierarchical"] = per_proto("hierarchical", 2.0 * t_loc + t_net, lat,
-                                        bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
-                                        intra=has_local, inter=multi, available=multi & has_local)
-        # Naive: every rank sends its whole D to every other rank: D(P-1) sent per rank (the
-        # seeds' "2DP" adds the D(P-1) it receives). Per domain k(P-k)D leaves over k NIC shares.
-        lat = steps_latency("naive", k - 1.0, P - k)
-        out["naive"] = per_proto("naive", bw(k - 1.0, b_i, k * (P - k), b_o), lat,
-                                 bytes_per_rank=S * (P - 1.0), intra=has_local, inter=multi, available=P > 1)
+        if "ring" in want:
+            x = 2.0 * flat
+            lat = steps_latency("ring", 2.0 * (P - 1.0) - 2.0 * (n - 1.0), 2.0 * (n - 1.0))
+            lat[2] = lat[2] * np.where(multi, RING_PLATEAU, 1.0)
+            out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
+                                    bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
+        if "tree" in want:
+            # double binary tree (Sanders et al. 2009; NCCL 2.4): intra-node chain, inter-node
+            # tree. The busiest GPU sends 2S (S/2 up + S/2 down in each of the 2 trees); a domain
+            # sends S out with 2 domains (each is the other's root/child), 2S with more.
+            lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p])
+                   for p in range(3)]
+            out["tree"] = per_proto("tree", bw(np.where(has_local, 2.0, 0.0), b_i, x_o_tree, b_o), lat,
+                                    bytes_per_rank=S * np.where(has_local | multi, 2.0, 0.0),
+                                    intra=has_local, inter=multi, available=P > 1)
+        if "nvls" in want:
+            # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and
+            # receives S of multicast stores, plus its own S/P shard each way: S(1 + 1/P).
+            nvls_ok = (~multi) & has_local & intra_inr
+            lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
+            out["nvls"] = _unavailable(S * (1.0 + 1.0 / P), zero) if not any_intra_inr else per_proto(
+                "nvls", bw(1.0 + 1.0 / P, b_nvls, 0.0, b_o), lat,
+                bytes_per_rank=S * (1.0 + 1.0 / P), intra=True, inter=False, available=nvls_ok)
+        if "nvls_tree" in want:
+            # NVLS-tree: NVLS inside each domain, tree of domains across the NIC tier.
+            nvt_ok = multi & has_local & intra_inr
+            lat = [zero + inf, zero + inf, ti["inr_latency"] + 2.0 * _log2ceil(n) * a_o[2]]
+            out["nvls_tree"] = _unavailable(S * (1.0 + 1.0 / k), zero) if not any_intra_inr else per_proto(
+                "nvls_tree", bw(1.0 + 1.0 / k, b_nvls, x_o_tree, b_o), lat,
+                bytes_per_rank=S * (1.0 + 1.0 / k) + S * x_o_tree / k,
+                intra=True, inter=True, available=nvt_ok)
+        if "collnet" in want:
+            # CollNet (IB SHARP): each domain sends its partial sum S into the switch tree once
+            # and receives the result once; inside the domain NVLS if present, else ring RS/AG.
+            x_i_cn = np.where(intra_inr, 1.0 + 1.0 / k, 2.0 * (k - 1.0) / k)
+            if not to["inr"]:
+                out["collnet"] = _unavailable(S * np.where(has_local, x_i_cn, 0.0) + S / k, zero)
+            else:
+                b_i_cn = np.where(intra_inr, b_nvls, b_i)
+                lat = [zero + inf, zero + inf, 2.0 * (k - 1.0) * a_i[2] + to["inr_latency"]]
+                out["collnet"] = per_proto("collnet", bw(np.where(has_local, x_i_cn, 0.0), b_i_cn, 1.0, b_sharp),
+                                           lat, bytes_per_rank=S * np.where(has_local, x_i_cn, 0.0) + S / k,
+                                           intra=has_local, inter=True, available=multi)
+        if "hierarchical" in want:
+            # Hierarchical (Horovod/BlueConnect-style): ring reduce-scatter inside the domain,
+            # ring all-reduce of the S/k shard across domains (each GPU on its own NIC share),
+            # ring all-gather inside the domain. Phases run one after the other: times add.
+            x_loc = (k - 1.0) / k
+            t_loc = S * x_loc / b_i
+            t_net = S * 2.0 * (n - 1.0) / n / b_o
+            lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
+                   for p in range(3)]
+            out["hierarchical"] = per_proto("hierarchical", 2.0 * t_loc + t_net, lat,
+                                            bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
+                                            intra=has_local, inter=multi, available=multi & has_local)
+        if "naive" in want:
+            # Naive: every rank sends its whole D to every other rank: D(P-1) sent per rank (the
+            # seeds' "2DP" adds the D(P-1) it receives). Per domain k(P-k)D leaves over k shares.
+            lat = steps_latency("naive", k - 1.0, P - k)
+            out["naive"] = per_proto("naive", bw(k - 1.0, b_i, k * (P - k), b_o), lat,
+                                     bytes_per_rank=S * (P - 1.0), intra=has_local, inter=multi, available=P > 1)
     elif c in ("all_gather", "reduce_scatter"):
         lat = steps_latency("ring", (P - 1.0) - (n - 1.0), n - 1.0)
         out["ring"] = per_proto("ring", bw(flat * ring_intra, b_i, flat, b_o), lat,
                                 bytes_per_rank=S * flat, intra=has_local, inter=multi, available=P > 1)
         # NVLS all-gather (multicast store) / reduce-scatter (multimem load-reduce): each GPU
         # receives (all-gather) or serves (reduce-scatter) the (P-1)/P of S it does not own.
-        nvls_ok = (~multi) & has_local & np.asarray(ti["inr"], dtype=bool)
-        lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
-        out["nvls"] = per_proto("nvls", bw(flat, b_nvls, 0.0, b_o), lat,
-                                bytes_per_rank=S * np.where(c == "all_gather", 1.0 / P, flat),
-                                intra=True, inter=False, available=nvls_ok)
+        nvls_bytes = S * (1.0 / P if c == "all_gather" else flat)
+        if "nvls" in want and any_intra_inr:
+            lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
+            out["nvls"] = per_proto("nvls", bw(flat, b_nvls, 0.0, b_o), lat, bytes_per_rank=nvls_bytes,
+                                    intra=True, inter=False, available=(~multi) & has_local & intra_inr)
+        elif "nvls" in want:
+            out["nvls"] = _unavailable(nvls_bytes, zero)
     elif c in ("broadcast", "reduce"):
         # pipelined chain (NCCL ring for broadcast/reduce): every rank but the last forwards S
         lat = steps_latency("ring", (P - 1.0) - (n - 1.0), n - 1.0)
@@ -362,6 +383,13 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None) -
     return out
 
 
+def _unavailable(bytes_per_rank, zero) -> _Algo:
+    """An algorithm the hardware lacks (e.g. NVLS without NVLink SHARP): infinite time."""
+    inf = zero + np.inf
+    return _Algo(latency=[inf] * 3, bw_time=[inf] * 3, bytes_per_rank=bytes_per_rank,
+                 intra=False, inter=False, available=False)
+
+
 # ----------------------------------------------------------------------------- public API
 
 def _scalar_or_array(x, *inputs):
@@ -382,8 +410,8 @@ def collective_time(hw, collective: str, size_bytes, group_size, members_per_nod
     Every argument but ``hw`` and ``collective`` may be a numpy array (broadcast together).
     """
     c = normalize_collective(collective)
-    table = _table(hw, c, size_bytes, group_size, members_per_node)
     names = (normalize_algorithm(algorithm, c),) if algorithm else _NCCL_CHOICES[c]
+    table = _table(hw, c, size_bytes, group_size, members_per_node, only=names)
     best = None
     for a in names:
         for t in table[a].times():

@@ -28,7 +28,8 @@ def group_placement(hw, size, stride, total=None):
     is the scale-up (NVLink) domain, not the physical server. With span = size x stride:
 
     * D % span == 0: every group lies inside one domain: k = size, no scale-out traffic.
-    * span % D == 0 and D % stride == 0: every group covers whole domains: k = D / stride.
+    * span % D == 0 and D % stride == 0: every group covers whole domains: k = D / stride
+      (stride a multiple of D: one member per domain, k = 1).
     * otherwise groups straddle domain boundaries unevenly (GB200 NVL72 with power-of-two
       degrees); k is the smallest part of a group on one side of a boundary, the worst group
       setting the pace. With ``total`` (GPUs in the job) the boundaries m*D, m = 1 ..
@@ -47,9 +48,11 @@ def group_placement(hw, size, stride, total=None):
     n, s, tot = (np.atleast_1d(np.broadcast_to(a, shape)).ravel() for a in (n, s, tot))
     span = n * s
     inside = (D % span) == 0
-    whole = ((span % D) == 0) & ((D % s) == 0)
+    # whole domains: either several members per domain (D % stride == 0) or one per domain
+    # (stride a multiple of D)
+    whole = ((span % D) == 0) & (((D % s) == 0) | ((s % D) == 0))
     g = np.gcd(D, span)
-    k = np.where(inside, n, np.where(whole, D // s, np.maximum(1, g // s)))
+    k = np.where(inside, n, np.where(whole, np.maximum(1, D // s), np.maximum(1, g // s)))
     crosses = ~inside
     if total is not None:
         bounds = -(-tot // D) - 1                      # internal domain boundaries in the job
@@ -57,29 +60,50 @@ def group_placement(hw, size, stride, total=None):
         # a job that fits in one domain never leaves it, whatever its groups look like
         crosses = np.where(bounds < 1, False, crosses)
         k = np.where(bounds < 1, n, k)
-        idx = np.nonzero(mis & (bounds >= 1))
-        if idx[0].size:
-            nn, ss, sp, bb = n[idx], s[idx], span[idx], bounds[idx]
-            period = sp // np.gcd(D, sp)               # m*D mod span repeats with this period
-            m_max = int(np.minimum(bb, period).max())
-            m = np.arange(1, m_max + 1, dtype=np.int64)[:, None]
-            x = (m * D) % sp[None, :]
-            valid = (m <= np.minimum(bb, period)[None, :]) & (x != 0)
-            left = np.maximum(1, x // ss[None, :])
-            right = np.maximum(1, nn[None, :] - (-(-x // ss[None, :])))
-            part = np.where(valid, np.minimum(left, right), np.iinfo(np.int64).max)
-            kb = part.min(axis=0)
-            kb = np.where(sp > D, np.minimum(kb, np.maximum(1, D // ss)), kb)
-            kk = k.copy()
-            kk[idx] = np.where(valid.any(axis=0), kb, nn)
-            cc = crosses.copy()
-            cc[idx] = valid.any(axis=0)
-            k, crosses = kk, cc
+        idx = np.nonzero(mis & (bounds >= 1))[0]
+        if idx.size:
+            # candidates share few distinct (size, stride, job size) triples: scan each once
+            ni, si, bi = n[idx], s[idx], bounds[idx]
+            if max(ni.max(), si.max(), bi.max()) < 2**21:   # pack into one int64: fast unique
+                _, first, inverse = np.unique((ni << 42) | (si << 21) | bi, return_index=True, return_inverse=True)
+            else:
+                _, first, inverse = np.unique(np.stack([ni, si, bi], axis=1), axis=0,
+                                              return_index=True, return_inverse=True)
+            ku, cu = _scan_boundaries(D, ni[first], si[first], bi[first])
+            inverse = np.asarray(inverse).ravel()
+            k = k.copy()
+            crosses = crosses.copy()
+            k[idx] = ku[inverse]
+            crosses[idx] = cu[inverse]
     k = np.minimum(k, n)
     crosses = crosses & (n > 1)
     if scalar:
         return int(k[0]), bool(crosses[0])
     return k.reshape(shape), crosses.reshape(shape)
+
+
+def _scan_boundaries(D, nn, ss, bb):
+    """Smallest part of any group at the domain boundaries m*D, m = 1..bb (see group_placement)."""
+    sp = nn * ss
+    period = sp // np.gcd(D, sp)                       # m*D mod span repeats with this period
+    m_top = np.minimum(bb, period)
+    ku = np.empty_like(nn)
+    cu = np.zeros(nn.shape, dtype=bool)
+    for i in range(nn.size):                           # few distinct triples; each scan is short
+        m = np.arange(1, int(m_top[i]) + 1, dtype=np.int64)
+        x = (m * D) % sp[i]
+        x = x[x != 0]
+        if x.size == 0:
+            ku[i] = nn[i]
+            continue
+        left = np.maximum(1, x // ss[i])
+        right = np.maximum(1, nn[i] - (-(-x // ss[i])))
+        kb = int(np.minimum(left, right).min())
+        if sp[i] > D:
+            kb = min(kb, max(1, D // int(ss[i])))
+        ku[i] = kb
+        cu[i] = True
+    return ku, cu
 
 
 def strides(par, order=DEFAULT_ORDER) -> dict:
