@@ -94,11 +94,14 @@ def ep_moe_layer(hw, model, par, placement, e=2.0):
 def pp_microbatch(hw, model, par, placement, e=2.0):
     """One stage-boundary transfer of one micro-batch in one direction.
 
-    b*(s/cp)*h*e bytes; ÷ tp with SP (Narayanan 2021 scatter/gather optimisation). Returns
-    (seconds, bytes). The pipeline group crosses the tier that ``placement['pp']`` says.
+    b*(s/cp)*h*e bytes, ÷ tp: with SP the activation is already split over the TP ranks, and
+    without SP Megatron's scatter/gather optimisation (Narayanan 2021 §4.1) sends a 1/t slice from
+    each TP rank over its own NIC and all-gathers it over NVLink on the far side (that NVLink
+    all-gather is small and not counted). Returns (seconds, bytes). The pipeline group crosses the
+    tier that ``placement['pp']`` says.
     """
     size, k = placement["pp"]
-    nbytes = par.micro_batch * (par.seq / par.cp) * model.hidden * e / np.where(par.sp, par.tp, 1)
+    nbytes = par.micro_batch * (par.seq / par.cp) * model.hidden * e / par.tp
     t = collective_time(hw, "send_recv", nbytes, np.maximum(size, 2), k)
     return np.where(size > 1, t, 0.0), np.where(size > 1, nbytes, 0.0)
 

@@ -44,11 +44,15 @@ DUALPIPE = SCHEDULES.index("dualpipe")
 BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer")
 COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 
-# Optimizer-step HBM traffic per parameter, bytes (read + write of every state, read of the
-# gradient, write of the low-precision weight). adam: fp32 master, m, v read and written (24),
-# bf16 weight written (2); sgd: master + momentum (16) + weight (2); adam-8bit: fp32 master (8)
-# + two 1-byte states (4) + weight (2). The gradient read is added from settings.grad_dtype.
-_OPT_TRAFFIC = {"adam": 26.0, "adamw": 26.0, "sgd": 18.0, "adam-8bit": 14.0}
+# Optimizer-step HBM traffic per parameter, bytes, for a mixed-precision step as Megatron-LM runs
+# it (optimizer.py: FP32 main grads; clip_grad_norm; fused Adam; copy of the FP32 main params
+# back to the 16-bit model params): grad-norm read of the fp32 main grad (4), clip scale read +
+# write (8), the optimizer's own update, and the main->model copy (read 4, write 2).
+# Update: adam reads grad, param, m, v and writes param, m, v (7 x 4 = 28); sgd with momentum
+# reads grad, param, momentum and writes param, momentum (20); adam-8bit: fp32 grad and param
+# read/written (12) + two 1-byte states read and written (4). The gradient cast into the fp32
+# main grad (read grad_dtype bytes, write 4) is added from settings.grad_dtype.
+_OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd": 20.0, "adam-8bit": 16.0}.items()}
 
 
 def _gemm_time(hw, dtype, gemms):
@@ -149,7 +153,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
 
     z = np.asarray(par.zero)
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
-    opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes))
+    opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))
 
     step = pipe_total + dp_exposed + opt_t
 

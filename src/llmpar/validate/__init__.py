@@ -1,0 +1,1 @@
+"""Validation of the time model against published measurements (``python -m llmpar.validate``)."""
