@@ -1,0 +1,167 @@
+"""`llmpar memory`: per-GPU memory for training or inference, and whether it fits.
+
+All numbers come from :func:`llmpar.api.memory` (a thin layer over :mod:`llmpar.cost.memory`);
+this module renders the result as a rich table with a verdict line, or as JSON.
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmpar.cli.common import common_options, echo_json
+from llmpar.parallel import DTYPES
+from llmpar.units import fmt_count
+
+_OUTPUT_KEYS = ("units", "as_json", "explain")
+
+
+@click.command("memory")
+@click.argument("model", required=False)
+@common_options
+@click.option("--params", help="Model states of a bare parameter count, e.g. 7.5B (no MODEL needed).")
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@click.option("--per-stage", is_flag=True, help="List every pipeline stage, not only the most loaded one.")
+@click.option("--inference", is_flag=True, help="Serving memory: weights + KV cache + working activations.")
+@click.option("--batch", type=int, help="Sequences served at once (--inference; default 1).")
+@click.option("--context", type=int, help="Tokens per sequence in the KV cache (--inference; default: --seq).")
+@click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache dtype (--inference; default bf16).")
+def memory(model, **kw):
+    """Per-GPU memory of MODEL (a shipped name or alias, a YAML file, or a config.json).
+
+    \b
+    Examples:
+      llmpar memory llama-3-70b --zero 3 --dp 8
+      llmpar memory llama-70b --tp 8 --pp 4 --gpus 64 --recompute selective
+      llmpar memory --params 7.5B --zero 1 --dp 64
+      llmpar memory llama-3-70b --inference --tp 4 --batch 16 --context 8192
+    """
+    from llmpar import api
+
+    out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
+    result = api.memory(model, explain=out["explain"], **kw)
+    if out["as_json"]:
+        echo_json(result.to_dict())
+        return
+    render(result, units=out["units"], explain=out["explain"])
+
+
+# ----------------------------------------------------------------------------------- render
+
+_LABELS = {
+    "weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer states",
+    "activations_bytes": "activations", "kv_cache_bytes": "KV cache", "reserved_bytes": "reserve",
+}
+
+
+def _notes(r) -> dict[str, str]:
+    bpp = r.bytes_per_param
+    par = r.parallel
+    z = int(par.zero)
+    n = int(par.dp) * int(par.cp)
+    shard = {0: "", 1: f"optimizer sharded over {n}", 2: f"grads+optimizer sharded over {n}",
+             3: f"all states sharded over {n}"}[z]
+    notes = {
+        "weights_bytes": f"{bpp['weights']:g} B/param" + (" + fp8 cache" if bpp.get("fp8_weight_cache") else ""),
+        "gradients_bytes": f"{bpp['gradients']:g} B/param",
+        "optimizer_bytes": f"{bpp['optimizer']:g} B/param ({r.settings.optimizer})",
+        "reserved_bytes": "CUDA context, NCCL buffers, fragmentation",
+        "kv_cache_bytes": "",
+    }
+    if z >= 3 and r.mode == "training":
+        notes["weights_bytes"] += (" + largest-layer buffer" if r.settings.convention == "deepspeed"
+                                   else " + 2 gathered layers")
+        notes["gradients_bytes"] += " + 1 unsharded layer" if r.settings.convention != "deepspeed" else " + buffer"
+    if shard and r.mode != "inference":
+        for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+            if (k == "optimizer_bytes" and z >= 1) or (k == "gradients_bytes" and z >= 2) or (k == "weights_bytes" and z >= 3):
+                notes[k] += f", ZeRO-{z} / {n}"
+    if r.mode == "training":
+        rec = {0: "no recompute", 1: "selective recompute", 2: "full recompute"}[int(par.recompute)]
+        notes["activations_bytes"] = f"b={int(par.micro_batch)}, s={int(par.seq)}, {rec}, {r.settings.attention} attention"
+    elif r.mode == "inference":
+        inf = r.inference
+        notes["kv_cache_bytes"] = f"B={inf['batch']}, T={inf['context']}, {inf['kv_dtype']}"
+        notes["activations_bytes"] = "one prefill + last-position logits"
+    else:
+        notes["activations_bytes"] = "not modelled for a bare count"
+    return notes
+
+
+def _verdict_text(r, fmt, unit) -> str:
+    total, cap, res = r.memory["total_bytes"], r.capacity_bytes, r.memory["reserved_bytes"]
+    used = f"{fmt(total)} {unit} needed per GPU of {fmt(cap)} {unit} HBM (incl. {fmt(res)} {unit} reserve)"
+    what = "batch" if r.mode == "inference" else "micro-batch"
+    if r.max_micro_batch is None:
+        tail = ""
+    elif r.max_micro_batch == 0:
+        tail = f"; no {what} fits"
+        if r.mode == "training":
+            tail += f" (model states alone: {fmt(r.model_states_bytes)} {unit})"
+    else:
+        tail = f"; largest {what} that fits: {r.max_micro_batch}"
+    if r.fits:
+        return f"{used}, {fmt(cap - total)} {unit} free{tail}"
+    return f"{used}, {fmt(total - cap)} {unit} over{tail}"
+
+
+def render(r, units: str = "gb", explain: bool = False) -> None:
+    from llmpar.cli import render as R
+
+    con = R.console()
+    fmt, unit = R.bytes_formatter(units)
+    par = r.parallel
+    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
+    layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
+    con.print(R.header(name, [("on", r.hardware), ("gpus", f"{r.gpus} ({layout})")]))
+    pairs = []
+    if r.mode == "inference":
+        pairs += [("dtype", r.settings.dtype), ("kv cache", r.settings.kv_dtype)]
+    else:
+        pairs += [("zero", int(par.zero)), ("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer)]
+        if r.settings.convention != "llmpar":
+            pairs.append(("convention", r.settings.convention))
+        if r.mode == "training":
+            pairs += [("sp", "on" if par.sp else "off"), ("seq", int(par.seq)), ("micro-batch", int(par.micro_batch))]
+            if int(par.pp) > 1:
+                pairs += [("schedule", r.parallel.as_dict()["schedule"]), ("m", int(par.microbatches))]
+    con.print(R.header(r.mode.replace("_", " "), pairs))
+    params_line = f"parameters: {fmt_count(r.params_total)} total, {fmt_count(r.params_per_gpu)} on this GPU's shard"
+    if r.mode == "training":
+        params_line += " (TP/PP/EP, before ZeRO)"
+        if int(par.pp) > 1:
+            params_line += f"; most-loaded stage {r.most_loaded_stage}"
+    con.print(params_line, highlight=False)
+    R.print_assumptions(con, r.assumptions)
+
+    notes = _notes(r)
+    keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes", "reserved_bytes"]
+    if r.mode == "inference":
+        keys = ["weights_bytes", "kv_cache_bytes", "activations_bytes", "reserved_bytes"]
+    elif r.mode == "training":
+        keys.remove("kv_cache_bytes")
+    else:
+        keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "reserved_bytes"]
+    rows = [(_LABELS[k], r.memory[k], notes.get(k, "")) for k in keys]
+    con.print()
+    con.print(R.breakdown_table(
+        rows, title=f"Memory per GPU ({unit} = {'1e9' if unit == 'GB' else '2^30'} bytes)", value_header=unit, fmt=fmt,
+        total=r.memory["total_bytes"], total_note=f"of {fmt(r.capacity_bytes)} {unit} HBM",
+    ))
+    if r.mode == "model_states":
+        tb = f" ({r.model_states_bytes / 1e12:.2f} TB)" if r.model_states_bytes >= 1e12 else ""
+        con.print(f"model states: {fmt(r.model_states_bytes)} {unit}{tb} per GPU", highlight=False)
+    if r.activation_bytes_per_layer is not None and r.mode == "training":
+        con.print(f"[dim]activations per layer per micro-batch: {fmt(r.activation_bytes_per_layer)} {unit}[/dim]")
+    if r.stages:
+        con.print()
+        rows = [(s["stage"], s["layers"], fmt_count(s["params_per_gpu"]), fmt(s["weights_bytes"]), fmt(s["gradients_bytes"]),
+                 fmt(s["optimizer_bytes"]), fmt(s["activations_bytes"]), f"{s['in_flight']:g}", fmt(s["total_bytes"]))
+                for s in r.stages]
+        cols = ["stage", "layers", "params", "weights", "grads", "optimizer", "activations", "in flight", f"total {unit}"]
+        con.print(R.simple_table(cols, rows, title="Per pipeline stage", right=cols))
+    if explain and r.terms:
+        con.print()
+        con.print(R.terms_table(r.terms, fmt, value_header=unit, title="How each term is computed",
+                                formats={"params": lambda v: f"{fmt_count(v)} params"}))
+    con.print()
+    con.print(R.verdict(r.fits, _verdict_text(r, fmt, unit)))

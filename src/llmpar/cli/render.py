@@ -1,0 +1,143 @@
+"""Shared rich rendering helpers for the commands (memory, step, plan, ...).
+
+Generic on purpose: a breakdown table (component, value, share, bar, note) whose values are
+formatted by a caller-supplied function (bytes for `memory`, seconds for `step`), a one-line
+verdict, the assumptions list, and an --explain table of terms (name, value, formula, values,
+source). rich is imported lazily, inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from llmpar.units import unit_scale
+
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def console():
+    """A rich Console on the current stdout; wide enough for the tables when not a terminal."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=120, highlight=False)
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    """A horizontal bar of ``width`` cells filled to ``fraction`` (eighth-cell resolution)."""
+    if not math.isfinite(fraction) or fraction <= 0:
+        return ""
+    eighths = int(round(min(fraction, 1.0) * width * 8))
+    full, rem = divmod(eighths, 8)
+    return "█" * full + (_BLOCKS[rem] if rem else "")
+
+
+def bytes_formatter(units: str = "gb", digits: int = 2) -> tuple[Callable[[float], str], str]:
+    """(format function, unit name) for memory in GB (1e9, default) or GiB."""
+    scale, name = unit_scale(units)
+    return (lambda n: f"{n / scale:,.{digits}f}"), name
+
+
+def breakdown_table(
+    rows: Sequence[tuple[str, float, str]],
+    *,
+    title: str | None = None,
+    value_header: str = "value",
+    fmt: Callable[[float], str] = str,
+    total: float | None = None,
+    total_label: str = "total",
+    total_note: str = "",
+    bar_width: int = 24,
+    note_header: str = "",
+):
+    """A rich Table: component | value | share | bar | note, plus a total row.
+
+    ``rows`` are (label, value, note); share is value / total (total defaults to the sum).
+    Rows with value 0 are kept (they say something, e.g. no KV cache in training)."""
+    from rich.table import Table
+
+    from rich import box
+
+    tot = float(sum(v for _, v, _ in rows) if total is None else total)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    table.add_column("component")
+    table.add_column(value_header, justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("", no_wrap=True, style="cyan")
+    table.add_column(note_header, style="dim")
+    for label, value, note in rows:
+        share = value / tot if tot else 0.0
+        table.add_row(label, fmt(value), f"{share * 100:.1f}%", bar(share, bar_width), note)
+    table.add_section()
+    table.add_row(f"[bold]{total_label}[/bold]", f"[bold]{fmt(tot)}[/bold]", "100.0%", "", total_note)
+    return table
+
+
+def verdict(ok: bool, text: str, ok_word: str = "FITS", bad_word: str = "DOES NOT FIT"):
+    """One line: a green ok_word or a red bad_word, then the text."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(ok_word if ok else bad_word, style="bold green" if ok else "bold red")
+    line.append(f"  {text}")
+    return line
+
+
+def header(title: str, pairs: Iterable[tuple[str, Any]]):
+    """'title · k v · k v' as one dim-styled line."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(title, style="bold")
+    for key, value in pairs:
+        line.append("  ·  ", style="dim")
+        line.append(f"{key} ", style="dim")
+        line.append(str(value))
+    return line
+
+
+def print_assumptions(con, notes: Sequence[str], title: str = "assumed") -> None:
+    for note in notes:
+        con.print(f"[dim]{title}:[/dim] {note}", highlight=False)
+
+
+def terms_table(terms: Sequence[Any], fmt: Callable[[float], str], value_header: str = "value", title: str | None = None,
+                formats: dict[str, Callable[[float], str]] | None = None):
+    """--explain: every term with its value, formula, substituted values and source.
+
+    ``terms`` are objects with component, name, bytes (or value), formula, values, source;
+    ``formats`` overrides the value format per component (e.g. parameter counts)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False, header_style="bold", expand=False)
+    table.add_column("component", style="dim")
+    table.add_column("term")
+    table.add_column(value_header, justify="right")
+    table.add_column("formula", style="cyan")
+    table.add_column("values")
+    table.add_column("source", style="dim")
+    for t in terms:
+        value = getattr(t, "bytes", None)
+        if value is None:
+            value = getattr(t, "value")
+        f = (formats or {}).get(t.component, fmt)
+        table.add_row(t.component, t.name, f(value), t.formula, t.values, t.source)
+    return table
+
+
+def simple_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None,
+                 right: Sequence[str] = ()):
+    """A plain rich Table with the given columns; columns named in ``right`` are right-aligned."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    for c in columns:
+        table.add_column(c, justify="right" if c in right else "left")
+    for r in rows:
+        table.add_row(*[str(x) for x in r])
+    return table
