@@ -1,0 +1,357 @@
+"""Measure matmul throughput and fit the profile's GEMM efficiency curve.
+
+``llmpar calibrate gemm`` times ``torch.matmul`` over the GEMM shapes a model produces (QKV,
+attention output projection, MLP up/gate and down, LM head, at a few TP degrees and token counts)
+plus square sizes, turns each into efficiency = achieved FLOP/s / the profile's peak for the dtype,
+fits the parameters of the efficiency curve to them, and writes a profile that ``extends:`` the
+base with ``gpu.gemm`` replaced and a ``calibration.gemm`` record (raw measurements included, so a
+later change of the curve's form can be refitted without re-measuring).
+
+The curve itself lives in ONE place, :func:`llmpar.cost.compute.gemm_efficiency`, with its
+parameters in :class:`llmpar.specs.hardware.GemmEfficiency`. The fit here is generic: it fits every
+float field of ``GemmEfficiency`` (bounds from the field's constraints) by Levenberg-Marquardt
+least squares on the relative error, evaluating the curve through that function. If the lead
+changes the curve's form, only those two places change.
+
+torch is imported inside functions only. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from llmpar.errors import UserError
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+
+
+@dataclass
+class GemmPlan:
+    hardware: str = "h100-sxm"
+    model: str | None = "llama-3-70b"
+    dtype: str = "bf16"
+    tps: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    tokens: list[int] = field(default_factory=lambda: [2048, 8192])
+    square: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048, 4096, 8192])
+    max_dim: int | None = None
+    iters: int = 10
+    warmup: int = 3
+    peak: str | float | None = None
+
+
+@dataclass
+class Shape:
+    label: str
+    m: int
+    n: int
+    k: int
+
+
+def model_shapes(model, tps: list[int], tokens: list[int]) -> list[Shape]:
+    """Forward GEMMs of one transformer layer (+ LM head) split by TP: (m tokens) x (k) @ (k x n).
+
+    QKV (fused, GQA): n = (heads + 2 kv_heads) * head_dim / tp, k = hidden; attention output:
+    n = hidden, k = heads * head_dim / tp; MLP up (+gate fused for SwiGLU): n = (2|1) * ffn / tp,
+    k = hidden; MLP down: n = hidden, k = ffn / tp; LM head: n = vocab / tp, k = hidden. MoE models
+    use the expert FFN size with tokens * top_k / experts per expert. The backward GEMMs (dgrad,
+    wgrad) are the same products transposed, with the same smallest dimension.
+    """
+    h, a, kv, d = model.hidden, model.heads, model.n_kv_heads, model.d_head
+    swiglu = model.ffn_type == "swiglu"
+    out: list[Shape] = []
+    for tp in tps:
+        for T in tokens:
+            def add(label, n, k, m=T):
+                if n >= 1 and k >= 1 and m >= 1:
+                    out.append(Shape(f"{label} tp{tp} T{T}", int(m), int(n), int(k)))
+            add("qkv", (a + 2 * kv) * d // tp, h)
+            add("attn_out", h, a * d // tp)
+            if model.moe is not None:
+                f, m_e = model.moe.expert_ffn_hidden, max(1, T * model.moe.top_k // model.moe.experts)
+                add("expert_up", (2 if swiglu else 1) * f // tp, h, m_e)
+                add("expert_down", h, f // tp, m_e)
+            else:
+                f = model.ffn_hidden
+                add("mlp_up", (2 if swiglu else 1) * f // tp, h)
+                add("mlp_down", h, f // tp)
+            add("lm_head", model.vocab // tp, h)
+    return out
+
+
+def plan_shapes(plan: GemmPlan) -> list[Shape]:
+    """Shapes to measure: the model's (deduplicated) and the squares, within ``max_dim``."""
+    from llmpar.specs import load_hardware, load_model
+
+    load_hardware(plan.hardware)  # bad names fail here, before any measurement
+    shapes = model_shapes(load_model(plan.model), plan.tps, plan.tokens) if plan.model else []
+    shapes += [Shape(f"square {s}", s, s, s) for s in plan.square]
+    seen, out = set(), []
+    for s in shapes:
+        key = (s.m, s.n, s.k)
+        if key in seen or (plan.max_dim and max(key) > plan.max_dim):
+            continue
+        seen.add(key)
+        out.append(s)
+    if not out:
+        raise UserError("no GEMM shape left to measure (raise --max-dim or give --square sizes)")
+    return out
+
+
+def device_unavailable(device: str) -> str | None:
+    """A one-line reason why nothing can be measured (no GPU), or None. Bad --device: UserError."""
+    dev = str(device).strip().lower()
+    if not (dev == "cpu" or dev == "cuda" or dev.startswith("cuda:")):
+        raise UserError(f"unknown --device {device!r}: use cuda, cuda:N or cpu")
+    try:
+        import torch
+    except ImportError:
+        if dev == "cpu":
+            raise UserError("calibrate gemm needs torch: pip install 'llmpar[bench]'") from None
+        return "no GPU to measure (torch is not installed: pip install 'llmpar[bench]'); nothing measured"
+    if dev.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return "no CUDA GPU found: `calibrate gemm` measures a GPU; nothing measured (--device cpu tests the pipeline)"
+        idx = int(dev.split(":")[1]) if ":" in dev else 0
+        if idx >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+    return None
+
+
+def measure(shapes: list[Shape], device: str, dtype: str, iters: int = 10, warmup: int = 3) -> list[float]:
+    """Seconds per matmul for each shape (mean over ``iters`` after ``warmup``, device-synchronised)."""
+    import time
+
+    import torch
+
+    dev = torch.device(device)
+    tdt = getattr(torch, TORCH_DTYPES[dtype])
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    out = []
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for s in shapes:
+        a = torch.randn(s.m, s.k, generator=gen).to(device=dev, dtype=tdt)
+        b = torch.randn(s.k, s.n, generator=gen).to(device=dev, dtype=tdt)
+        for _ in range(warmup):
+            torch.matmul(a, b)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b)
+        sync()
+        out.append((time.perf_counter() - t0) / iters)
+        del a, b
+    return out
+
+
+# ----------------------------------------------------------------------------- the fit
+
+def curve_parameters() -> tuple[list[str], dict[str, tuple[float, float]]]:
+    """Names and (lower, upper) bounds of the efficiency curve's parameters: the float fields of
+    :class:`GemmEfficiency` and their pydantic constraints."""
+    from llmpar.specs.hardware import GemmEfficiency
+
+    names, bounds = [], {}
+    for name, info in GemmEfficiency.model_fields.items():
+        if info.annotation is not float:
+            continue
+        lo, hi = -math.inf, math.inf
+        for c in info.metadata:
+            if getattr(c, "gt", None) is not None:
+                lo = float(c.gt) + 1e-12
+            if getattr(c, "ge", None) is not None:
+                lo = float(c.ge)
+            if getattr(c, "lt", None) is not None:
+                hi = float(c.lt) - 1e-12
+            if getattr(c, "le", None) is not None:
+                hi = float(c.le)
+        names.append(name)
+        bounds[name] = (lo, hi)
+    return names, bounds
+
+
+def efficiency_curve(params: dict[str, float], m, n, k):
+    """The profile's efficiency curve at ``params`` — evaluated by the ONE definition,
+    :func:`llmpar.cost.compute.gemm_efficiency` (hook: change the curve there, not here)."""
+    from llmpar.cost.compute import gemm_efficiency
+    from llmpar.specs.hardware import GemmEfficiency
+
+    shim = SimpleNamespace(gpu=SimpleNamespace(gemm=GemmEfficiency.model_construct(**params)))
+    return gemm_efficiency(shim, np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float))
+
+
+def fit_curve(m, n, k, eff, start: dict[str, float] | None = None,
+              curve: Callable[..., Any] = efficiency_curve) -> tuple[dict[str, float], dict[str, float]]:
+    """Least squares on relative error, sum((curve(p; m, n, k) / eff - 1)^2), by Levenberg-Marquardt
+    with a numerical Jacobian, within the parameters' bounds. Returns (params, quality)."""
+    names, bounds = curve_parameters()
+    m, n, k, y = (np.asarray(v, dtype=float) for v in (m, n, k, eff))
+    if y.size < len(names):
+        raise UserError(f"need at least {len(names)} GEMM measurements to fit {', '.join(names)}; got {y.size}")
+    if np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise UserError("GEMM efficiencies must be positive and finite")
+    lo = np.array([bounds[x][0] for x in names])
+    hi = np.array([bounds[x][1] for x in names])
+
+    def resid(p):
+        return curve(dict(zip(names, p)), m, n, k) / y - 1.0
+
+    def solve(p0):
+        p = np.clip(np.asarray(p0, dtype=float), lo, hi)
+        r = resid(p)
+        cost, lam = float(r @ r), 1e-3
+        for _ in range(500):
+            step_h = 1e-6 * np.maximum(np.abs(p), 1e-3)
+            J = np.empty((r.size, p.size))
+            for j in range(p.size):
+                q = p.copy()
+                q[j] += step_h[j]
+                J[:, j] = (resid(q) - r) / step_h[j]
+            A, g = J.T @ J, J.T @ r
+            try:
+                step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-15), -g)
+            except np.linalg.LinAlgError:
+                lam *= 10
+                continue
+            q = np.clip(p + step, lo, hi)
+            rq = resid(q)
+            cq = float(rq @ rq)
+            if cq < cost:
+                done = np.all(np.abs(q - p) <= 1e-12 + 1e-10 * np.abs(p)) or cost - cq < 1e-16 * max(cost, 1e-30)
+                p, r, cost, lam = q, rq, cq, max(lam / 3, 1e-12)
+                if done:
+                    break
+            else:
+                lam *= 4
+                if lam > 1e12:
+                    break
+        return p, cost
+
+    from llmpar.specs.hardware import GemmEfficiency
+
+    defaults = {x: float(GemmEfficiency.model_fields[x].default) for x in names}
+    starts = [dict(defaults, **(start or {}))]
+    # a data-driven start too: the largest efficiency seen, and the median smallest dimension
+    d = np.minimum(np.minimum(m, n), k)
+    guess = dict(defaults)
+    if "max_efficiency" in guess:
+        guess["max_efficiency"] = min(float(y.max()) * 1.1, bounds["max_efficiency"][1])
+    if "half_dim" in guess:
+        guess["half_dim"] = float(np.median(d)) / 4
+    starts.append(guess)
+    best = min((solve([s[x] for x in names]) for s in starts), key=lambda t: t[1])
+    p, _ = best
+    rel = resid(p)
+    params = {x: float(v) for x, v in zip(names, p)}
+    quality = {"rms_rel_error": float(np.sqrt(np.mean(rel**2))), "max_rel_error": float(np.max(np.abs(rel))),
+               "samples": int(y.size)}
+    return params, quality
+
+
+# ----------------------------------------------------------------------------- end to end
+
+@dataclass
+class GemmResult:
+    base: str
+    device: str
+    device_name: str
+    dtype: str
+    peak_flops: float
+    model: str | None
+    shapes: list[Shape]
+    seconds: list[float]
+    params: dict[str, float]
+    quality: dict[str, float]
+    torch_version: str = ""
+    date: str = ""
+
+    def efficiencies(self) -> list[float]:
+        return [2.0 * s.m * s.n * s.k / t / self.peak_flops for s, t in zip(self.shapes, self.seconds)]
+
+    def to_dict(self) -> dict[str, Any]:
+        eff = self.efficiencies()
+        fitted = efficiency_curve(self.params, [s.m for s in self.shapes], [s.n for s in self.shapes],
+                                  [s.k for s in self.shapes])
+        return {
+            "base": self.base, "device": self.device, "device_name": self.device_name, "dtype": self.dtype,
+            "peak_flops": self.peak_flops, "model": self.model, "torch_version": self.torch_version, "date": self.date,
+            "fit": {"params": self.params, **self.quality},
+            "samples": [{"label": s.label, "m": s.m, "n": s.n, "k": s.k, "time_s": t,
+                         "flops_per_s": 2.0 * s.m * s.n * s.k / t, "efficiency": e, "fitted": float(f)}
+                        for s, t, e, f in zip(self.shapes, self.seconds, eff, np.atleast_1d(fitted))],
+        }
+
+
+def calibrate(plan: GemmPlan, shapes: list[Shape], device: str) -> GemmResult:
+    import torch
+
+    from llmpar.specs import load_hardware
+    from llmpar.units import parse_flops
+
+    hw = load_hardware(plan.hardware)
+    peak = parse_flops(plan.peak, "--peak") if plan.peak is not None else hw.gpu.peak(plan.dtype)
+    seconds = measure(shapes, device, plan.dtype, plan.iters, plan.warmup)
+    eff = [2.0 * s.m * s.n * s.k / t / peak for s, t in zip(shapes, seconds)]
+    if max(eff) > 1.0:
+        raise UserError(f"measured {max(eff):.2f} x the peak of {peak / 1e12:.1f} TFLOP/s: wrong --hardware or --dtype? "
+                        "(give --peak)")
+    start = hw.gpu.gemm.model_dump()
+    params, quality = fit_curve([s.m for s in shapes], [s.n for s in shapes], [s.k for s in shapes], eff, start=start)
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU {platform.machine()}"
+    return GemmResult(base=plan.hardware, device=str(dev), device_name=name, dtype=plan.dtype, peak_flops=peak,
+                      model=plan.model, shapes=shapes, seconds=seconds, params=params, quality=quality,
+                      torch_version=str(torch.__version__),
+                      date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+
+def profile_dict(result: GemmResult, name: str) -> dict[str, Any]:
+    base = result.base
+    if base.endswith((".yaml", ".yml")) or "/" in base:
+        base = str(Path(base).resolve())
+    d = result.to_dict()
+    return {
+        "name": name,
+        "extends": base,
+        "description": f"{result.base} with GEMM efficiency measured on {result.device_name} by llmpar calibrate gemm",
+        "gpu": {"gemm": {k: round(v, 6) for k, v in result.params.items()}},
+        "calibration": {"gemm": {
+            "tool": "llmpar calibrate gemm",
+            "date": result.date,
+            "device": result.device_name,
+            "torch": result.torch_version,
+            "dtype": result.dtype,
+            "peak_flops": result.peak_flops,
+            "model": result.model,
+            "fit": d["fit"],
+            "measurements": [[s["m"], s["n"], s["k"], round(s["time_s"], 9)] for s in d["samples"]],
+        }},
+    }
+
+
+def write_profile(result: GemmResult, out: str | Path) -> Path:
+    """Write the profile YAML and check that it loads (``extends:`` resolved, pydantic-valid)."""
+    import yaml
+
+    from llmpar.specs import load_hardware
+
+    out = Path(out)
+    doc = profile_dict(result, out.stem)
+    text = ("# Written by `llmpar calibrate gemm`: the base profile with gpu.gemm fitted to measured matmuls.\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=120))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    load_hardware(str(out))
+    return out
