@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from llmpar.specs.hardware import GemmEfficiency
 import yaml
 
 from conftest import assert_one_line_error
@@ -53,7 +55,7 @@ def test_curve_is_the_cost_models():
     p = hw.gpu.gemm.model_dump()
     assert gemm.efficiency_curve(p, 64, 4096, 8192) == pytest.approx(float(gemm_efficiency(hw, 64, 4096, 8192)))
     names, bounds = gemm.curve_parameters()
-    assert set(names) == {"max_efficiency", "half_dim"}
+    assert set(names) == set(GemmEfficiency.model_fields)  # every float field of the curve
     assert bounds["max_efficiency"][1] == 1.0 and bounds["half_dim"][0] == 0.0
 
 
@@ -101,7 +103,7 @@ def test_cpu_pipeline_writes_a_loadable_profile(cli, tmp_path):
     s = data["samples"][3]
     assert s["efficiency"] == pytest.approx(2 * 128**3 / s["time_s"] / 67e12)
     doc = yaml.safe_load(out.read_text())
-    assert doc["extends"] == "h100-sxm" and set(doc["gpu"]["gemm"]) == {"max_efficiency", "half_dim"}
+    assert doc["extends"] == "h100-sxm" and set(doc["gpu"]["gemm"]) == set(GemmEfficiency.model_fields)
     assert len(doc["calibration"]["gemm"]["measurements"]) == 4
     hw = load_hardware(str(out))  # extends resolved, pydantic-valid
     assert hw.gpu.gemm.max_efficiency == pytest.approx(data["fit"]["params"]["max_efficiency"], rel=1e-5)

@@ -21,17 +21,24 @@ import numpy as np
 from llmpar.specs.hardware import Hardware
 
 
-def gemm_efficiency(hw: Hardware, m, n, k):
-    """Achieved/peak for an (m x k) @ (k x n) matmul: e_max * d / (d + d_half), d = min(m, n, k)."""
+def gemm_efficiency(hw: Hardware, m, n, k, count=1):
+    """Achieved/peak for ``count`` (m x k) @ (k x n) matmuls issued as one launch (a batched or
+    grouped GEMM):  e_max * d/(d + d_half) * F/(F + F_half),  d = min(m, n, k), F = 2*m*n*k*count.
+
+    d/(d + d_half) is a smooth stand-in for the roofline's memory side: the arithmetic intensity of
+    a GEMM grows with its smallest dimension (Williams et al. 2009); F/(F + F_half) turns a fixed
+    per-launch cost t0 = F_half/(peak*e_max) into an efficiency. Parameters: hardware profile
+    ``gpu.gemm`` (DESIGN.md, GEMM efficiency)."""
     g = hw.gpu.gemm
     d = np.minimum(np.minimum(m, n), k)
-    return g.max_efficiency * d / (d + g.half_dim)
+    work = 2.0 * m * n * k * count
+    return g.max_efficiency * d / (d + g.half_dim) * work / (work + g.half_flops)
 
 
 def gemm_time(hw: Hardware, dtype: str, m, n, k, count=1):
-    """Seconds for ``count`` matmuls of shape (m, n, k): 2*m*n*k*count / (peak * efficiency)."""
+    """Seconds for ``count`` matmuls of shape (m, n, k) in one launch: 2*m*n*k*count / (peak * eff)."""
     flops = 2.0 * m * n * k * count
-    return flops / (hw.gpu.peak(dtype) * gemm_efficiency(hw, m, n, k))
+    return flops / (hw.gpu.peak(dtype) * gemm_efficiency(hw, m, n, k, count))
 
 
 def memory_bound_time(hw: Hardware, nbytes):

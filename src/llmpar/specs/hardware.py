@@ -26,9 +26,13 @@ DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 
 
 class GemmEfficiency(BaseModel):
-    """Achieved/peak matmul throughput as a saturating function of GEMM shape.
+    """Achieved/peak matmul throughput as a function of GEMM shape (see llmpar.cost.compute):
 
-    eff(m, n, k) = max_efficiency * d / (d + half_dim),  d = min(m, n, k)
+    eff(m, n, k, count) = max_efficiency * d / (d + half_dim) * F / (F + half_flops)
+        d = min(m, n, k)            skinny GEMMs (small k, or few tokens) fall towards the
+                                    memory roof: arithmetic intensity grows with d
+        F = 2*m*n*k*count           FLOPs of one launch: half_flops / (peak * max_efficiency) is the
+                                    fixed per-kernel cost (launch, ramp-up, last partial wave)
     (DESIGN.md, GEMM efficiency: large square bf16 GEMMs reach ~87 % of peak on A100 and ~80 % on
     H100, ml-engineering MAMF; small or skinny GEMMs fall off). ``llmpar calibrate gemm`` refits it.
     """
@@ -36,6 +40,7 @@ class GemmEfficiency(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_efficiency: float = Field(0.80, gt=0, le=1)
     half_dim: float = Field(64.0, ge=0, description="smallest GEMM dimension at which efficiency is half the maximum")
+    half_flops: float = Field(0.0, ge=0, description="FLOPs per launch at which the fixed kernel cost halves efficiency")
 
 
 class Accelerator(BaseModel):
