@@ -176,3 +176,90 @@ def test_time_grows_with_size(log2, p):
     s = 2.0**log2
     for coll in ("all_reduce", "all_gather", "all_to_all"):
         assert collective_time(hw, coll, 2 * s, p) > collective_time(hw, coll, s, p) > 0
+
+
+# ----------------------------------------------------------------------------- `llmpar collective`
+
+from conftest import assert_one_line_error  # noqa: E402
+
+
+def test_cli_json_contract(cli):
+    res = cli("collective", "all-reduce", "--size", "1GiB", "--gpus", "16", "--hardware", "h100-sxm", "--json")
+    assert res.code == 0, res.err
+    out = res.json()
+    assert {"collective", "size_bytes", "gpus", "chosen", "algorithms"} <= set(out)
+    assert out["collective"] == "all_reduce" and out["size_bytes"] == GiB and out["gpus"] == 16
+    rows = {a["algorithm"]: a for a in out["algorithms"]}
+    assert {"naive", "ring"} <= set(rows)
+    for a in rows.values():
+        assert {"algorithm", "time_s", "bytes_per_rank", "algbw_GBps", "busbw_GBps", "tiers"} <= set(a)
+    # bytes sent per rank, D = 1 GiB, P = 16: naive D(P-1) = 15 GiB; ring 2D(15/16) = 1.875 GiB
+    assert rows["naive"]["bytes_per_rank"] == 15 * GiB
+    assert rows["ring"]["bytes_per_rank"] == pytest.approx(1.875 * GiB)
+    # busbw = algbw x 2(P-1)/P = algbw x 1.875; algbw = S / t
+    ring = rows["ring"]
+    assert ring["algbw_GBps"] == pytest.approx(GiB / ring["time_s"] / 1e9)
+    assert ring["busbw_GBps"] == pytest.approx(ring["algbw_GBps"] * 1.875)
+    assert ring["tiers"] == ["nvlink", "infiniband"]
+    # 2 DGX H100: NVLS inside each node + tree across the 2 nodes wins (H100 has NVLink SHARP)
+    assert out["chosen"] == "nvls_tree" and not rows["nvls"]["available"]
+    assert out["time_s"] == pytest.approx(collective_time(load_hardware("h100-sxm"), "all_reduce", GiB, 16))
+
+
+def test_cli_accepts_collective_spellings(cli):
+    outs = [cli("collective", name, "--size", "64MiB", "--gpus", "8", "--json").json()
+            for name in ("all-reduce", "allreduce", "all_reduce")]
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_cli_table_marks_choice_and_naive(cli):
+    res = cli("collective", "all-reduce", "--size", "1GiB", "--gpus", "8", "--hardware", "a100-80gb")
+    assert res.code == 0, res.err
+    assert "*ring" in res.out                      # A100: no NVLS, ring/Simple at 1 GiB
+    assert "7 GiB" in res.out and "1.75 GiB" in res.out   # naive D(P-1) vs ring 2D(P-1)/P, D = 1 GiB, P = 8
+    assert "2DP" in res.out
+
+
+def test_cli_sweep_nccl_tests_layout(cli):
+    res = cli("collective", "all-gather", "--gpus", "8", "--sweep", "1KiB:8KiB")
+    assert res.code == 0, res.err
+    rows = [ln.split() for ln in res.out.splitlines() if ln and not ln.startswith("#")]
+    # doubling: 1, 2, 4, 8 KiB; nccl-tests all_gather count = per-rank elements = size / 4 B / 8
+    assert [int(r[0]) for r in rows] == [1024, 2048, 4096, 8192]
+    assert [int(r[1]) for r in rows] == [32, 64, 128, 256]
+    assert all(r[2] == "float" and r[3] == "none" and r[4] == "-1" for r in rows)
+    assert "(us)" in res.out and "busbw" in res.out
+    js = cli("collective", "all-reduce", "--gpus", "8", "--sweep", "1MiB:4MiB", "--json").json()
+    assert [r["size_bytes"] for r in js["sweep"]] == [2**20, 2**21, 2**22]
+    assert js["sweep"][0]["count"] == 2**20 // 4 and js["sweep"][0]["redop"] == "sum"
+
+
+def test_cli_forced_algorithm_and_explain(cli):
+    out = cli("collective", "all-reduce", "--size", "1GiB", "--gpus", "8", "--algorithm", "ring", "--json").json()
+    assert out["chosen"] == "ring"
+    res = cli("collective", "all-reduce", "--size", "1GiB", "--gpus", "8", "--explain")
+    assert res.code == 0 and "Patarasuk" in res.out and "NVLS" in res.out
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("all-reduce", "--size", "0", "--gpus", "8"), "positive"),
+        (("all-reduce", "--size", "-1GiB", "--gpus", "8"), "positive"),
+        (("all-reduce", "--size", "lots", "--gpus", "8"), "size"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "1"), "--gpus"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "0"), "--gpus"),
+        (("allsum", "--size", "1GiB", "--gpus", "8"), "unknown collective"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "8", "--algorithm", "magic"), "unknown algorithm"),
+        (("all-gather", "--size", "1GiB", "--gpus", "8", "--algorithm", "tree"), "not available"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "16", "--algorithm", "nvls"), "spans"),
+        (("all-reduce", "--gpus", "8", "--sweep", "8GiB:1KiB"), "larger than"),
+        (("all-reduce", "--gpus", "8", "--sweep", "1KiB"), "A:B"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "16", "--gpus-per-node", "16"), "NVLink domain"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "4", "--gpus-per-node", "8"), "larger than the group"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "12", "--gpus-per-node", "8"), "multiple"),
+        (("all-reduce", "--size", "1GiB", "--gpus", "8", "--hardware", "h1000"), "unknown hardware"),
+    ],
+)
+def test_cli_bad_input(cli, args, needle):
+    assert_one_line_error(cli("collective", *args), needle)

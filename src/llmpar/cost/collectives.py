@@ -509,6 +509,72 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
     )
 
 
+# ----------------------------------------------------------------------------- explain
+
+_FAMILY = {"all_reduce": "ar", "all_gather": "agrs", "reduce_scatter": "agrs", "broadcast": "chain",
+           "reduce": "chain", "all_to_all": "a2a", "gather": "root", "scatter": "root", "send_recv": "p2p"}
+# (collective family, algorithm) -> (latency formula, bandwidth formula, source). Notation: S size
+# (nccl-tests), P group, k members per domain, n = ceil(P/k) domains, a_i/a_o per-step latency
+# on the scale-up/scale-out tier for the protocol, B_i = bandwidth x efficiency per GPU per
+# direction, B_o = k x NIC share x efficiency (pooled), f_p protocol bandwidth fraction.
+FORMULAS = {
+    ("ar", "ring"): ("base + (2(P-1) - 2(n-1))·a_i + 2(n-1)·a_o  (x1.4 if n>1, Simple)",
+                     "max(S·2(P-1)/P·[(k-1)/k if n>1] / B_i, S·2(P-1)/P / B_o) / f_p",
+                     "Patarasuk & Yuan 2009 (ring); NCCL tuning.cc ncclTopoTuneModel/GetAlgoTime"),
+    ("ar", "tree"): ("base + 2((k-1)·a_i + ceil(log2 n)·a_o)",
+                     "max(2S / B_i, S·(1 if n=2 else 2) / B_o) / f_p   (f_p includes NCCL's 0.92)",
+                     "Sanders et al. 2009 double binary trees; NCCL tuning.cc (tree)"),
+    ("ar", "nvls"): ("inr_latency (NVLS, one domain)", "S(1 + 1/P) / (bandwidth x inr_efficiency)",
+                     "NCCL NVLS (NVLink SHARP); tuning.cc hwLatencies NVLS, nvlsEfficiency"),
+    ("ar", "nvls_tree"): ("inr_latency + 2·ceil(log2 n)·a_o", "max(S(1 + 1/k) / B_nvls, S·(1 if n=2 else 2) / B_o)",
+                          "NCCL NVLSTree; tuning.cc"),
+    ("ar", "collnet"): ("2(k-1)·a_i + inr_latency(NIC tier)", "max(S·x_i / B_i, S / (k x NIC share x inr_efficiency))",
+                        "NCCL CollNet (IB SHARP); tuning.cc"),
+    ("ar", "hierarchical"): ("base + 2(k-1)·a_i + 2(n-1)·a_o",
+                             "2·S(k-1)/k / B_i + S·2(n-1)/n / B_o   (phases in sequence)",
+                             "hierarchical all-reduce (Jia et al. 2018, arXiv:1807.11205)"),
+    ("ar", "naive"): ("base + (k-1)·a_i + (P-k)·a_o", "max(S(k-1) / B_i, S·k(P-k) / B_o)   [sent per rank: S(P-1)]",
+                      "direct sends to every peer (the seeds' strawman)"),
+    ("agrs", "ring"): ("base + (P-n)·a_i + (n-1)·a_o", "max(S(P-1)/P·[(k-1)/k if n>1] / B_i, S(P-1)/P / B_o) / f_p",
+                       "Patarasuk & Yuan 2009; NCCL tuning.cc"),
+    ("agrs", "nvls"): ("inr_latency", "S(P-1)/P / (bandwidth x inr_efficiency)", "NCCL NVLS; tuning.cc"),
+    ("chain", "ring"): ("base + (P-n)·a_i + (n-1)·a_o", "max(S·[(k-1)/k if n>1] / B_i, S / B_o) / f_p",
+                        "pipelined chain (NCCL ring broadcast/reduce)"),
+    ("a2a", "naive"): ("base + (k-1)·a_i + (P-k)·a_o", "max(S(k-1)/P / B_i, S·k(P-k)/P / B_o) / f_p",
+                       "NCCL all-to-all = grouped send/recv to every peer"),
+    ("root", "naive"): ("base + (k-1)·a_i + (P-k)·a_o", "max(S(P-1)/P / B_i, S(P-k)/P / B_o) / f_p",
+                        "NCCL gather/scatter = send/recv with the root"),
+    ("p2p", "naive"): ("base + a (a_o if the pair crosses domains, else a_i)",
+                       "S / B_i, or S / (one NIC share x efficiency) across domains",
+                       "point-to-point (nccl-tests sendrecv)"),
+}
+
+
+def explain(report: CollectiveReport, hw) -> list[dict]:
+    """Terms of each available row: formula, substituted values, seconds and source."""
+    fam = _FAMILY[report.collective]
+    P, k, n = report.group_size, report.members_per_node, report.domains
+    intra = next(iter(report.tiers.values()))
+    outer = tier_params(hw.tiers[-1])
+    out = []
+    for r in report.rows:
+        if not r.available:
+            continue
+        lat_f, bw_f, src = FORMULAS[(fam, r.algorithm)]
+        p = PROTOCOLS.index(r.protocol)
+        values = (f"S={report.size_bytes:.4g} B, P={P}, k={k}, n={n}, protocol {PROTOCOL_NAMES[r.protocol]}: "
+                  f"base={BASE_LATENCY_US[r.algorithm][p]:g} us, a_i={intra['alpha'][p] * 1e6:.3g} us, "
+                  f"a_o={outer['alpha'][p] * 1e6:.3g} us, B_i={intra['beta'] / 1e9:.4g} GB/s, "
+                  f"B_o={k * outer['beta'] / 1e9:.4g} GB/s, f_p={PROTO_BW[r.algorithm][p]:.3g}")
+        if r.algorithm in ("nvls", "nvls_tree"):
+            values += f", B_nvls={intra['beta_inr'] / 1e9:.4g} GB/s, inr_latency={intra['inr_latency'] * 1e6:g} us"
+        out.append({"algorithm": r.algorithm, "term": "latency", "value_s": r.latency_s, "formula": lat_f,
+                    "values": values, "source": src})
+        out.append({"algorithm": r.algorithm, "term": "bandwidth", "value_s": r.bandwidth_s, "formula": bw_f,
+                    "values": "", "source": "nccl-tests PERFORMANCE.md sizes; DESIGN.md beta_inter = k x NIC share"})
+    return out
+
+
 def busbw(collective: str, size_bytes, time_s, group_size):
     """nccl-tests bus bandwidth in bytes/s: size/time x factor."""
     return np.asarray(size_bytes, dtype=float) / np.asarray(time_s, dtype=float) * bus_factor(collective, group_size)
