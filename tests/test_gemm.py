@@ -23,26 +23,38 @@ def _grid():
     return m, n, k
 
 
+# synthetic truth for each parameter of the profile's curve (GemmEfficiency, cost.compute):
+# a large-GEMM ceiling of 83 %, half efficiency at a smallest dimension of 150, and (when the curve
+# has a per-launch term) half efficiency at 5e8 FLOPs per launch
+TRUTH = {"max_efficiency": 0.83, "half_dim": 150.0, "half_flops": 5e8}
+
+
+def _truth():
+    names, _ = gemm.curve_parameters()
+    missing = [x for x in names if x not in TRUTH]
+    assert not missing, f"give the new curve parameter(s) {missing} a synthetic value in TRUTH"
+    return {x: TRUTH[x] for x in names}
+
+
 def test_fit_recovers_known_parameters():
     m, n, k = _grid()
-    d = np.minimum(np.minimum(m, n), k)
-    # synthetic truth: eff = 0.83 * d / (d + 150)  (the profile curve, GemmEfficiency docstring)
-    eff = 0.83 * d / (d + 150.0)
+    truth = _truth()
+    eff = gemm.efficiency_curve(truth, m, n, k)
     params, q = gemm.fit_curve(m, n, k, eff, start={"max_efficiency": 0.5, "half_dim": 10.0})
-    assert params["max_efficiency"] == pytest.approx(0.83, rel=0.01)
-    assert params["half_dim"] == pytest.approx(150.0, rel=0.01)
+    for name, value in truth.items():
+        assert params[name] == pytest.approx(value, rel=0.01), name
     assert q["rms_rel_error"] < 1e-6 and q["samples"] == m.size
 
 
 def test_fit_with_measurement_noise():
     m, n, k = _grid()
-    d = np.minimum(np.minimum(m, n), k)
+    truth = _truth()
     rng = np.random.default_rng(7)
-    # +-0.5 % multiplicative noise on eff = 0.78 d / (d + 96)
-    eff = 0.78 * d / (d + 96.0) * (1 + rng.uniform(-0.005, 0.005, size=d.size))
+    # +-0.2 % multiplicative noise
+    eff = gemm.efficiency_curve(truth, m, n, k) * (1 + rng.uniform(-0.002, 0.002, size=m.size))
     params, q = gemm.fit_curve(m, n, k, eff)
-    assert params["max_efficiency"] == pytest.approx(0.78, rel=0.01)
-    assert params["half_dim"] == pytest.approx(96.0, rel=0.01)
+    for name, value in truth.items():
+        assert params[name] == pytest.approx(value, rel=0.01), name
     assert q["max_rel_error"] < 0.01
 
 

@@ -202,53 +202,73 @@ def fit_curve(m, n, k, eff, start: dict[str, float] | None = None,
     lo = np.array([bounds[x][0] for x in names])
     hi = np.array([bounds[x][1] for x in names])
 
+    # Parameters differ by many decades (an efficiency ~0.8, a dimension ~100, a FLOP count ~1e9):
+    # fit u with p = lo + exp(u) (lower bound only) or lo + (hi - lo) * sigmoid(u) (both bounds).
+    def to_p(u):
+        u = np.clip(u, -700, 700)
+        both = np.isfinite(hi)
+        return np.where(both, lo + (hi - lo) / (1 + np.exp(-u)), np.where(np.isfinite(lo), lo, 0.0) + np.exp(u))
+
+    def to_u(p):
+        p = np.asarray(p, dtype=float)
+        both = np.isfinite(hi)
+        span = np.where(both, hi - lo, 1.0)
+        x = np.clip((p - lo) / span, 1e-9, 1 - 1e-9)
+        return np.where(both, np.log(x / (1 - x)), np.log(np.maximum(p - np.where(np.isfinite(lo), lo, 0.0), 1e-300)))
+
     def resid(p):
         return curve(dict(zip(names, p)), m, n, k) / y - 1.0
 
     def solve(p0):
-        p = np.clip(np.asarray(p0, dtype=float), lo, hi)
-        r = resid(p)
+        u = to_u(p0)
+        r = resid(to_p(u))
         cost, lam = float(r @ r), 1e-3
-        for _ in range(500):
-            step_h = 1e-6 * np.maximum(np.abs(p), 1e-3)
-            J = np.empty((r.size, p.size))
-            for j in range(p.size):
-                q = p.copy()
-                q[j] += step_h[j]
-                J[:, j] = (resid(q) - r) / step_h[j]
+        for _ in range(300):
+            J = np.empty((r.size, u.size))
+            for j in range(u.size):
+                q = u.copy()
+                q[j] += 1e-6
+                J[:, j] = (resid(to_p(q)) - r) / 1e-6
             A, g = J.T @ J, J.T @ r
             try:
                 step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-15), -g)
             except np.linalg.LinAlgError:
                 lam *= 10
                 continue
-            q = np.clip(p + step, lo, hi)
-            rq = resid(q)
+            q = u + step
+            rq = resid(to_p(q))
             cq = float(rq @ rq)
-            if cq < cost:
-                done = np.all(np.abs(q - p) <= 1e-12 + 1e-10 * np.abs(p)) or cost - cq < 1e-16 * max(cost, 1e-30)
-                p, r, cost, lam = q, rq, cq, max(lam / 3, 1e-12)
+            if np.isfinite(cq) and cq < cost:
+                done = np.max(np.abs(step)) < 1e-10 or cost - cq < 1e-14 * max(cost, 1e-30)
+                u, r, cost, lam = q, rq, cq, max(lam / 3, 1e-12)
                 if done:
                     break
             else:
                 lam *= 4
                 if lam > 1e12:
                     break
-        return p, cost
+        return to_p(u), cost
 
     from llmpar.specs.hardware import GemmEfficiency
 
     defaults = {x: float(GemmEfficiency.model_fields[x].default) for x in names}
-    starts = [dict(defaults, **(start or {}))]
-    # a data-driven start too: the largest efficiency seen, and the median smallest dimension
+    base = dict(defaults, **{x: v for x, v in (start or {}).items() if x in defaults})
+    # a data-driven variant: the largest efficiency seen, the median smallest dimension, the median FLOPs
     d = np.minimum(np.minimum(m, n), k)
-    guess = dict(defaults)
-    if "max_efficiency" in guess:
-        guess["max_efficiency"] = min(float(y.max()) * 1.1, bounds["max_efficiency"][1])
-    if "half_dim" in guess:
-        guess["half_dim"] = float(np.median(d)) / 4
-    starts.append(guess)
-    best = min((solve([s[x] for x in names]) for s in starts), key=lambda t: t[1])
+    guess = dict(base)
+    guess.update({"max_efficiency": min(float(y.max()) * 1.1, bounds.get("max_efficiency", (0, 1))[1]),
+                  "half_dim": float(np.median(d)) / 4, "half_flops": float(np.median(2 * m * n * k)) / 100})
+    guess = {x: guess[x] for x in names}
+    starts = []
+    for s0 in (base, guess):
+        # parameters at their lower bound (e.g. a default of 0) are tried over a few decades
+        at_bound = [x for x in names if s0[x] <= bounds[x][0] + 1e-12]
+        if not at_bound:
+            starts.append(s0)
+        for dec in (1e0, 1e3, 1e6, 1e9, 1e12):
+            if at_bound:
+                starts.append({**s0, **{x: bounds[x][0] + dec for x in at_bound}})
+    best = min((solve([s0[x] for x in names]) for s0 in starts), key=lambda t: t[1])
     p, _ = best
     rel = resid(p)
     params = {x: float(v) for x, v in zip(names, p)}
@@ -323,7 +343,7 @@ def profile_dict(result: GemmResult, name: str) -> dict[str, Any]:
         "name": name,
         "extends": base,
         "description": f"{result.base} with GEMM efficiency measured on {result.device_name} by llmpar calibrate gemm",
-        "gpu": {"gemm": {k: round(v, 6) for k, v in result.params.items()}},
+        "gpu": {"gemm": {k: float(f"{v:.7g}") for k, v in result.params.items()}},
         "calibration": {"gemm": {
             "tool": "llmpar calibrate gemm",
             "date": result.date,
