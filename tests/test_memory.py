@@ -515,3 +515,27 @@ def test_tiny_model_spec_roundtrip():
     # + fp32 logits 4·128·100 = 1,024 + 8,192 + 32,768 + 51,200
     assert r["activations_bytes"] == 1_212_416 + 1_024 + 8_192 + 32_768 + 51_200
     assert r["params_per_gpu"] == P.total_params(m)
+
+
+def test_seed_000_zero1_and_ddp():
+    # seed 000: DDP (4 + K)Ψ and ZeRO-1 (4 + K/N)Ψ; K = 12, Ψ = 70B, N = 8: 1120 GB and 385 GB
+    assert states(70e9, dp=8, zero=0)[0] == pytest.approx(1120e9)
+    assert states(70e9, dp=8, zero=1)[0] == pytest.approx(385e9)
+
+
+def test_seed_inference_example_tp2():
+    # docs/seeds.md: Llama-3-70B, bf16, tp = 2, B = 1, T = 4096
+    h, f, V, L = 8192, 28672, 128256, 80
+    attn, mlp = 2 * h * h + 2 * h * 1024, 3 * h * f
+    params = L * ((attn + mlp) / 2 + 2 * h) + 2 * V * h / 2 + h          # both ends on the one stage
+    kv_seq = 2 * L * 8 * 128 * 4096 * 2 / 2                               # 2·L·kv·d·T·bytes / t
+    # working set per token: 4h + max((Q+K+V+O)·2/t, 6f/t) = 32,768 + max(18,432, 86,016)
+    work = 4096 * (4 * h + 6 * f / 2)
+    logits_seq = 4 * V / 2
+    r = M.inference_memory_per_gpu(LLAMA70, HW, Parallel(tp=2), Settings(), 1, 4096)
+    assert r["params_per_gpu"] == pytest.approx(params)
+    assert r["weights_bytes"] == pytest.approx(2 * params)
+    assert r["kv_cache_bytes"] == pytest.approx(kv_seq)
+    assert r["activations_bytes"] == pytest.approx(work + logits_seq)
+    fixed = 2 * params + work + 4 * 2**30                                 # + the profile's 4 GiB reserve
+    assert r["max_micro_batch"] == (80 * 2**30 - fixed) // (kv_seq + logits_seq)
