@@ -131,6 +131,7 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
         m = par.microbatches
         t = np.where(z == 0, t_ar, np.where(z == 1, t_rs + t_ag, np.where(z == 2, m * t_rs + t_ag, m * (t_rs + 2 * t_ag))))
         b = f * np.where(z == 0, 2 * g, np.where(z == 1, g + w, np.where(z == 2, m * g + w, m * (g + 2 * w))))
-        out_t = out_t + np.where(size > 1, t, 0.0)
-        out_b = out_b + np.where(size > 1, b, 0.0)
+        live = (size > 1) & (nparam > 0)   # no group, or nothing to sync (dense model: no experts)
+        out_t = out_t + np.where(live, t, 0.0)
+        out_b = out_b + np.where(live, b, 0.0)
     return out_t, out_b

@@ -142,8 +142,10 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     shard = memory.layer_shard(model, par)
     moe_on_stage = np.minimum(n_mid, model.moe_layers)
     expert_params = moe_on_stage * np.asarray(shard.experts, dtype=float)
+    emb_p, head_p = memory.embedding_shard(model, par), memory.head_shard(model, par)
+    ends = np.where(single, emb_p + head_p, np.maximum(emb_p, head_p))   # both ends on one stage when pp = 1
     dense_params = (n_mid - moe_on_stage) * np.asarray(shard.dense, dtype=float) + moe_on_stage * np.asarray(
-        shard.moe, dtype=float) + np.maximum(memory.embedding_shard(model, par), memory.head_shard(model, par))
+        shard.moe, dtype=float) + ends
     w_bytes = DTYPE_BYTES["bf16"]
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
     place_dp = dict(place)
