@@ -539,3 +539,32 @@ def test_seed_inference_example_tp2():
     assert r["activations_bytes"] == pytest.approx(work + logits_seq)
     fixed = 2 * params + work + 4 * 2**30                                 # + the profile's 4 GiB reserve
     assert r["max_micro_batch"] == (80 * 2**30 - fixed) // (kv_seq + logits_seq)
+
+
+# ================================================================================ invariants
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 5, 16]), dp=st.sampled_from([1, 2, 8, 64]),
+       b=st.integers(1, 4), sched=st.sampled_from([S1F1B, SGPIPE, SZB, SDUAL]), m=st.sampled_from([1, 8, 32]))
+def test_invariants(tp, pp, dp, b, sched, m):
+    par = Parallel(tp=tp, pp=pp, dp=dp, sp=tp > 1, micro_batch=b, microbatches=m, seq=4096, schedule=sched)
+    s = Settings()
+    st_ = [M.memory_per_gpu(LLAMA70, HW, par.replace(zero=z), s) for z in range(4)]
+    # each ZeRO stage shards more: model states never grow from one stage to the next, except by
+    # ZeRO-3's gathered-layer buffers (two layers' weights and one layer's gradient, below)
+    states_ = [x["weights_bytes"] + x["gradients_bytes"] + x["optimizer_bytes"] for x in st_]
+    assert states_[0] >= states_[1] >= states_[2]
+    layer = float(M.layer_shard(LLAMA70, par).dense)
+    assert states_[3] <= states_[2] + 6 * layer + 1
+    # recompute none >= selective >= full (activations only)
+    act = [M.memory_per_gpu(LLAMA70, HW, par.replace(recompute=r), s)["activations_bytes"] for r in range(3)]
+    assert act[0] >= act[1] >= act[2] > 0
+    # activations are linear in the micro-batch
+    one = M.memory_per_gpu(LLAMA70, HW, par.replace(micro_batch=1), s)["activations_bytes"]
+    assert st_[0]["activations_bytes"] == pytest.approx(b * one, rel=1e-12)
+    # the stage reported is the largest of all stages (DualPipe: every device)
+    stages = M.memory_per_stage(LLAMA70, HW, par, s)
+    assert st_[0]["total_bytes"] == pytest.approx(max(x["total_bytes"] for x in stages), rel=1e-12)

@@ -88,20 +88,20 @@ def _notes(r) -> dict[str, str]:
 
 
 def _verdict_text(r, fmt, unit) -> str:
-    total, cap, res = r.memory["total_bytes"], r.capacity_bytes, r.memory["reserved_bytes"]
-    used = f"{fmt(total)} {unit} needed per GPU of {fmt(cap)} {unit} HBM (incl. {fmt(res)} {unit} reserve)"
+    total, cap = r.memory["total_bytes"], r.capacity_bytes
     what = "batch" if r.mode == "inference" else "micro-batch"
+    if r.fits:
+        head = f"{fmt(total)} {unit} per GPU of {fmt(cap)} {unit} HBM ({fmt(cap - total)} {unit} free)"
+    else:
+        head = f"{fmt(total)} {unit} per GPU > {fmt(cap)} {unit} HBM ({fmt(total - cap)} {unit} over)"
     if r.max_micro_batch is None:
-        tail = ""
-    elif r.max_micro_batch == 0:
+        return head
+    if r.max_micro_batch == 0:
         tail = f"; no {what} fits"
         if r.mode == "training":
-            tail += f" (model states alone: {fmt(r.model_states_bytes)} {unit})"
-    else:
-        tail = f"; largest {what} that fits: {r.max_micro_batch}"
-    if r.fits:
-        return f"{used}, {fmt(cap - total)} {unit} free{tail}"
-    return f"{used}, {fmt(total - cap)} {unit} over{tail}"
+            tail += f": model states alone are {fmt(r.model_states_bytes)} {unit}"
+        return head + tail
+    return head + f"; largest {what} that fits: {r.max_micro_batch}"
 
 
 def render(r, units: str = "gb", explain: bool = False) -> None:

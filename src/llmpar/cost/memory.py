@@ -666,8 +666,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     L = model.layers
     p = np.asarray(par.pp)
     i = np.asarray(stage)
-    dual = (np.asarray(par.schedule) == DUALPIPE) & (p > 1)
     j = p - 1 - i
+    dual = (np.asarray(par.schedule) == DUALPIPE) & (p > 1) & (j != i)   # (odd p is infeasible for DualPipe)
     start_i, n_i = (np.asarray(x) for x in stage_span(L, p, i))
     start_j, n_j = (np.asarray(x) for x in stage_span(L, p, j))
     nd_i = np.asarray(_dense_in_span(model, start_i, n_i))
@@ -732,12 +732,30 @@ def _max_by(fixed, per_unit, usable):
 MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")
 
 
+def candidate_stages(pp):
+    """The stages that can be the most loaded (the others never exceed one of them):
+    0 (embedding, most micro-batches in flight), 1 (the busiest middle stage: most layers and
+    most in flight among middle stages), p−1 (LM head, logits), and the centre device
+    p/2 − 1 (under DualPipe it may pair two full middle stages)."""
+    p = np.asarray(pp)
+    return [np.zeros_like(p), np.minimum(1, p - 1), p - 1, np.maximum(p // 2 - 1, 0)]
+
+
+def _argmax(values):
+    """Index of the largest of a list of equally-shaped values (first on ties), elementwise."""
+    stacked = np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))
+    return np.argmax(stacked, axis=0)
+
+
+def _choose(pick, values):
+    return np.choose(pick, [np.broadcast_to(np.asarray(v, dtype=float), np.shape(pick)) for v in values])
+
+
 def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> dict[str, Any]:
     """Training memory per GPU on the most-loaded pipeline stage. Array-polymorphic.
 
-    Evaluates stage 0 (embedding, most micro-batches in flight), stage 1 (the busiest middle
-    stage) and the last stage (LM head, logits) and keeps the one with the largest total; the
-    others are never larger (see :func:`stage_span`). Returns a dict of numbers or arrays:
+    Evaluates the :func:`candidate_stages` (0, 1, p−1 and the centre) and keeps the one with the
+    largest total; the others are never larger (see :func:`stage_span`). Returns a dict of numbers or arrays:
     weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes (0),
     reserved_bytes, total_bytes (including the reserve), capacity_bytes (HBM), fits,
     max_micro_batch (largest b that fits, from the linear dependence of activations on b),
@@ -747,29 +765,27 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     prec = bytes_per_param(settings, par.zero)
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
-    p = np.asarray(par.pp)
-    cands = [0, np.minimum(1, p - 1), p - 1]
+    cands = candidate_stages(par.pp)
     evals = [_stage_eval(model, par, settings, prec, shard, coeffs, s) for s in cands]
     cap, res = _capacity(hw, reserve)
     totals = [sum(np.asarray(e[k]) for k in MEMORY_KEYS) + res for e in evals]
-    pick = np.where((totals[1] > totals[0]) & (totals[1] >= totals[2]), 1, np.where(totals[2] > totals[0], 2, 0))
+    pick = _argmax(totals)
 
     def choose(key):
-        return np.choose(pick, [np.broadcast_to(np.asarray(e[key], dtype=float), np.shape(pick)) for e in evals])
+        return _choose(pick, [e[key] for e in evals])
 
     out = {k: choose(k) for k in MEMORY_KEYS}
     out["kv_cache_bytes"] = np.zeros_like(out["weights_bytes"])
     out["reserved_bytes"] = np.full_like(out["weights_bytes"], res)
-    out["total_bytes"] = np.choose(pick, [np.broadcast_to(t, np.shape(pick)) for t in totals])
+    out["total_bytes"] = _choose(pick, totals)
     out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
     out["fits"] = out["total_bytes"] <= cap
     b = np.asarray(par.micro_batch, dtype=float)
-    per_b = [np.asarray(e["activations_bytes"]) / b for e in evals]
-    fixed = [totals[k] - np.asarray(evals[k]["activations_bytes"]) for k in range(3)]
-    out["max_micro_batch"] = np.minimum(np.minimum(_max_by(fixed[0], per_b[0], cap), _max_by(fixed[1], per_b[1], cap)),
-                                        _max_by(fixed[2], per_b[2], cap))
+    out["max_micro_batch"] = np.min(np.stack(np.broadcast_arrays(*[
+        _max_by(t - np.asarray(e["activations_bytes"]), np.asarray(e["activations_bytes"]) / b, cap)
+        for t, e in zip(totals, evals)])), axis=0)
     out["params_per_gpu"] = choose("params_per_gpu")
-    out["stage"] = np.choose(pick, [np.broadcast_to(np.asarray(c), np.shape(pick)) for c in cands])
+    out["stage"] = _choose(pick, cands).astype(int)
     c_dense, c_moe = coeffs
     typical = c_moe if model.moe_layers >= model.dense_layers else c_dense
     out["activation_bytes_per_layer"] = np.asarray(layer_activation_bytes(typical, par)[0], dtype=float)
@@ -859,7 +875,8 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
     per_layer_tok = wt["resident"] + np.maximum((wt["attention_tp"] + wt["scores_s2"] * np.asarray(context, dtype=float)) / t,
                                                 wt["mlp_tp"] / t)
     rows = []
-    for s in (0, np.minimum(1, p - 1), p - 1):
+    cands = candidate_stages(p)
+    for s in cands:
         start, n = (np.asarray(x) for x in stage_span(model.layers, p, s))
         nd = np.asarray(_dense_in_span(model, start, n))
         nm = n - nd
@@ -874,19 +891,19 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
                      "activations_bytes": work_fixed + logits_per_seq * B,
                      "per_seq": kv_per_seq + logits_per_seq, "work_fixed": work_fixed})
     totals = [r["weights_bytes"] + r["kv_cache_bytes"] + r["activations_bytes"] + res for r in rows]
-    pick = np.where((totals[1] > totals[0]) & (totals[1] >= totals[2]), 1, np.where(totals[2] > totals[0], 2, 0))
+    pick = _argmax(totals)
 
     def choose(key):
-        return np.choose(pick, [np.broadcast_to(np.asarray(r[key], dtype=float), np.shape(pick)) for r in rows])
+        return _choose(pick, [r[key] for r in rows])
 
     out = {k: choose(k) for k in ("weights_bytes", "activations_bytes", "kv_cache_bytes", "params_per_gpu")}
     zero = np.zeros_like(out["weights_bytes"])
     out.update(gradients_bytes=zero, optimizer_bytes=zero, reserved_bytes=zero + res, capacity_bytes=zero + cap)
-    out["total_bytes"] = np.choose(pick, [np.broadcast_to(x, np.shape(pick)) for x in totals])
+    out["total_bytes"] = _choose(pick, totals)
     out["fits"] = out["total_bytes"] <= cap
-    mb = [_max_by(r["weights_bytes"] + r["work_fixed"] + res, r["per_seq"], cap) for r in rows]
-    out["max_micro_batch"] = np.minimum(np.minimum(mb[0], mb[1]), mb[2])
-    out["stage"] = np.choose(pick, [np.broadcast_to(np.asarray(c), np.shape(pick)) for c in (0, np.minimum(1, p - 1), p - 1)])
+    out["max_micro_batch"] = np.min(np.stack(np.broadcast_arrays(*[
+        _max_by(r["weights_bytes"] + r["work_fixed"] + res, r["per_seq"], cap) for r in rows])), axis=0)
+    out["stage"] = _choose(pick, cands).astype(int)
     out["activation_bytes_per_layer"] = T * per_layer_tok
     return {k: _out(v) for k, v in out.items()}
 
