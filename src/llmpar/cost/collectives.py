@@ -290,13 +290,16 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
             out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
                                     bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
         if "tree" in want:
-            # double binary tree (Sanders et al. 2009; NCCL 2.4): intra-node chain, inter-node
-            # tree. The busiest GPU sends 2S (S/2 up + S/2 down in each of the 2 trees); a domain
-            # sends S out with 2 domains (each is the other's root/child), 2S with more.
+            # double binary tree (Sanders et al. 2009; NCCL 2.4): a chain inside the domain, a
+            # tree of domains across the NICs. A chain of k GPUs carries S up (partial sums) and S
+            # down (result) on each of its k-1 edges; NCCL builds every channel's chain in a
+            # different order, so each GPU sends 2(k-1)/k S on average. A domain sends S out with
+            # 2 domains (each is the other's root/child), 2S with more (inner tree node).
+            x_i_tree = 2.0 * (k - 1.0) / k
             lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p])
                    for p in range(3)]
-            out["tree"] = per_proto("tree", bw(np.where(has_local, 2.0, 0.0), b_i, x_o_tree, b_o), lat,
-                                    bytes_per_rank=S * np.where(has_local | multi, 2.0, 0.0),
+            out["tree"] = per_proto("tree", bw(x_i_tree, b_i, x_o_tree, b_o), lat,
+                                    bytes_per_rank=S * (x_i_tree + np.where(multi, x_o_tree / k, 0.0)),
                                     intra=has_local, inter=multi, available=P > 1)
         if "nvls" in want:
             # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and
@@ -522,7 +525,7 @@ FORMULAS = {
                      "max(S·2(P-1)/P·[(k-1)/k if n>1] / B_i, S·2(P-1)/P / B_o) / f_p",
                      "Patarasuk & Yuan 2009 (ring); NCCL tuning.cc ncclTopoTuneModel/GetAlgoTime"),
     ("ar", "tree"): ("base + 2((k-1)·a_i + ceil(log2 n)·a_o)",
-                     "max(2S / B_i, S·(1 if n=2 else 2) / B_o) / f_p   (f_p includes NCCL's 0.92)",
+                     "max(S·2(k-1)/k / B_i, S·(1 if n=2 else 2) / B_o) / f_p   (f_p includes NCCL's 0.92)",
                      "Sanders et al. 2009 double binary trees; NCCL tuning.cc (tree)"),
     ("ar", "nvls"): ("inr_latency (NVLS, one domain)", "S(1 + 1/P) / (bandwidth x inr_efficiency)",
                      "NCCL NVLS (NVLink SHARP); tuning.cc hwLatencies NVLS, nvlsEfficiency"),
