@@ -333,5 +333,141 @@ def _bpp(prec) -> dict[str, Any]:
             "fp8_weight_cache": prec.fp8_cache, "convention": prec.convention}
 
 
-__all__ = ["MemoryResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory", "parse_reserve"]
 
+
+
+
+# -------------------------------------------------------------------------------------- step
+
+@dataclass
+class StepResult:
+    """What `llmpar step` computed; :meth:`to_dict` is the JSON contract (issue 3)."""
+
+    model: str
+    model_requested: str | None
+    hardware: str
+    parallel: Parallel
+    settings: Settings
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    breakdown_s: dict[str, float]
+    comm_bytes_per_gpu: dict[str, float]
+    memory: MemoryResult
+    detail: dict[str, Any]
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return int(self.parallel.gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        mem = self.memory
+        return {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "parallel": self.parallel.as_dict(),
+            "settings": self.settings.as_dict(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_step": int(self.parallel.tokens_per_step),
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "breakdown_s": dict(self.breakdown_s),
+            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
+            "memory": {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
+                       "max_micro_batch": mem.max_micro_batch, "params_per_gpu": _num(mem.params_per_gpu)},
+            "fits": mem.fits,
+            "detail": dict(self.detail),
+            "assumptions": list(self.assumptions),
+        }
+
+
+def step(
+    model: str | ModelSpec | None = None,
+    *,
+    hardware: str | Hardware = "h100-sxm",
+    gpus: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    dp: int | None = None,
+    cp: int | None = None,
+    ep: int | None = None,
+    zero: int = 0,
+    sp: bool | None = None,
+    recompute: str = "none",
+    micro_batch: int | None = None,
+    global_batch: int | None = None,
+    microbatches: int | None = None,
+    seq: int | None = None,
+    schedule: str | None = None,
+    virtual_stages: int | None = None,
+    dtype: str = "bf16",
+    optimizer: str = "adam",
+    grad_dtype: str = "bf16",
+    convention: str = "llmpar",
+    attention: str | None = None,
+    reserve: str | float | None = None,
+    hf: str | None = None,
+    dp_overlap: float = 0.0,
+) -> StepResult:
+    """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
+
+    Keyword arguments are the CLI's common options; ``dp_overlap`` is the fraction of the
+    data-parallel traffic hidden behind compute (0 = Megatron-LM 2021, none hidden).
+    Raises :class:`llmpar.errors.UserError` for bad input."""
+    from dataclasses import replace
+
+    from llmpar.cost.pipeline import check_schedule
+    from llmpar.cost.step import step_time
+
+    if model is None and hf is None:
+        raise UserError("give a MODEL (e.g. llama-3-70b) or --hf path/config.json")
+    mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp,
+                 recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
+                 seq=seq, schedule=schedule, virtual_stages=virtual_stages, dtype=dtype, optimizer=optimizer,
+                 grad_dtype=grad_dtype, convention=convention, attention=attention, reserve=reserve, hf=hf)
+    spec, _ = load_model_spec(model, hf)
+    hw = load_hardware_spec(hardware)
+    try:
+        settings = replace(mem.settings, dp_overlap=float(dp_overlap))
+    except (TypeError, ValueError):
+        raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
+    par = mem.parallel
+    check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
+    out = step_time(spec, hw, par, settings, with_memory=False)
+    notes = list(mem.assumptions)
+    if global_batch is None and microbatches is None:
+        notes.append(f"batch: {int(par.global_batch)} sequences x {int(par.seq)} tokens = {int(par.tokens_per_step):,} "
+                     "tokens per step (--global-batch to change)")
+    detail = {
+        "stage_forward_s": float(out["stage_forward_s"]),
+        "stage_backward_s": float(out["stage_backward_s"]),
+        "critical_stage_layers": int(out["critical_stage_layers"]),
+        "model_flops_per_step": float(out["model_flops_per_step"]),
+        "hardware_flops_per_step": float(out["hardware_flops_per_step"]),
+        "peak_flops": hw.gpu.peak(settings.dtype),
+        "parts": {k: float(v) for k, v in out["parts"].items()},
+    }
+    return StepResult(
+        model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
+        step_time_s=float(out["step_time_s"]), tokens_per_s=float(out["tokens_per_s"]),
+        samples_per_s=float(out["samples_per_s"]), model_tflops_per_gpu=float(out["model_tflops_per_gpu"]),
+        hardware_tflops_per_gpu=float(out["hardware_tflops_per_gpu"]), mfu=float(out["mfu"]), hfu=float(out["hfu"]),
+        breakdown_s={k: float(v) for k, v in out["breakdown_s"].items()},
+        comm_bytes_per_gpu={k: float(v) for k, v in out["comm_bytes_per_gpu"].items()},
+        memory=mem, detail=detail, assumptions=notes,
+    )
+
+
+__all__ = ["MemoryResult", "StepResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory",
+           "parse_reserve", "step"]

@@ -201,6 +201,16 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "stage_forward_s": t_f,
         "stage_backward_s": t_b,
         "critical_stage_layers": crit_layers,
+        # the intermediate terms, per layer and micro-batch unless named otherwise (--explain)
+        "parts": {
+            "gemm_forward_s": g_fwd, "attention_core_forward_s": g_core, "elementwise_forward_s": t_elem,
+            "elementwise_forward_bytes": elem, "layer_forward_s": layer_fwd, "layer_backward_s": layer_bwd,
+            "layer_recompute_s": layer_rec, "tp_forward_s": tp_f, "tp_backward_s": tp_b + tp_rec,
+            "cp_exposed_s": cp_f_exp + cp_b_exp, "ep_exposed_s": ep_f_exp + ep_b_exp,
+            "head_forward_s": head_f, "head_backward_s": head_b, "embedding_s": emb,
+            "p2p_per_transfer_s": pp_one, "has_head": has_head, "has_embedding": has_emb,
+            "dp_total_s": dp_t, "optimizer_params": opt_params, "microbatches": m,
+        },
     }
     if mem is not None:
         out["memory"] = mem

@@ -1,0 +1,147 @@
+"""`llmpar step`: step time, tokens/s, MFU/HFU and where the time goes, for one layout.
+
+Numbers come from :func:`llmpar.api.step` (a thin layer over :mod:`llmpar.cost.step`); this module
+renders them as a rich breakdown with a memory verdict, or as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from llmpar.cli.common import common_options, echo_json
+from llmpar.units import fmt_bytes, fmt_seconds
+
+_OUTPUT_KEYS = ("units", "as_json", "explain")
+
+_NOTES = {
+    "compute": "matmuls + memory-bound ops, forward + backward",
+    "recompute": "forward re-run during backward",
+    "tp": "tensor-parallel collectives (not overlapped)",
+    "pp": "stage-boundary sends",
+    "dp": "gradient sync / ZeRO gathers, exposed part",
+    "cp": "K/V exchange beyond the attention it hides behind",
+    "ep": "all-to-all dispatch + combine",
+    "bubble": "pipeline fill and drain",
+    "optimizer": "optimizer step (memory-bound)",
+}
+
+
+@click.command("step")
+@click.argument("model", required=False)
+@common_options
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@click.option("--dp-overlap", type=float, default=0.0, show_default=True,
+              help="Fraction of data-parallel traffic hidden behind compute (0: none, as Megatron-LM 2021).")
+def step(model, **kw):
+    """Step time of MODEL on a layout: tokens/s, MFU, HFU and the time breakdown.
+
+    \b
+    Examples:
+      llmpar step llama-3-70b --gpus 64 --tp 8 --pp 2 --zero 1 --global-batch 128
+      llmpar step gpt3-175b --hardware a100-80gb --gpus 1024 --tp 8 --pp 16 --global-batch 1536 --recompute full
+      llmpar step llama-3.1-405b --gpus 16384 --tp 8 --pp 16 --virtual-stages 4 --zero 1 --global-batch 2048
+    """
+    from llmpar import api
+
+    out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
+    result = api.step(model, **kw)
+    if out["as_json"]:
+        echo_json(result.to_dict())
+        return
+    render(result, units=out["units"], explain=out["explain"])
+
+
+@dataclass
+class _Term:
+    component: str
+    name: str
+    value: float
+    formula: str
+    values: str
+    source: str
+
+
+def explain_terms(r) -> list[_Term]:
+    """Each breakdown term's formula, the values put into it, and its source (docs/time-model.md)."""
+    p = r.detail["parts"]
+    par = r.parallel
+    m, n = int(par.microbatches), r.detail["critical_stage_layers"]
+    f = fmt_seconds
+    b = r.breakdown_s
+    head = "+ head" if p["has_head"] else ""
+    return [
+        _Term("compute", "matmuls, one layer fwd", p["gemm_forward_s"], "sum 2mnk / (peak x eff(m,n,k))",
+              f"peak {r.detail['peak_flops'] / 1e12:.0f} TFLOP/s ({r.settings.dtype})",
+              "cost/flops.layer_gemms; cost/compute.gemm_efficiency"),
+        _Term("compute", "element-wise, one layer fwd", p["elementwise_forward_s"], "bytes / (HBM x eff)",
+              fmt_bytes(p["elementwise_forward_bytes"]), "cost/compute.layer_elementwise_bytes (Korthikanti 2022 §4.1 ops)"),
+        _Term("compute", "critical stage", b["compute"], f"m x (L_stage x (fwd + 2 fwd) {head})",
+              f"m={m}, L_stage={n}, fwd={f(p['layer_forward_s'])}, bwd={f(p['layer_backward_s'])}",
+              "Narayanan 2021 App. (backward = 2 x forward)"),
+        _Term("recompute", "re-run forward", b["recompute"], "m x L_stage x recompute",
+              f"{par.as_dict()['recompute']}: {f(p['layer_recompute_s'])} per layer", "Korthikanti 2022 §5"),
+        _Term("tp", "TP collectives", b["tp"], "m x L_stage x (fwd + bwd)",
+              f"fwd {f(p['tp_forward_s'])}, bwd {f(p['tp_backward_s'])} per layer, tp={int(par.tp)}, "
+              f"{'AG+RS (SP)' if par.sp else 'all-reduce'}", "Shoeybi 2019 §3; Korthikanti 2022 §4.2.2"),
+        _Term("pp", "p2p sends", b["pp"], "m x 2 x v x t_p2p",
+              f"t_p2p={f(p['p2p_per_transfer_s'])}, v={int(par.virtual_stages)}", "Narayanan 2021 §2.2, §4.1"),
+        _Term("bubble", "pipeline bubble", b["bubble"], "(p-1)(t_f + t_b), / v if interleaved",
+              f"p={int(par.pp)}, t_f={f(r.detail['stage_forward_s'])}, t_b={f(r.detail['stage_backward_s'])}",
+              "Narayanan 2021 §2.2; Qi 2023; DeepSeek-V3 Table 2"),
+        _Term("dp", "data-parallel sync", b["dp"], "(1 - overlap) x t_dp",
+              f"t_dp={f(p['dp_total_s'])}, overlap={r.settings.dp_overlap:g}, zero={int(par.zero)}",
+              "Rajbhandari 2019 §7"),
+        _Term("cp", "context-parallel K/V", b["cp"], "m x L_stage x max(0, t_cp - t_attention)",
+              f"{f(p['cp_exposed_s'])} per layer", "Megatron-Core CP; Liu 2023 (ring attention)"),
+        _Term("ep", "expert all-to-all", b["ep"], "m x L_stage x MoE share x (2 fwd + 2 bwd)",
+              f"{f(p['ep_exposed_s'])} per layer", "Lepikhin 2020; DeepSeek-V3 §3.2"),
+        _Term("optimizer", "optimizer step", b["optimizer"], "params x bytes / (HBM x eff)",
+              f"{p['optimizer_params'] / 1e9:.2f}B params on this GPU", "cost/step._OPT_TRAFFIC (Megatron optimizer)"),
+    ]
+
+
+def render(r, units: str = "gb", explain: bool = False) -> None:
+    from llmpar.cli import render as R
+
+    con = R.console()
+    par = r.parallel
+    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
+    layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
+    con.print(R.header(name, [("on", r.hardware), ("gpus", f"{r.gpus} ({layout})")]))
+    d = par.as_dict()
+    con.print(R.header("training step", [
+        ("zero", d["zero"]), ("sp", "on" if d["sp"] else "off"), ("recompute", d["recompute"]),
+        ("seq", d["seq"]), ("micro-batch", d["micro_batch"]), ("global batch", d["global_batch"]),
+        ("m", d["microbatches"]), ("schedule", d["schedule"] + (f" v={d['virtual_stages']}" if d["virtual_stages"] > 1 else "")),
+    ]))
+    R.print_assumptions(con, r.assumptions)
+    con.print()
+    con.print(
+        f"[bold]{fmt_seconds(r.step_time_s)}[/bold] per step  ·  {r.tokens_per_s:,.0f} tokens/s  ·  "
+        f"{r.samples_per_s:,.2f} samples/s  ·  {r.model_tflops_per_gpu:.0f} model TFLOP/s per GPU  ·  "
+        f"MFU [bold]{r.mfu * 100:.1f} %[/bold]  ·  HFU {r.hfu * 100:.1f} %",
+        highlight=False,
+    )
+    rows = []
+    for key, value in r.breakdown_s.items():
+        note = _NOTES[key]
+        sent = r.comm_bytes_per_gpu.get(key)
+        if sent:
+            note += f"; {fmt_bytes(sent, units)} sent per GPU"
+        rows.append((key, value, note))
+    con.print()
+    con.print(R.breakdown_table(rows, title="Where the step goes (seconds; terms add up to the step time)",
+                                value_header="seconds", fmt=lambda v: f"{v:.4f}", total=r.step_time_s,
+                                total_label="step"))
+    if explain:
+        con.print()
+        con.print(R.terms_table(explain_terms(r), fmt_seconds, value_header="time",
+                                title="How each term is computed (docs/time-model.md)"))
+    mem = r.memory
+    fmt, unit = R.bytes_formatter(units)
+    con.print()
+    text = (f"{fmt(mem.memory['total_bytes'])} {unit} per GPU (most-loaded stage) of {fmt(mem.capacity_bytes)} {unit} HBM"
+            + (f"; largest micro-batch that fits: {mem.max_micro_batch}" if mem.max_micro_batch is not None else ""))
+    con.print(R.verdict(mem.fits, text))
