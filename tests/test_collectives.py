@@ -103,9 +103,11 @@ def test_two_dgx_a100_full_node_allreduce(a100):
 
 def test_dgx_h100_multinode_ring(h100):
     # 8 nodes x 8: beta_inter = 8 x 50 x 0.94 = 376 GB/s (47 per NIC); NVLink 369 / (7/8) = 421
-    # -> ring busbw ~376 less latency (8.4 + 112 x 3.4 + 14 x 14 us, x1.4 plateau = 0.8 ms)
+    # -> ring busbw ~376 less the Simple-protocol latency of 126 ring steps (NVLink steps at the
+    # 10 us fitted on the A100 sweep): ~368. Issue 3's target is 46-48 GB/s per NIC, 8 NICs:
+    # 368-384 GB/s.
     ring = _busbw(h100, "all_reduce", 16 * GiB, 64, algorithm="ring")
-    assert 370 <= ring <= 400
+    assert 46 * 8 <= ring <= 400
 
 
 def test_one_gpu_per_node_uses_its_own_rail(a100):

@@ -56,12 +56,15 @@ def test_compute_and_memory_numbers():
     assert h200.gpu.memory_bandwidth == 4.8e12 and h200.gpu.memory == 140 * 2**30
     assert h800.gpu.peak("bf16") == 989e12 and h800.gpu.memory_bandwidth == 3.35e12
     assert b200.gpu.peak("bf16") == 2250e12 and gb200.gpu.peak("bf16") == 2500e12
-    # MAMF (ml-engineering): best-shape bf16 matmul TFLOP/s = max_efficiency x peak
-    for hw, mamf in ((h100, 794.5), (b200, 1745.0), (gb200, 1822.0)):
-        assert hw.gpu.gemm.max_efficiency * hw.gpu.peak("bf16") / 1e12 == pytest.approx(mamf, rel=0.005)
     # A100's curve is fitted on the published Megatron runs (docs/validation.md); it must stay at or
     # below the best case MAMF measures, 271.2 / 312 = 0.869
     assert 0.5 < a100.gpu.gemm.max_efficiency <= 271.2 / 312 + 1e-9
+    # The other GPUs: MAMF (ml-engineering best-shape bf16 TFLOP/s / peak) times the software
+    # factor the A100 fit needed, 0.74 / 0.869 (docs/time-model.md), to two decimals:
+    # H100 794.5/989 = 0.803 -> 0.68; B200 1745/2250 = 0.776 -> 0.66; GB200 1822/2500 = 0.729 -> 0.62
+    factor = a100.gpu.gemm.max_efficiency / (271.2 / 312)
+    for hw, mamf in ((h100, 794.5), (h200, 794.5), (b200, 1745.0), (gb200, 1822.0)):
+        assert hw.gpu.gemm.max_efficiency == pytest.approx(mamf / (hw.gpu.peak("bf16") / 1e12) * factor, abs=0.005)
     # Azure STREAM triad: A100 1.70 TB/s, H100 2.97, H200 4.15 = memory_efficiency x bandwidth
     for hw, triad in ((a100, 1.70e12), (h100, 2.97e12), (h200, 4.15e12)):
         assert hw.gpu.memory_efficiency * hw.gpu.memory_bandwidth == pytest.approx(triad, rel=0.01)
