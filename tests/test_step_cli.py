@@ -59,3 +59,15 @@ def test_library_and_cli_agree(cli):
 ])
 def test_bad_input(cli, args, needle):
     assert_one_line_error(cli("step", *args), needle)
+
+
+def test_rank_order_moves_tp_off_the_node(cli):
+    # tp=8, dp=2 on 2 DGX H100 nodes. Order tp-cp-dp-pp puts each TP group inside a node (fast
+    # NVLink); dp-cp-tp-pp puts the 2 DP replicas side by side, so a TP group of 8 spans 2 nodes
+    # (4 per node) and its collectives cross InfiniBand: beta = 4 NIC shares x 50 GB/s x 0.94 =
+    # 188 GB/s instead of NVLink's ~369 GB/s ring busbw, so the TP term grows by ~2x.
+    base = ("llama-3-8b", "--gpus", "16", "--tp", "8", "--global-batch", "16", "--json")
+    inner = cli("step", *base).json()
+    outer = cli("step", *base, "--rank-order", "dp-cp-tp-pp").json()
+    assert outer["breakdown_s"]["tp"] > 1.5 * inner["breakdown_s"]["tp"]
+    assert_one_line_error(cli("step", *base, "--rank-order", "tp-dp-pp"), "rank-order")

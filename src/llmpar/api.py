@@ -419,6 +419,7 @@ def step(
     reserve: str | float | None = None,
     hf: str | None = None,
     dp_overlap: float = 0.0,
+    rank_order: str = "tp-cp-dp-pp",
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -439,7 +440,7 @@ def step(
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     try:
-        settings = replace(mem.settings, dp_overlap=float(dp_overlap))
+        settings = replace(mem.settings, dp_overlap=float(dp_overlap), rank_order=str(rank_order))
     except (TypeError, ValueError):
         raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
     par = mem.parallel

@@ -113,6 +113,8 @@ class Settings:
     # as in Megatron-LM 2021 (gradients all-reduced after the last backward); Megatron-Core's
     # overlap_grad_reduce / FSDP prefetch hide most of it. See docs/time-model.md.
     dp_overlap: float = 0.0
+    # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
+    rank_order: str = "tp-cp-dp-pp"
 
     def __post_init__(self):
         for value, names, what in (
@@ -121,6 +123,8 @@ class Settings:
             (self.attention, ATTENTION, "attention"), (self.kv_dtype, DTYPES, "kv dtype"),
         ):
             code(names, value, what)
+        if sorted(self.rank_order.split("-")) != ["cp", "dp", "pp", "tp"]:
+            raise UserError(f"--rank-order must order tp, cp, dp, pp (innermost first), e.g. tp-cp-dp-pp; got {self.rank_order!r}")
         if not 0.0 <= self.dp_overlap <= 1.0:
             raise UserError(f"--dp-overlap must be between 0 and 1, got {self.dp_overlap}")
 

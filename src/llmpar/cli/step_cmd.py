@@ -34,6 +34,8 @@ _NOTES = {
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @click.option("--dp-overlap", type=float, default=0.0, show_default=True,
               help="Fraction of data-parallel traffic hidden behind compute (0: none, as Megatron-LM 2021).")
+@click.option("--rank-order", default="tp-cp-dp-pp", show_default=True,
+              help="Rank order, innermost first: which groups share a node (Megatron: tp-cp-dp-pp).")
 def step(model, **kw):
     """Step time of MODEL on a layout: tokens/s, MFU, HFU and the time breakdown.
 

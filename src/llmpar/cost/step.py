@@ -73,7 +73,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
               reserve=None) -> dict:
     """Step time, throughput, MFU/HFU and the breakdown for layout(s) ``par``. See module doc."""
     e = DTYPE_BYTES[settings.dtype if settings.dtype != "fp8" else "bf16"]  # activations stay 16-bit under fp8
-    place = dims_placement(hw, par)
+    place = dims_placement(hw, par, tuple(settings.rank_order.split("-")))
     b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
 
     # ---- one layer, one micro-batch (averaged over dense and MoE layers by their share)
