@@ -440,9 +440,10 @@ def step(
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     try:
-        settings = replace(mem.settings, dp_overlap=float(dp_overlap), rank_order=str(rank_order))
+        overlap = float(dp_overlap)
     except (TypeError, ValueError):
         raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
+    settings = replace(mem.settings, dp_overlap=overlap, rank_order=str(rank_order))
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
