@@ -656,13 +656,32 @@ def _layer_coeffs(model: ModelSpec, settings: Settings):
     return dense, moe
 
 
+def _stage_common(model: ModelSpec, par: Parallel, coeffs) -> dict[str, Any]:
+    """The parts of :func:`_stage_eval` that do not depend on the stage: computed once when
+    several stages of the same layouts are evaluated (the planner's arrays), same numbers."""
+    c_dense, c_moe = coeffs
+    act_d, none_d = (np.asarray(x) for x in layer_activation_bytes(c_dense, par))
+    act_m, none_m = (act_d, none_d) if c_moe is c_dense else (np.asarray(x) for x in layer_activation_bytes(c_moe, par))
+    p = np.asarray(par.pp)
+    return {
+        "emb": np.asarray(embedding_shard(model, par)), "head": np.asarray(head_shard(model, par)),
+        "act": (act_d, none_d, act_m, none_m),
+        "first_x": np.asarray(_extra_bytes(first_stage_extra_terms(model), par)) *
+        np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, 0)),
+        "last_x": np.asarray(_extra_bytes(last_stage_extra_terms(model), par)) *
+        np.asarray(logits_in_flight(par.schedule, p, par.microbatches)),
+    }
+
+
 def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: BytesPerParam, shard: LayerShard,
-                coeffs, stage) -> dict[str, Any]:
+                coeffs, stage, common: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every memory component of pipeline stage ``stage`` (array-polymorphic).
 
     DualPipe (DeepSeek-V3 Table 2): device i holds stages i and p−1−i (2x parameters); its
-    activations are p+1 micro-batches of one stage's layers.
+    activations are p+1 micro-batches of one stage's layers. ``common``: :func:`_stage_common`
+    of the same layouts, if already computed.
     """
+    cm = common if common is not None else _stage_common(model, par, coeffs)
     L = model.layers
     p = np.asarray(par.pp)
     i = np.asarray(stage)
@@ -678,8 +697,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     is_first = (i == 0) | (dual & (j == 0))
     is_last = (i == p - 1) | (dual & (j == p - 1))
 
-    emb = np.where(is_first, np.asarray(embedding_shard(model, par)), 0.0)
-    head = np.where(is_last, np.asarray(head_shard(model, par)), 0.0)
+    emb = np.where(is_first, cm["emb"], 0.0)
+    head = np.where(is_last, cm["head"], 0.0)
     ne = nd * np.asarray(shard.dense) + nm * np.asarray(shard.moe) + emb + head
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)
@@ -688,9 +707,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     bw, bg = _zero3_buffers(model, par, prec, shard, (nd + nm) > 0)
     w, g = w + bw, g + bg
 
-    c_dense, c_moe = coeffs
-    act_d, none_d = (np.asarray(x) for x in layer_activation_bytes(c_dense, par))
-    act_m, none_m = (np.asarray(x) for x in layer_activation_bytes(c_moe, par))
+    act_d, none_d, act_m, none_m = cm["act"]
     fl = np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, i))
     # DualPipe: p+1 micro-batches of *one* stage's layers (the mean of the two halves it holds)
     w_d = np.where(dual, (nd_i + nd_j) / 2.0, nd_i)
@@ -701,10 +718,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     peak_none = np.maximum(np.where(nd > 0, none_d, 0.0), np.where(nm > 0, none_m, 0.0))
     peak_kept = np.maximum(np.where(nd > 0, act_d, 0.0), np.where(nm > 0, act_m, 0.0))
     recompute_ws = np.where(rec == 0, 0.0, peak_none - peak_kept)
-    first_x = np.where(is_first, np.asarray(_extra_bytes(first_stage_extra_terms(model), par)) *
-                       np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, 0)), 0.0)
-    last_x = np.where(is_last, np.asarray(_extra_bytes(last_stage_extra_terms(model), par)) *
-                      np.asarray(logits_in_flight(par.schedule, p, par.microbatches)), 0.0)
+    first_x = np.where(is_first, cm["first_x"], 0.0)
+    last_x = np.where(is_last, cm["last_x"], 0.0)
     act = layers_act + recompute_ws + first_x + last_x
     return {
         "stage": i, "layers": nd + nm, "dense_layers": nd, "moe_layers": nm,
@@ -766,7 +781,8 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
     cands = candidate_stages(par.pp)
-    evals = [_stage_eval(model, par, settings, prec, shard, coeffs, s) for s in cands]
+    common = _stage_common(model, par, coeffs)
+    evals = [_stage_eval(model, par, settings, prec, shard, coeffs, s, common) for s in cands]
     cap, res = _capacity(hw, reserve)
     totals = [sum(np.asarray(e[k]) for k in MEMORY_KEYS) + res for e in evals]
     pick = _argmax(totals)
