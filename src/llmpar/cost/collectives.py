@@ -26,7 +26,10 @@ Model (sources in brackets):
 
 Fit parameters (what ``llmpar calibrate fit`` may change in a profile), per tier:
 ``latency`` (LL alpha), ``ll128_latency``, ``simple_latency``, ``efficiency`` (beta = bandwidth x
-efficiency), ``inr_latency`` and ``inr_efficiency``. Everything else here is NCCL's constants.
+efficiency), ``ll_efficiency`` and ``ll128_efficiency`` (the ring bandwidth of LL / LL128 relative
+to Simple: NCCL's 0.5 / 0.92 by default; the size-dependent efficiency, since the protocol
+follows the size), ``inr_latency`` and ``inr_efficiency``; each may also be stated per collective
+(``Tier.collectives``). Everything else here is NCCL's constants.
 """
 
 from __future__ import annotations
@@ -153,26 +156,46 @@ def bus_factor(collective: str, group_size):
 
 # ----------------------------------------------------------------------------- tier parameters
 
-def tier_params(tier) -> dict:
-    """Resolved collective-model parameters of one tier (NCCL defaults filled in)."""
+def tier_params(tier, collective: str | None = None) -> dict:
+    """Resolved collective-model parameters of one tier (NCCL defaults filled in).
+
+    ``collective``: use the tier's per-collective values (``Tier.collectives``, written by
+    ``llmpar calibrate fit``) where it states them for that collective.
+    """
+    over = getattr(tier, "collectives", None) or {}
+    over = over.get(collective) if collective else None
+
+    def get(name):
+        v = getattr(over, name, None) if over is not None else None
+        return v if v is not None else getattr(tier, name, None)
+
     cls = _LINK_CLASS[tier.kind]
     ll, l128, simple = HW_LATENCY_US[cls]
-    a_ll = tier.latency
-    a_128 = tier.ll128_latency if tier.ll128_latency is not None else a_ll * l128 / ll
-    a_simple = tier.simple_latency if tier.simple_latency is not None else a_ll * simple / ll
-    inr_eff = tier.inr_efficiency if tier.inr_efficiency is not None else INR_EFFICIENCY_DEFAULT
-    inr_lat = tier.inr_latency if tier.inr_latency is not None else INR_LATENCY_US[cls] * 1e-6
+    a_ll = get("latency")
+    a_128 = get("ll128_latency")
+    a_128 = a_128 if a_128 is not None else a_ll * l128 / ll
+    a_simple = get("simple_latency")
+    a_simple = a_simple if a_simple is not None else a_ll * simple / ll
+    inr_eff = get("inr_efficiency")
+    inr_eff = inr_eff if inr_eff is not None else INR_EFFICIENCY_DEFAULT
+    inr_lat = get("inr_latency")
+    inr_lat = inr_lat if inr_lat is not None else INR_LATENCY_US[cls] * 1e-6
+    # LL / LL128 bandwidth relative to NCCL's ring fractions (1 = NCCL's 0.5 / 0.92)
+    f_ll, f_128 = get("ll_efficiency"), get("ll128_efficiency")
+    proto = (1.0 if f_ll is None else f_ll / PROTO_BW["ring"][0],
+             1.0 if f_128 is None else f_128 / PROTO_BW["ring"][1], 1.0)
     return {
         "name": tier.name,
-        "beta": tier.bandwidth * tier.efficiency,
+        "beta": tier.bandwidth * get("efficiency"),
         "alpha": (a_ll, a_128, a_simple),
         "inr": bool(tier.in_network_reduction),
         "beta_inr": tier.bandwidth * inr_eff,
         "inr_latency": inr_lat,
+        "proto_bw": proto,
     }
 
 
-def _intra_params(hw, k):
+def _intra_params(hw, k, collective: str | None = None):
     """Parameters of the scale-up tier used by a group with k members per domain.
 
     The smallest inner tier whose domain holds k GPUs (with one inner tier: that tier). Works on
@@ -180,7 +203,7 @@ def _intra_params(hw, k):
     (then k is always 1 and no intra-domain bytes flow).
     """
     inner = hw.tiers[:-1] or hw.tiers[-1:]
-    params = [tier_params(t) for t in inner]
+    params = [tier_params(t, collective) for t in inner]
     if len(params) == 1:
         return params[0]
     # start from the largest, overwrite where a smaller tier still holds k
@@ -195,6 +218,7 @@ def _intra_params(hw, k):
             "inr": np.where(fits, prm["inr"], out["inr"]),
             "beta_inr": np.where(fits, prm["beta_inr"], out["beta_inr"]),
             "inr_latency": np.where(fits, prm["inr_latency"], out["inr_latency"]),
+            "proto_bw": tuple(np.where(fits, a, b) for a, b in zip(prm["proto_bw"], out["proto_bw"])),
         }
     return out
 
@@ -243,8 +267,9 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
     S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
     multi = n > 1.0
     has_local = k > 1.0
-    ti = _intra_params(hw, k)
-    to = tier_params(hw.tiers[-1])
+    ti = _intra_params(hw, k, c)
+    to = tier_params(hw.tiers[-1], c)
+    r_i, r_o = ti["proto_bw"], to["proto_bw"]   # per-protocol bandwidth factors of each tier
     a_i = ti["alpha"]
     a_o = to["alpha"]
     b_i = ti["beta"]
@@ -256,10 +281,11 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
 
     def bw(x_i, beta_i, x_o, beta_o):
         """Seconds to move S*x_i per GPU over the scale-up tier and S*x_o per domain over the
-        scale-out tier, both in flight at once (pipelined): the slower one sets the time."""
+        scale-out tier, both in flight at once (pipelined): the slower one sets the time.
+        One value per protocol (each tier's LL/LL128 factor; 1 unless calibrated)."""
         t_i = np.where(x_i > 0, S * x_i / beta_i, 0.0)
         t_o = np.where(multi & (x_o > 0), S * x_o / beta_o, 0.0)
-        return np.maximum(t_i, t_o)
+        return [np.maximum(t_i / r_i[p], t_o / r_o[p]) for p in range(3)]
 
     def steps_latency(algo, n_intra, n_inter):
         base = BASE_LATENCY_US[algo]
@@ -267,7 +293,7 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
 
     def per_proto(algo, t_bw, lat, **kw):
         frac = PROTO_BW[algo]
-        bwt = [t_bw / f if f > 0 else zero + inf for f in frac]
+        bwt = [t / f if f > 0 else zero + inf for t, f in zip(t_bw, frac)]
         return _Algo(latency=lat, bw_time=bwt, **kw)
 
     # fraction of a ring's edges that stay inside a domain, as seen by one GPU: with the group
@@ -338,7 +364,7 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
             t_net = S * 2.0 * (n - 1.0) / n / b_o
             lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
                    for p in range(3)]
-            out["hierarchical"] = per_proto("hierarchical", 2.0 * t_loc + t_net, lat,
+            out["hierarchical"] = per_proto("hierarchical", [2.0 * t_loc / r_i[p] + t_net / r_o[p] for p in range(3)], lat,
                                             bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
                                             intra=has_local, inter=multi, available=multi & has_local)
         if "naive" in want:
@@ -380,7 +406,7 @@ def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, o
     elif c == "send_recv":
         # every rank sends S to the next (nccl-tests sendrecv); a crossing pair has ONE NIC share
         lat = steps_latency("naive", np.where(multi, 0.0, 1.0), np.where(multi, 1.0, 0.0))
-        t = np.where(multi, S / to["beta"], S / b_i)
+        t = [np.where(multi, S / (to["beta"] * r_o[p]), S / (b_i * r_i[p])) for p in range(3)]
         out["naive"] = per_proto("naive", t, lat, bytes_per_rank=S + zero,
                                  intra=~multi, inter=multi, available=P > 1)
     return out
@@ -478,8 +504,8 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
         algorithm = normalize_algorithm(algorithm, c)
     S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
     table = _table(hw, c, size_bytes, group_size, members_per_node)
-    ti = _intra_params(hw, k)
-    to = tier_params(hw.tiers[-1])
+    ti = _intra_params(hw, k, c)
+    to = tier_params(hw.tiers[-1], c)
     factor = bus_factor(c, float(P))
     rows = []
     for a in _ALGOS_FOR[c]:
@@ -558,7 +584,7 @@ def explain(report: CollectiveReport, hw) -> list[dict]:
     fam = _FAMILY[report.collective]
     P, k, n = report.group_size, report.members_per_node, report.domains
     intra = next(iter(report.tiers.values()))
-    outer = tier_params(hw.tiers[-1])
+    outer = tier_params(hw.tiers[-1], report.collective)
     out = []
     for r in report.rows:
         if not r.available:
@@ -569,6 +595,9 @@ def explain(report: CollectiveReport, hw) -> list[dict]:
                   f"base={BASE_LATENCY_US[r.algorithm][p]:g} us, a_i={intra['alpha'][p] * 1e6:.3g} us, "
                   f"a_o={outer['alpha'][p] * 1e6:.3g} us, B_i={intra['beta'] / 1e9:.4g} GB/s, "
                   f"B_o={k * outer['beta'] / 1e9:.4g} GB/s, f_p={PROTO_BW[r.algorithm][p]:.3g}")
+        f_i, f_o = float(intra["proto_bw"][p]), float(outer["proto_bw"][p])
+        if f_i != 1.0 or f_o != 1.0:
+            values += f", calibrated {PROTOCOL_NAMES[r.protocol]} factor B_i x{f_i:.3g}, B_o x{f_o:.3g}"
         if r.algorithm in ("nvls", "nvls_tree"):
             values += f", B_nvls={intra['beta_inr'] / 1e9:.4g} GB/s, inr_latency={intra['inr_latency'] * 1e6:g} us"
         out.append({"algorithm": r.algorithm, "term": "latency", "value_s": r.latency_s, "formula": lat_f,

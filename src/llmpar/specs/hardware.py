@@ -71,6 +71,25 @@ class Accelerator(BaseModel):
         raise UserError(f"hardware {self.name!r} states no peak for dtype {dtype!r} (has: {', '.join(self.peak_flops)})")
 
 
+class TierFit(BaseModel):
+    """Per-collective values of a tier's collective-model fit parameters (``Tier.collectives``).
+
+    Written by ``llmpar calibrate fit`` for each collective it measured (NCCL reaches different
+    bandwidths for all-reduce, all-gather, all-to-all on the same links); a field left out falls
+    back to the tier's own value. Meaning of each field: see :class:`Tier`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    latency: Seconds | None = None
+    ll128_latency: Seconds | None = None
+    simple_latency: Seconds | None = None
+    efficiency: float | None = Field(None, gt=0, le=1)
+    ll_efficiency: float | None = Field(None, gt=0, le=1)
+    ll128_efficiency: float | None = Field(None, gt=0, le=1)
+    inr_latency: Seconds | None = None
+    inr_efficiency: float | None = Field(None, gt=0, le=1)
+
+
 class Tier(BaseModel):
     """One level of the interconnect, from the GPU's point of view.
 
@@ -94,6 +113,22 @@ class Tier(BaseModel):
         None, description="latency of one in-network reduction (NVLS on NVSwitch, SHARP on the NIC tier)")
     inr_efficiency: float | None = Field(
         None, gt=0, le=1, description="achieved/line-rate bandwidth of in-network reduction (NVLS/SHARP)")
+    # NCCL picks the protocol by size, so these are the size-dependent efficiency: None = NCCL's
+    # ring fractions of the Simple bandwidth (LL 0.5, LL128 0.92); other algorithms scale alike.
+    ll_efficiency: float | None = Field(
+        None, gt=0, le=1, description="ring bandwidth of the LL protocol as a fraction of Simple's (NCCL: 0.5)")
+    ll128_efficiency: float | None = Field(
+        None, gt=0, le=1, description="ring bandwidth of the LL128 protocol as a fraction of Simple's (NCCL: 0.92)")
+    collectives: dict[str, TierFit] | None = Field(
+        None, description="per-collective values of the fit parameters (llmpar calibrate fit); keys: all_reduce, ...")
+
+    @model_validator(mode="after")
+    def _check_collectives(self) -> Tier:
+        if self.collectives:
+            from llmpar.cost.collectives import normalize_collective  # names live in one place
+
+            self.collectives = {normalize_collective(k): v for k, v in self.collectives.items()}
+        return self
 
 
 class Hardware(BaseModel):

@@ -1,0 +1,562 @@
+"""Fit the collective model's latency and bandwidth to nccl-tests measurements.
+
+``llmpar calibrate fit LOG... --hardware BASE --out my-cluster.yaml``.
+
+What is fitted (docs/calibration.md, section 4; docs/collectives.md, "Fit parameters"): per
+collective and per tier crossed, the parameters of :mod:`llmpar.cost.collectives` that a profile
+may state for a tier:
+
+* ``latency``, ``ll128_latency``, ``simple_latency`` - alpha per step for NCCL's three protocols
+  (the small sizes fix them: LL at the smallest, LL128 in the middle, Simple where large sizes bend);
+* ``efficiency`` - beta = bandwidth x efficiency (the largest sizes fix it);
+* ``ll_efficiency``, ``ll128_efficiency`` - the bandwidth of the LL / LL128 protocol relative to
+  Simple's. NCCL picks the protocol by size, so these are the *size-dependent efficiency*: where
+  one line does not fit all sizes, the middle sizes run on another protocol at another bandwidth.
+  (A smooth ramp S/(S + S_half) would add nothing: it is algebraically a latency.)
+* ``inr_latency``, ``inr_efficiency`` - NVLS / SHARP, on tiers that have in-network reduction.
+
+How: least squares on the *relative* error of time, r_i = predicted_i / measured_i - 1, so a
+1 us error at 8 bytes weighs what a 1 ms error at 1 GB weighs; Levenberg-Marquardt (numpy only)
+in transformed parameters (log for latencies, logit for efficiencies in (0, 1)), from a few
+starts (the base profile, and the base scaled to the smallest and largest measured sizes), with a
+weak ridge towards the base values (weight ``PRIOR``): a parameter the data do not constrain (the
+LL128 latency of a log that never runs LL128) stays at its base value instead of wandering.
+The prediction is :func:`llmpar.cost.collectives.collective_time` itself - there is no second
+copy of the time formula here.
+
+Tiers: a log inside one scale-up domain (one DGX node; one NVL72 rack) fixes that domain's tier;
+a log across domains fixes the scale-out tier, with the scale-up tier taken from the single-domain
+logs of the same collective. Without such logs the scale-up tier is fitted from the multi-domain
+logs too, under a stronger ridge (``PRIOR_SECONDARY``) - and the record says so.
+
+The profile written ``extends:`` the base; each fitted tier gets ``collectives: {<name>: {...}}``
+with every fit parameter of each measured collective, and the tier's own fields take the values
+of the primary collective (all_reduce when measured, else the one with the most rows), which the
+model then uses for the collectives that were not measured. A ``calibration.collectives`` block
+records the files (with sha256), the date, the parameters before and after, and the fit quality.
+
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmpar.cost.collectives import PROTO_BW, algorithms_for, collective_time, tier_params
+from llmpar.errors import UserError
+
+FIT_FIELDS = ("latency", "ll128_latency", "simple_latency", "efficiency", "ll_efficiency", "ll128_efficiency")
+INR_FIELDS = ("inr_latency", "inr_efficiency")
+FRACTIONS = frozenset({"efficiency", "ll_efficiency", "ll128_efficiency", "inr_efficiency"})  # in (0, 1)
+PRIOR = 1e-4            # ridge weight per parameter (transformed units) for the tier a log fixes
+PRIOR_SECONDARY = 1e-2  # ... for a scale-up tier fitted from multi-domain logs only
+MIB = float(1 << 20)
+SIZE_BANDS = {"ge_1MB": MIB, "ge_64MB": 64 * MIB}   # 1 MB and 64 MB as nccl-tests' powers of two
+_FRACTION_CAP = 1.0 - 1e-9
+ROBUST_SCALE = 0.05     # relative error beyond which a row's loss grows linearly (soft-L1)
+RANDOM_STARTS = 12      # seeded random starts after the structured ones (see _solve)
+RANDOM_SEED = 20240605
+
+
+# ----------------------------------------------------------------------------- placement
+
+@dataclass
+class Placement:
+    """One parsed table, placed on the profile: which group shape and which tiers it measures."""
+
+    file: str
+    label: str                      # file, plus the table number when a file holds several
+    collective: str
+    ranks: int
+    nodes: int
+    members_per_node: int           # k: group members per scale-up domain (llmpar.cost.collectives)
+    domains: int                    # scale-up domains the group spans
+    intra_tier: str                 # the scale-up tier the group uses inside a domain
+    tier: str                       # the tier this log fixes: intra_tier, or the scale-out tier
+    sizes: np.ndarray
+    times: np.ndarray               # seconds, out-of-place block (in-place where only that exists)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def multi_domain(self) -> bool:
+        return self.domains > 1
+
+
+def _gpu_family(name: str) -> str:
+    """'H100-SXM5-80GB' -> 'H100' (the token that names the chip)."""
+    return str(name).upper().replace("NVIDIA", "").strip().split("-")[0].split()[0] if str(name).strip() else ""
+
+
+def _samples(log) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    notes: list[str] = []
+    sizes, times = [], []
+    dropped = 0
+    for r in log.usable_rows():
+        m = r.measurement("out_of_place")
+        t = m.time_s
+        if m.cputime:
+            # -C 1: the time column is CPU time; algbw was computed from the GPU time
+            if m.algbw_GBps >= 10.0:
+                t = r.size_bytes / (m.algbw_GBps * 1e9)
+            else:
+                dropped += 1
+                continue
+        sizes.append(float(r.size_bytes))
+        times.append(t)
+    if dropped:
+        notes.append(f"{dropped} rows with CPU time (-C 1) and algbw < 10 GB/s skipped: GPU time not recoverable")
+    if log.flagged_rows:
+        notes.append(f"{len(log.flagged_rows)} rows flagged #wrong > 0 not used")
+    return np.asarray(sizes), np.asarray(times), notes
+
+
+def place(log, hw) -> Placement:
+    """Group shape of a parsed log on ``hw``: ranks, members per scale-up domain, tier fixed.
+
+    Nodes map to scale-up domains through the profile: ``nvlink_domain / gpus_per_node`` nodes per
+    domain (1 on a DGX, 18 on GB200 NVL72), so 8 GB200 GPUs on 2 trays are one NVLink domain.
+    """
+    label = log.file + (f" (table {log.section + 1})" if log.section else "")
+    if not log.collective:
+        raise UserError(f"{label}: cannot tell which collective this log measures; pass --collective")
+    if not log.ranks:
+        raise UserError(f"{label}: cannot tell the number of ranks; pass --ranks")
+    if log.ranks < 2:
+        raise UserError(f"{label}: {log.ranks} rank: no link is crossed, nothing to fit or check")
+    notes: list[str] = []
+    nodes = log.nodes
+    if not nodes:
+        nodes = max(1, math.ceil(log.ranks / hw.gpus_per_node))
+        notes.append(f"node count not in the log: assuming {nodes} ({hw.gpus_per_node} GPUs per node of {hw.name}); "
+                     "pass --nodes")
+    if log.gpu and _gpu_family(hw.gpu.name) and _gpu_family(hw.gpu.name) not in str(log.gpu).upper():
+        notes.append(f"log GPU {log.gpu!r} is not the profile's {hw.gpu.name!r}")
+    domain = hw.nvlink_domain
+    nodes_per_domain = max(1, domain // hw.gpus_per_node)
+    domains = max(math.ceil(nodes / nodes_per_domain), math.ceil(log.ranks / domain))
+    k = max(1, math.ceil(log.ranks / domains))
+    inner = hw.tiers[:-1] or hw.tiers[-1:]
+    intra = next((t for t in inner if t.domain_size is None or k <= t.domain_size), inner[-1])
+    tier = hw.tiers[-1] if domains > 1 else intra
+    sizes, times, more = _samples(log)
+    if sizes.size == 0:
+        raise UserError(f"{label}: no usable rows (all flagged, empty or zero-sized)")
+    return Placement(file=log.file, label=label, collective=log.collective, ranks=int(log.ranks), nodes=int(nodes),
+                     members_per_node=int(k), domains=int(domains), intra_tier=intra.name, tier=tier.name,
+                     sizes=sizes, times=times, notes=notes + more)
+
+
+def predict(hw, pl: Placement, sizes=None):
+    """Model time (s) of the placement's rows on ``hw`` (through cost.collectives)."""
+    s = pl.sizes if sizes is None else sizes
+    return np.asarray(collective_time(hw, pl.collective, s, pl.ranks, pl.members_per_node), dtype=float)
+
+
+def error_summary(sizes, errors) -> dict[str, float | None]:
+    """Median and maximum |error| for sizes >= 1 MB and >= 64 MB (None where no row qualifies)."""
+    sizes = np.asarray(sizes, dtype=float)
+    err = np.abs(np.asarray(errors, dtype=float))
+    out: dict[str, float | None] = {}
+    for band, lo in SIZE_BANDS.items():
+        sel = err[sizes >= lo]
+        out[f"median_abs_error_{band}"] = float(np.median(sel)) if sel.size else None
+        out[f"max_abs_error_{band}"] = float(np.max(sel)) if sel.size else None
+    return out
+
+
+# ----------------------------------------------------------------------------- parameters
+
+def fit_fields(tier, collective: str) -> tuple[str, ...]:
+    """The fit parameters of ``tier`` that can matter for ``collective``."""
+    names = FIT_FIELDS
+    inr_algos = {"nvls", "nvls_tree", "collnet"} & set(algorithms_for(collective))
+    if tier.in_network_reduction and inr_algos:
+        names = names + INR_FIELDS
+    return names
+
+
+def resolved(tier, collective: str) -> dict[str, float]:
+    """Every fit parameter of ``tier`` as the model uses it for ``collective`` (defaults filled in)."""
+    p = tier_params(tier, collective)
+    ratio = p["proto_bw"]
+    vals = {
+        "latency": float(p["alpha"][0]), "ll128_latency": float(p["alpha"][1]), "simple_latency": float(p["alpha"][2]),
+        "efficiency": float(p["beta"] / tier.bandwidth),
+        "ll_efficiency": float(ratio[0] * PROTO_BW["ring"][0]), "ll128_efficiency": float(ratio[1] * PROTO_BW["ring"][1]),
+        "inr_latency": float(p["inr_latency"]), "inr_efficiency": float(p["beta_inr"] / tier.bandwidth),
+    }
+    return {k: min(v, _FRACTION_CAP) if k in FRACTIONS else v for k, v in vals.items()}
+
+
+def _to_u(name: str, value):
+    v = np.asarray(value, dtype=float)
+    if name in FRACTIONS:
+        v = np.clip(v, 1e-9, _FRACTION_CAP)
+        return np.log(v / (1.0 - v))
+    return np.log(np.maximum(v, 1e-15))
+
+
+def _to_p(name: str, u):
+    u = np.clip(np.asarray(u, dtype=float), -700.0, 700.0)
+    if name in FRACTIONS:
+        return 1.0 / (1.0 + np.exp(-u))
+    return np.exp(u)
+
+
+def with_params(hw, collective: str, params: dict[str, dict[str, Any]]):
+    """``hw`` with ``params`` ({tier name: {field: value}}) as the tiers' values for ``collective``.
+
+    Values may be numpy arrays (the fitter evaluates every Jacobian column in one call).
+    """
+    from llmpar.specs.hardware import TierFit
+
+    tiers = []
+    for t in hw.tiers:
+        if t.name in params:
+            over = dict(t.collectives or {})
+            old = over.get(collective)
+            merged = {**(old.model_dump(exclude_none=True) if old is not None else {}), **params[t.name]}
+            over[collective] = TierFit.model_construct(**merged)
+            t = t.model_copy(update={"collectives": over})
+        tiers.append(t)
+    return hw.model_copy(update={"tiers": tiers})
+
+
+# ----------------------------------------------------------------------------- least squares
+
+@dataclass
+class _Problem:
+    hw: Any
+    collective: str
+    placements: list[Placement]
+    names: list[tuple[str, str]]      # (tier, field)
+    u0: np.ndarray                    # base values, transformed
+    weights: np.ndarray               # ridge weight per parameter
+    batched: bool = True
+
+    def __post_init__(self):
+        # Evaluate every Jacobian column in one call when cost.collectives is array-polymorphic in
+        # the tier fields too (it is written to be); check once against one call per vector.
+        U = np.vstack([self.u0, self.u0 + 0.05])
+        try:
+            fast = self.times(U)
+        except Exception:
+            fast = None
+        self.batched = False
+        slow = self.times(U)
+        self.batched = fast is not None and fast.shape == slow.shape and bool(np.allclose(fast, slow, rtol=1e-12))
+
+    @property
+    def measured(self) -> np.ndarray:
+        return np.concatenate([p.times for p in self.placements])
+
+    def params(self, u) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for (tier, name), x in zip(self.names, u):
+            out.setdefault(tier, {})[name] = _to_p(name, x)
+        return out
+
+    def times(self, U) -> np.ndarray:
+        """Predicted times for parameter vectors U (m x n): an m x rows array."""
+        U = np.atleast_2d(U)
+        if self.batched:
+            try:
+                h = with_params(self.hw, self.collective, self.params(U.T[:, :, None]))
+                out = np.concatenate([np.broadcast_to(predict(h, p, p.sizes[None, :]), (U.shape[0], p.sizes.size))
+                                      for p in self.placements], axis=1)
+                return out
+            except Exception:          # a model change that is not array-polymorphic in tier fields
+                self.batched = False
+        rows = []
+        for u in U:
+            h = with_params(self.hw, self.collective, self.params(u))
+            rows.append(np.concatenate([predict(h, p) for p in self.placements]))
+        return np.asarray(rows)
+
+    def residuals(self, U) -> np.ndarray:
+        U = np.atleast_2d(U)
+        rel = self.times(U) / self.measured[None, :] - 1.0
+        if ROBUST_SCALE:
+            # soft-L1 loss: quadratic within ~ROBUST_SCALE, linear beyond (an outlier row such as
+            # a dip at one size weighs like one row, not like its square)
+            d = ROBUST_SCALE
+            rel = d * np.sign(rel) * np.sqrt(2.0 * (np.sqrt(1.0 + (rel / d) ** 2) - 1.0))
+        ridge = np.sqrt(self.weights)[None, :] * (U - self.u0[None, :])
+        return np.concatenate([rel, ridge], axis=1)
+
+
+def _levenberg_marquardt(prob: _Problem, u, max_iter: int = 200) -> tuple[np.ndarray, float]:
+    h = 1e-6
+    r = prob.residuals(u)[0]
+    cost = float(r @ r)
+    lam = 1e-3
+    n = u.size
+    for _ in range(max_iter):
+        U = np.vstack([u + h * np.eye(n)[j] for j in range(n)])
+        J = ((prob.residuals(U) - r[None, :]) / h).T
+        A, g = J.T @ J, J.T @ r
+        improved = False
+        while lam < 1e12:
+            try:
+                step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
+            except np.linalg.LinAlgError:
+                lam *= 10
+                continue
+            q = u + step
+            rq = prob.residuals(q)[0]
+            cq = float(rq @ rq)
+            if np.isfinite(cq) and cq < cost:
+                converged = cost - cq <= 1e-9 * cost or np.max(np.abs(step)) < 1e-8
+                u, r, cost, lam = q, rq, cq, max(lam / 3, 1e-12)
+                improved = True
+                break
+            lam *= 4
+        if not improved or converged:
+            break
+    return u, cost
+
+
+def _solve(prob: _Problem) -> tuple[np.ndarray, float]:
+    """Multi-start LM: the base values; latencies scaled to the smallest sizes; efficiencies scaled
+    to the largest sizes; both."""
+    meas = prob.measured
+    pred0 = prob.times(prob.u0)[0]
+    sizes = np.concatenate([p.sizes for p in prob.placements])
+    small, large = np.argmin(sizes), np.argmax(sizes)
+    lat_scale = float(np.clip(meas[small] / pred0[small], 1e-3, 1e3))
+    eff_scale = float(np.clip(pred0[large] / meas[large], 1e-3, 1e3))
+    starts = []
+    for ls, es in ((1.0, 1.0), (lat_scale, eff_scale), (lat_scale, 1.0), (1.0, eff_scale), (10.0, 0.6)):
+        u = prob.u0.copy()
+        for i, (_, name) in enumerate(prob.names):
+            value = _to_p(name, u[i])
+            if name.endswith("latency"):
+                u[i] = _to_u(name, value * ls)
+            elif name in ("efficiency", "inr_efficiency"):
+                u[i] = _to_u(name, min(value * es, 0.999))
+        if not any(np.allclose(u, s) for s in starts):
+            starts.append(u)
+    # the objective is piecewise (NCCL's choice of algorithm and protocol switches with the
+    # parameters), so also start from a few seeded random points around the base: deterministic
+    rng = np.random.default_rng(RANDOM_SEED)
+    starts += [prob.u0 + rng.normal(0.0, 1.5, size=prob.u0.size) for _ in range(RANDOM_STARTS)]
+    best = None
+    for u in starts:
+        got = _levenberg_marquardt(prob, u)
+        if best is None or got[1] < best[1]:
+            best = got
+        if best[1] < 1e-10 * max(1, meas.size):   # exact (synthetic data): no need for more starts
+            break
+    return best
+
+
+# ----------------------------------------------------------------------------- the fit
+
+@dataclass
+class FitGroup:
+    """One least-squares problem: one collective, the tiers it fixed, from which logs."""
+
+    collective: str
+    tiers: list[str]
+    files: list[str]
+    before: dict[str, dict[str, float]]     # tier -> field -> base value
+    after: dict[str, dict[str, float]]      # tier -> field -> fitted value
+    rms_rel_error: float
+    max_rel_error: float
+    samples: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(d):
+            return {t: {k: float(f"{v:.6g}") for k, v in fs.items()} for t, fs in d.items()}
+
+        return {"collective": self.collective, "tiers": self.tiers, "files": self.files,
+                "before": clean(self.before), "after": clean(self.after),
+                "rms_rel_error": round(self.rms_rel_error, 6), "max_rel_error": round(self.max_rel_error, 6),
+                "samples": self.samples, "notes": self.notes}
+
+
+@dataclass
+class FitResult:
+    base: str
+    hardware: Any                      # the fitted Hardware (as loaded from the profile)
+    base_hardware: Any
+    placements: list[Placement]
+    groups: list[FitGroup]
+    primary: str
+    files: list[dict[str, Any]]        # per file: sha256, shape, before/after quality
+    date: str
+    profile: dict[str, Any]            # the YAML document (without the name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "hardware": self.hardware.name, "primary_collective": self.primary, "date": self.date,
+                "fits": [g.to_dict() for g in self.groups], "files": self.files}
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _fit_collective(hw, collective: str, pls: list[Placement]) -> tuple[dict[str, dict[str, float]], list[FitGroup]]:
+    """Fit one collective: single-domain logs fix their scale-up tier, then multi-domain logs fix
+    the scale-out tier (and the scale-up tier too where no single-domain log did)."""
+    tiers = {t.name: t for t in hw.tiers}
+    values: dict[str, dict[str, float]] = {}
+    groups: list[FitGroup] = []
+    stages: list[tuple[list[Placement], list[str], list[str]]] = []   # (logs, primary tiers, secondary tiers)
+    single = [p for p in pls if not p.multi_domain]
+    multi = [p for p in pls if p.multi_domain]
+    for tname in dict.fromkeys(p.tier for p in single):
+        stages.append(([p for p in single if p.tier == tname], [tname], []))
+    if multi:
+        fixed = {p.tier for p in single}
+        secondary = [t for t in dict.fromkeys(p.intra_tier for p in multi) if t not in fixed and t != multi[0].tier]
+        stages.append((multi, [multi[0].tier], secondary))
+    for logs, primary, secondary in stages:
+        names, u0, weights = [], [], []
+        h = with_params(hw, collective, values) if values else hw
+        for tname, w in [(t, PRIOR) for t in primary] + [(t, PRIOR_SECONDARY) for t in secondary]:
+            base = resolved(tiers[tname], collective)
+            for f in fit_fields(tiers[tname], collective):
+                names.append((tname, f))
+                u0.append(float(_to_u(f, base[f])))
+                weights.append(w)
+        prob = _Problem(hw=h, collective=collective, placements=logs, names=names, u0=np.asarray(u0),
+                        weights=np.asarray(weights))
+        u, _ = _solve(prob)
+        fitted = {t: {k: float(v) for k, v in fs.items()} for t, fs in prob.params(u).items()}
+        rel = prob.times(u)[0] / prob.measured - 1.0
+        notes = []
+        if secondary:
+            notes.append(f"{', '.join(secondary)} fitted from multi-domain logs only (no single-domain {collective} log): "
+                         "measure one node to pin it")
+        for t, fs in fitted.items():
+            for f, v in fs.items():
+                if f in FRACTIONS and v > 0.995:
+                    notes.append(f"{t}.{f} at its bound 1: the logs are faster than the base profile's line rate allows "
+                                 f"(is --hardware {hw.name} this cluster?)")
+        groups.append(FitGroup(
+            collective=collective, tiers=primary + secondary, files=list(dict.fromkeys(p.label for p in logs)),
+            before={t: {f: resolved(tiers[t], collective)[f] for f in fit_fields(tiers[t], collective)} for t in fitted},
+            after=fitted, rms_rel_error=float(np.sqrt(np.mean(rel**2))), max_rel_error=float(np.max(np.abs(rel))),
+            samples=int(rel.size), notes=notes))
+        for t, fs in fitted.items():
+            values.setdefault(t, {}).update(fs)
+    return values, groups
+
+
+def _seconds(v: float) -> str:
+    return f"{v * 1e6:.6g} us"
+
+
+def _yaml_values(fs: dict[str, float]) -> dict[str, Any]:
+    return {k: (_seconds(v) if k.endswith("latency") else float(f"{min(v, _FRACTION_CAP):.6g}")) for k, v in fs.items()}
+
+
+def fit(logs, hardware: str, *, out_name: str | None = None) -> FitResult:
+    """Fit ``hardware`` (a profile name or YAML path) to parsed logs (:class:`ParsedLog`)."""
+    from llmpar.specs import load_hardware
+
+    if not logs:
+        raise UserError("no logs given")
+    base_hw = load_hardware(hardware)
+    placements = [place(log, base_hw) for log in logs]
+    by_coll: dict[str, list[Placement]] = {}
+    for p in placements:
+        by_coll.setdefault(p.collective, []).append(p)
+    primary = "all_reduce" if "all_reduce" in by_coll else max(by_coll, key=lambda c: sum(p.sizes.size for p in by_coll[c]))
+    fitted: dict[str, dict[str, dict[str, float]]] = {}
+    groups: list[FitGroup] = []
+    for c in [primary] + sorted(c for c in by_coll if c != primary):
+        fitted[c], g = _fit_collective(base_hw, c, by_coll[c])
+        groups.extend(g)
+
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    extends = hardware
+    if str(hardware).endswith((".yaml", ".yml", ".json")) or "/" in str(hardware):
+        extends = str(Path(hardware).resolve())
+    tier_docs = []
+    for t in base_hw.tiers:
+        per = {c: _yaml_values(v[t.name]) for c, v in fitted.items() if t.name in v}
+        if not per:
+            continue
+        doc: dict[str, Any] = {"name": t.name}
+        if primary in per:
+            doc.update(per[primary])
+        doc["collectives"] = per
+        tier_docs.append(doc)
+
+    files = []
+    for p in placements:
+        files.append({"file": p.label, "sha256": _sha256(p.file), "collective": p.collective, "ranks": p.ranks,
+                      "nodes": p.nodes, "members_per_node": p.members_per_node, "domains": p.domains, "tier": p.tier,
+                      "rows": int(p.sizes.size), "notes": p.notes})
+    name = out_name or f"{base_hw.name}-calibrated"
+    profile = {
+        "name": name,
+        "extends": extends,
+        "description": f"{base_hw.name} with the collective model fitted to nccl-tests logs by llmpar calibrate fit",
+        "tiers": tier_docs,
+        "calibration": {"collectives": {
+            "tool": "llmpar calibrate fit",
+            "date": date,
+            "base": base_hw.name,
+            "method": "least squares on relative time error (Levenberg-Marquardt), out-of-place times",
+            "primary_collective": primary,
+            "files": files,
+            "fits": [g.to_dict() for g in groups],
+        }},
+    }
+    hw = _load_profile(profile)
+    for f, p in zip(files, placements):
+        f["before"] = _rounded(error_summary(p.sizes, predict(base_hw, p) / p.times - 1.0))
+        f["after"] = _rounded(error_summary(p.sizes, predict(hw, p) / p.times - 1.0))
+    return FitResult(base=str(hardware), hardware=hw, base_hardware=base_hw, placements=placements, groups=groups,
+                     primary=primary, files=files, date=date, profile=profile)
+
+
+def _rounded(d: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: (None if v is None else round(v, 6)) for k, v in d.items()}
+
+
+def profile_yaml(profile: dict[str, Any]) -> str:
+    import yaml
+
+    return ("# Written by `llmpar calibrate fit`: the base profile with the collective model fitted to\n"
+            "# nccl-tests measurements (see calibration.collectives for the files and the fit quality).\n"
+            + yaml.safe_dump(profile, sort_keys=False, width=120))
+
+
+def _load_profile(profile: dict[str, Any]):
+    """The profile as every command will load it (extends resolved, validated)."""
+    from llmpar.specs import load_hardware
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"{profile['name']}.yaml"
+        path.write_text(profile_yaml(profile))
+        return load_hardware(str(path))
+
+
+def write_profile(result: FitResult, out: str | Path) -> Path:
+    out = Path(out)
+    result.profile["name"] = out.stem
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(profile_yaml(result.profile))
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    from llmpar.specs import load_hardware
+
+    load_hardware(str(out))
+    return out
