@@ -471,5 +471,15 @@ def step(
     )
 
 
+# -------------------------------------------------------------------------------------- plan
+
+def plan(model: str | ModelSpec | None = None, **options):
+    """Rank the layouts of ``gpus`` GPUs for ``model`` (issue 4): see :func:`llmpar.plan.search.plan`
+    for the keywords. Returns a :class:`llmpar.plan.search.PlanResult`."""
+    from llmpar.plan.search import plan as _plan
+
+    return _plan(model, **options)
+
+
 __all__ = ["MemoryResult", "StepResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory",
-           "parse_reserve", "step"]
+           "parse_reserve", "plan", "step"]

@@ -1,0 +1,255 @@
+"""`llmpar plan`: search the layouts of N GPUs and rank them.
+
+All numbers come from :func:`llmpar.plan.search.plan` (every candidate evaluated through
+``llmpar.cost``, the functions `llmpar step` uses); this module renders the result as rich
+tables, JSON or CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import click
+
+from llmpar.cli.common import echo_json, precision_options
+from llmpar.errors import UserError
+from llmpar.parallel import RECOMPUTE, SCHEDULES
+
+_LAYOUT = [
+    click.option("--hardware", "hardware", default=None, help="Shipped profile or YAML path (default h100-sxm)."),
+    click.option("--gpus", type=int, help="GPUs to plan for (required)."),
+    click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
+    click.option("--global-batch", type=int, help="Sequences per step (default 4,194,304 tokens / seq)."),
+    click.option("--tokens-per-batch", type=int, help="Tokens per step instead of --global-batch (a multiple of seq)."),
+    click.option("--microbatches", type=int, help="Keep only layouts with this many micro-batches per step."),
+    click.option("--tp", type=int, help="Fix the tensor-parallel degree (same as --fix tp=N)."),
+    click.option("--pp", type=int, help="Fix the pipeline-parallel degree."),
+    click.option("--dp", type=int, help="Fix the data-parallel degree."),
+    click.option("--cp", type=int, help="Fix the context-parallel degree."),
+    click.option("--ep", type=int, help="Fix the expert-parallel degree."),
+    click.option("--zero", type=click.IntRange(0, 3), help="Fix the ZeRO stage."),
+    click.option("--sp/--no-sp", default=None, help="Fix sequence parallelism on or off."),
+    click.option("--recompute", type=click.Choice(RECOMPUTE), help="Fix the recompute mode."),
+    click.option("--micro-batch", type=int, help="Fix the micro-batch size."),
+    click.option("--schedule", type=click.Choice(SCHEDULES), help="Fix the pipeline schedule."),
+    click.option("--virtual-stages", type=int, help="Fix the virtual stages (interleaved schedule)."),
+]
+
+_SEARCH = [
+    click.option("--top", type=int, default=10, show_default=True, help="Layouts to list."),
+    click.option("--objective", type=click.Choice(["time", "memory"]), default="time", show_default=True,
+                 help="Rank by step time (= tokens/s at the fixed batch) or by memory per GPU."),
+    click.option("--fix", "fix", multiple=True, metavar="K=V[,K=V]",
+                 help="Hold knobs at one value, e.g. --fix tp=8,pp=16 (tp pp dp cp ep zero sp recompute "
+                      "micro_batch schedule virtual_stages)."),
+    click.option("--allow", "allow", multiple=True, metavar="K=V1,V2",
+                 help="Search only these values of one knob, e.g. --allow zero=0,1,3 (repeatable)."),
+    click.option("--max-tp", type=int, help="Largest tensor-parallel degree to search."),
+    click.option("--pareto", is_flag=True, help="Also list the time-memory frontier."),
+    click.option("--explain-rank", type=int, default=2, show_default=True, metavar="N",
+                 help="Explain why #1 beats #N."),
+]
+
+_OUTPUT = [
+    click.option("--units", type=click.Choice(["gb", "gib"]), default="gb", show_default=True,
+                 help="Memory display unit: GB = 1e9, GiB = 2^30."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    click.option("--csv", "as_csv", is_flag=True, help="Print the plan rows as CSV (nested keys joined with dots)."),
+]
+
+
+def _apply(options, f):
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+@click.command("plan")
+@click.argument("model", required=False)
+@lambda f: _apply(_LAYOUT, f)
+@precision_options
+@lambda f: _apply(_SEARCH, f)
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@click.option("--dp-overlap", type=float, default=0.0, show_default=True,
+              help="Fraction of data-parallel traffic hidden behind compute (0: none, as Megatron-LM 2021).")
+@lambda f: _apply(_OUTPUT, f)
+def plan(model, **kw):
+    """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
+
+    Searches tp, pp, cp, ep (MoE), dp (derived), micro-batch, schedule and virtual stages, ZeRO
+    stage, recompute and SP; every candidate is costed by the same model as `llmpar step`.
+
+    \b
+    Examples:
+      llmpar plan --gpus 2048
+      llmpar plan llama-3.1-405b --gpus 16384 --tokens-per-batch 16777216 --top 5
+      llmpar plan gpt3-175b --hardware a100-80gb --gpus 1024 --global-batch 1536 --pareto
+      llmpar plan llama-3-70b --gpus 512 --fix tp=8 --allow zero=0,1 --json
+    """
+    from llmpar.plan.search import plan as run_plan
+
+    as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
+    if as_json and as_csv:
+        raise UserError("--json and --csv are exclusive: choose one")
+    result = run_plan(model, units=units, **kw)
+    if as_json:
+        echo_json(result.to_dict())
+    elif as_csv:
+        rows = result.pareto if result.pareto is not None else result.plans
+        click.echo(to_csv([p.to_dict() for p in rows]), nl=False)
+    else:
+        render(result, units=units)
+
+
+# --------------------------------------------------------------------------------------- CSV
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Nested keys joined with dots: {'breakdown_s': {'tp': x}} -> {'breakdown_s.tp': x}."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def to_csv(rows: list[dict]) -> str:
+    flat = [flatten(r) for r in rows]
+    cols: list[str] = []
+    for r in flat:
+        cols += [k for k in r if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in flat:
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------ render
+
+_SCHED_SHORT = {"interleaved": "int", "dualpipe": "dualpipe", "zb-h1": "zb-h1", "1f1b": "1f1b", "gpipe": "gpipe"}
+_REC_SHORT = {"none": "none", "selective": "sel", "full": "full"}  # column "rec"
+
+
+def _sched(d: dict) -> str:
+    if d["pp"] == 1:
+        return "-"
+    return _SCHED_SHORT[d["schedule"]] + (f" v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "")
+
+
+_TERM_SHORT = {"recompute": "recomp", "optimizer": "optim"}
+
+
+def _secs(t: float) -> str:
+    """4 significant digits: 2.007 s, 198.1 ms, 707.7 s."""
+    if t >= 1:
+        return f"{t:.4g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.4g} ms"
+    return f"{t * 1e6:.4g} us"
+
+
+def _rate(x: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.2f}{suffix}"
+    return f"{x:.0f}"
+
+
+def _rows_table(rows, fmt, unit, title):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    cols = [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
+            ("sp", False), ("rec", False), ("b", True), ("m", True), ("schedule", False), ("step", True),
+            ("tokens/s", True), ("MFU", True), (f"mem {unit}", True), ("overhead", False)]
+    for name, right in cols:
+        table.add_column(name, justify="right" if right else "left", no_wrap=True)
+    for p in rows:
+        d = p.parallel.as_dict()
+        name, sec = p.largest_overhead()
+        table.add_row(*[str(x) for x in (
+            p.rank, d["tp"], d["pp"], d["dp"], d["cp"], d["ep"], d["zero"], "on" if d["sp"] else "off",
+            _REC_SHORT[d["recompute"]], d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
+            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", fmt(p.memory_bytes),
+            f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
+    return table
+
+
+def _explain_lines(c, fmt, unit) -> list[str]:
+    from llmpar.units import fmt_seconds
+
+    w, o = c.winner, c.other
+    if c.objective == "time":
+        pct = c.margin / w.step_time_s * 100 if w.step_time_s else 0.0
+        lines = [f"why #1 beats #{o.rank}: {fmt_seconds(c.margin)} faster per step ({pct:.1f} %)"]
+        show = lambda v: fmt_seconds(v)  # noqa: E731
+    else:
+        lines = [f"why #1 beats #{o.rank}: {fmt(c.margin)} {unit} less memory per GPU"]
+        show = lambda v: f"{fmt(v)} {unit}"  # noqa: E731
+    if c.knobs:
+        lines.append("  layout: " + ", ".join(f"{k} {_val(a)} vs {_val(b)}" for k, a, b in c.knobs))
+    scale = abs(c.margin) or 1.0
+    shown = [t for t in c.terms if abs(t[2] - t[1]) >= 0.02 * scale][:6] or c.terms[:3]
+    for name, a, b in shown:
+        d = b - a
+        word = "more" if d > 0 else "less"
+        lines.append(f"  {name:<11} #1 {show(a):>12}   #{o.rank} {show(b):>12}   (#{o.rank} spends "
+                     f"{show(abs(d))} {word})")
+    if c.margin == 0:
+        lines.append("  (an exact tie on the objective: ranked by the other objective, then the simpler layout)")
+    return lines
+
+
+def _val(v):
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return v
+
+
+def render(r, units: str = "gb") -> None:
+    from llmpar.cli import render as R
+
+    con = R.console()
+    if not con.is_terminal:   # the layout tables are wide: give them room when writing to a file/pipe
+        from rich.console import Console
+
+        con = Console(width=140, highlight=False)
+    fmt, unit = R.bytes_formatter(units)
+    if r.defaults_used:
+        con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
+    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
+    con.print(R.header(f"plan {name}", [
+        ("on", f"{r.gpus:,} x {r.hardware}"), ("seq", f"{r.seq:,}"),
+        ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)"), ("objective", r.objective),
+    ]))
+    pairs = [("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer), ("attention", r.settings.attention)]
+    if r.settings.convention != "llmpar":
+        pairs.append(("convention", r.settings.convention))
+    pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} incl. {fmt(r.reserved_bytes)} {unit} reserve"))
+    con.print(R.header("settings", pairs))
+    R.print_assumptions(con, r.assumptions)
+    con.print()
+    con.print(_rows_table(r.plans, fmt, unit, f"Top {len(r.plans)} layouts by {r.objective} "
+                                              f"(memory in {unit}; step time per iteration)"))
+    if r.comparison is not None:
+        con.print()
+        for line in _explain_lines(r.comparison, fmt, unit):
+            con.print(line, highlight=False)
+    if r.pareto is not None:
+        con.print()
+        con.print(_rows_table(r.pareto, fmt, unit, f"Time-memory frontier ({len(r.pareto)} layouts: no other is both "
+                                                   "faster and smaller; # = rank by the objective)"))
+    s = r.space
+    con.print()
+    rej = ", ".join(f"{k} {v:,}" for k, v in s.rejected.items() if v) or "none"
+    con.print(f"space: {s.candidates:,} candidates, {s.feasible:,} feasible; rejected: {rej}", highlight=False)
+    rate = s.memory_evaluated / s.search_s if s.search_s else float("inf")
+    con.print(f"[dim]evaluated {s.memory_evaluated:,} layouts for memory and timed {s.step_evaluated:,} in "
+              f"{s.search_s:.2f} s ({rate:,.0f} per second); {r.elapsed_s:.2f} s in all[/dim]")

@@ -1,0 +1,521 @@
+"""The planner: enumerate the space, evaluate every candidate through ``llmpar.cost``, rank.
+
+Pipeline (all on numpy arrays, one entry per candidate):
+
+1. :func:`llmpar.plan.space.enumerate_space` — every layout of the GPUs, minus those that break a
+   divisibility, batch, schedule or convention rule (counted per reason).
+2. :func:`llmpar.cost.memory.memory_per_gpu` on all of them — the same function ``llmpar
+   memory`` and ``llmpar step`` call; layouts whose most-loaded stage does not fit are rejected
+   ("memory") and not timed.
+3. :func:`llmpar.cost.step.step_time` on the ones that fit — the same function ``llmpar step``
+   calls, so a plan's numbers are ``step``'s numbers for that layout (tests check it to 1e-12).
+4. Rank by the objective: step time (the batch is fixed, so this is also tokens/s) or memory per
+   GPU. Exact ties are broken by memory (time), then by the simpler layout (smaller cp, ep, v,
+   ZeRO stage, recompute) — a tie-break only; no preference enters the ranking otherwise.
+
+Nothing here prints; :mod:`llmpar.cli.plan_cmd` renders the :class:`PlanResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from llmpar.errors import CheckFailed, UserError
+from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.plan import space as SP
+
+DEFAULT_MODEL = "llama-3-70b"
+DEFAULT_HARDWARE = "h100-sxm"
+OBJECTIVES = ("time", "memory")
+MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+               "reserved_bytes", "total_bytes")
+MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
+                 "activations_bytes": "activations", "reserved_bytes": "reserve"}
+
+
+# ----------------------------------------------------------------------------------- results
+
+@dataclass
+class PlanRow:
+    """One ranked layout, with the numbers and keys of ``llmpar step``."""
+
+    rank: int
+    model: str
+    hardware: str
+    parallel: Parallel
+    settings: Settings
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    breakdown_s: dict[str, float]
+    comm_bytes_per_gpu: dict[str, float]
+    memory: dict[str, Any]
+
+    @property
+    def gpus(self) -> int:
+        return int(self.parallel.gpus)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.memory["fits"])
+
+    @property
+    def memory_bytes(self) -> float:
+        return float(self.memory["total_bytes"])
+
+    def largest_overhead(self) -> tuple[str, float]:
+        """The largest breakdown term other than compute (compute is nearly always the largest)."""
+        name = max((k for k in self.breakdown_s if k != "compute"), key=lambda k: self.breakdown_s[k])
+        return name, self.breakdown_s[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "model": self.model,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "parallel": self.parallel.as_dict(),
+            "settings": self.settings.as_dict(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_step": int(self.parallel.tokens_per_step),
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "breakdown_s": dict(self.breakdown_s),
+            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
+            "memory": dict(self.memory),
+            "fits": self.fits,
+        }
+
+
+@dataclass
+class SpaceSummary:
+    candidates: int
+    feasible: int
+    rejected: dict[str, int]
+    memory_evaluated: int      # candidates whose memory went through cost.memory
+    step_evaluated: int        # candidates timed through cost.step (the ones that fit)
+    search_s: float = 0.0      # enumeration + evaluation + ranking (no spec loading)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidates": self.candidates, "feasible": self.feasible, "rejected": dict(self.rejected),
+                "memory_evaluated": self.memory_evaluated, "step_evaluated": self.step_evaluated,
+                "search_s": self.search_s}
+
+
+@dataclass
+class Comparison:
+    """Why plan #1 ranks above plan #n: the breakdown terms (or memory components) that differ."""
+
+    winner: PlanRow
+    other: PlanRow
+    objective: str
+    margin: float                        # other - winner, in seconds (time) or bytes (memory)
+    terms: list[tuple[str, float, float]]   # (name, winner value, other value), largest |difference| first
+    knobs: list[tuple[str, Any, Any]]       # layout keys that differ
+
+    def to_dict(self) -> dict[str, Any]:
+        unit = "s" if self.objective == "time" else "bytes"
+        return {
+            "winner_rank": self.winner.rank, "other_rank": self.other.rank, "objective": self.objective,
+            f"margin_{unit}": self.margin,
+            "terms": [{"term": n, f"winner_{unit}": a, f"other_{unit}": b, f"difference_{unit}": b - a}
+                      for n, a, b in self.terms],
+            "layout_differences": [{"key": k, "winner": a, "other": b} for k, a, b in self.knobs],
+        }
+
+
+@dataclass
+class PlanResult:
+    """What `llmpar plan` computed; :meth:`to_dict` is the JSON contract (issue 4)."""
+
+    model: str
+    model_requested: str | None
+    hardware: str
+    gpus: int
+    seq: int
+    global_batch: int
+    objective: str
+    settings: Settings
+    capacity_bytes: float
+    reserved_bytes: float
+    plans: list[PlanRow]
+    space: SpaceSummary
+    elapsed_s: float
+    defaults_used: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    pareto: list[PlanRow] | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def best(self) -> PlanRow:
+        return self.plans[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "seq": self.seq,
+            "global_batch": self.global_batch,
+            "tokens_per_step": self.global_batch * self.seq,
+            "objective": self.objective,
+            "settings": self.settings.as_dict(),
+            "plans": [p.to_dict() for p in self.plans],
+            "space": self.space.to_dict(),
+            "elapsed_s": self.elapsed_s,
+            "defaults_used": list(self.defaults_used),
+            "assumptions": list(self.assumptions),
+        }
+        if self.comparison is not None:
+            out["comparison"] = self.comparison.to_dict()
+        if self.pareto is not None:
+            out["pareto"] = [p.to_dict() for p in self.pareto]
+        return out
+
+
+# ------------------------------------------------------------------------------------ search
+
+def _pick(d: dict, idx) -> dict:
+    return {k: (np.asarray(v)[idx] if np.ndim(v) else v) for k, v in d.items()}
+
+
+def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
+    """Candidates best first; exact ties broken by the other objective, then the simpler layout."""
+    primary, secondary = (t, mem) if objective == "time" else (mem, t)
+    keys = (par.recompute, par.zero, par.virtual_stages, par.ep, par.cp, secondary, primary)
+    return np.lexsort(keys)
+
+
+def _row(rank, model, hw, settings, par, out, mem, i) -> PlanRow:
+    f = lambda x: float(np.asarray(x)[i])  # noqa: E731
+    max_b = float(mem["max_micro_batch"][i])
+    memory = {k: f(mem[k]) for k in MEMORY_KEYS}
+    memory.update({"capacity_bytes": f(mem["capacity_bytes"]), "fits": bool(mem["fits"][i]),
+                   "max_micro_batch": None if max_b == float("inf") else int(max_b),
+                   "params_per_gpu": _num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i])})
+    return PlanRow(
+        rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
+        step_time_s=f(out["step_time_s"]), tokens_per_s=f(out["tokens_per_s"]), samples_per_s=f(out["samples_per_s"]),
+        model_tflops_per_gpu=f(out["model_tflops_per_gpu"]), hardware_tflops_per_gpu=f(out["hardware_tflops_per_gpu"]),
+        mfu=f(out["mfu"]), hfu=f(out["hfu"]),
+        breakdown_s={k: f(v) for k, v in out["breakdown_s"].items()},
+        comm_bytes_per_gpu={k: f(v) for k, v in out["comm_bytes_per_gpu"].items()},
+        memory=memory,
+    )
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _layout_text(par: Parallel) -> str:
+    d = par.as_dict()
+    sched = d["schedule"] + (f" v={d['virtual_stages']}" if d["virtual_stages"] > 1 else "")
+    return (f"zero={d['zero']}, recompute={d['recompute']}, tp={d['tp']}, pp={d['pp']}, dp={d['dp']}, cp={d['cp']}, "
+            f"ep={d['ep']}, sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
+
+
+def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec) -> UserError:
+    hits = {k: v for k, v in cand.rejected.items() if v}
+    if not cand.total:
+        return UserError(f"no layout of {spec.gpus} GPUs is left by --fix/--allow/--max-tp (nothing to search)")
+    why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
+    return UserError(f"no layout of {spec.gpus} GPUs (global batch {spec.global_batch}, seq {spec.seq}) passes the "
+                     f"constraints - {why}")
+
+
+def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
+    from llmpar.units import unit_scale
+
+    scale, unit = unit_scale(units)
+    tot = np.asarray(mem["total_bytes"], dtype=float)
+    # the smallest total; among equal ones (e.g. ZeRO stages at dp = 1) name the most sharded
+    i = int(np.lexsort((-np.asarray(par.recompute), -np.asarray(par.zero), tot))[0])
+    cap = float(np.asarray(mem["capacity_bytes"])[i])
+    res = float(np.asarray(mem["reserved_bytes"])[i])
+    return CheckFailed(
+        f"no layout fits: smallest memory needed {tot[i] / scale:.1f} {unit} > {cap / scale:.1f} {unit} per GPU "
+        f"(HBM, of which the reserve is {res / scale:.1f} {unit}) at {_layout_text(par.take(i))}"
+    )
+
+
+def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
+    if objective == "time":
+        terms = [(k, a.breakdown_s[k], b.breakdown_s[k]) for k in a.breakdown_s]
+        margin = b.step_time_s - a.step_time_s
+    else:
+        terms = [(MEMORY_LABELS.get(k, k), a.memory[k], b.memory[k]) for k in MEMORY_KEYS
+                 if k not in ("total_bytes", "kv_cache_bytes")]
+        margin = b.memory_bytes - a.memory_bytes
+    terms = sorted([t for t in terms if t[1] != t[2]], key=lambda t: -abs(t[2] - t[1]))
+    da, db = a.parallel.as_dict(), b.parallel.as_dict()
+    knobs = [(k, da[k], db[k]) for k in da if da[k] != db[k]]
+    return Comparison(winner=a, other=b, objective=objective, margin=margin, terms=terms, knobs=knobs)
+
+
+def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, objective: str = "time",
+           top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb") -> dict[str, Any]:
+    """Enumerate, evaluate through ``llmpar.cost`` and rank (see the module doc).
+
+    Returns a dict with plans, pareto, comparison, space (SpaceSummary). Raises UserError when no
+    layout passes the divisibility/batch/schedule rules, CheckFailed when none fits in memory.
+    """
+    from llmpar.cost.memory import memory_per_gpu
+    from llmpar.cost.step import step_time
+
+    t0 = time.perf_counter()
+    cand = SP.enumerate_space(model, spec, settings)
+    if cand.size == 0:
+        raise _nothing_valid(cand, spec)
+    mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
+    fits = np.asarray(mem["fits"], dtype=bool)
+    n_fit = int(np.count_nonzero(fits))
+    rejected = dict(cand.rejected)
+    rejected["memory"] = cand.size - n_fit
+    if n_fit == 0:
+        raise _nothing_fits(model, mem, cand.par, units)
+    idx = np.flatnonzero(fits)
+    par = SP.subset(cand.par, idx)
+    mem = _pick(mem, idx)
+    out = step_time(model, hw, par, settings, with_memory=False)
+    t = np.asarray(out["step_time_s"], dtype=float)
+    total = np.asarray(mem["total_bytes"], dtype=float)
+    order = _order(objective, t, total, par)
+
+    rows = [_row(r + 1, model, hw, settings, par, out, mem, int(i)) for r, i in enumerate(order[:top])]
+    comparison = None
+    if explain_rank > n_fit and explain_rank != 2:
+        raise UserError(f"--explain-rank {explain_rank}: only {n_fit} layouts fit")
+    if n_fit >= 2:
+        n = explain_rank
+        other = rows[n - 1] if n <= len(rows) else _row(n, model, hw, settings, par, out, mem, int(order[n - 1]))
+        comparison = compare(rows[0], other, objective)
+    frontier = None
+    if pareto:
+        # time-memory frontier: walk by time (then memory); keep each layout that needs less
+        # memory than every faster one
+        by_time = np.lexsort((total, t))
+        run_min = np.minimum.accumulate(total[by_time])
+        keep = np.ones(by_time.size, dtype=bool)
+        keep[1:] = total[by_time][1:] < run_min[:-1]
+        rank_of = np.empty(order.size, dtype=np.int64)
+        rank_of[order] = np.arange(1, order.size + 1)
+        frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
+    summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
+                           step_evaluated=n_fit, search_s=time.perf_counter() - t0)
+    return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary,
+            "capacity_bytes": float(np.asarray(mem["capacity_bytes"]).flat[0]),
+            "reserved_bytes": float(np.asarray(mem["reserved_bytes"]).flat[0])}
+
+
+# -------------------------------------------------------------------------------------- API
+
+_LAYOUT_KNOBS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "zero": "zero", "sp": "sp",
+                 "recompute": "recompute", "micro_batch": "micro_batch", "schedule": "schedule",
+                 "virtual_stages": "virtual_stages"}
+
+
+def _as_specs(value, what: str) -> list[str]:
+    """--fix/--allow given as a string, a list of strings, or a dict {knob: value(s)}."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if isinstance(v, (list, tuple, set)):
+                v = ",".join(_knob_text(x) for x in v)
+            else:
+                v = _knob_text(v)
+            out.append(f"{k}={v}")
+        return out
+    return [str(v) for v in value]
+
+
+def _knob_text(x) -> str:
+    if isinstance(x, bool):
+        return "on" if x else "off"
+    return str(x)
+
+
+def _pos(value, what: str):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UserError(f"--{what} must be a positive integer, got {value}")
+    return int(value)
+
+
+def plan(
+    model=None,
+    *,
+    gpus: int | None = None,
+    hardware=None,
+    seq: int | None = None,
+    global_batch: int | None = None,
+    tokens_per_batch: int | None = None,
+    microbatches: int | None = None,
+    top: int = 10,
+    objective: str = "time",
+    fix=None,
+    allow=None,
+    max_tp: int | None = None,
+    pareto: bool = False,
+    explain_rank: int = 2,
+    dtype: str = "bf16",
+    optimizer: str = "adam",
+    grad_dtype: str = "bf16",
+    convention: str = "llmpar",
+    attention: str | None = None,
+    reserve=None,
+    hf: str | None = None,
+    dp_overlap: float = 0.0,
+    units: str = "gb",
+    **layout,
+) -> PlanResult:
+    """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
+
+    ``fix``: knobs held at one value — ``"tp=8,pp=16"`` or ``{"tp": 8, "pp": 16}``; the common
+    layout keywords (``tp=8``, ``zero=1``, ``recompute="selective"``, ...) do the same.
+    ``allow``: sets of values to search — ``["zero=0,1,3", "recompute=none,selective"]`` or
+    ``{"zero": (0, 1, 3)}``. ``objective``: "time" (step time; the batch is fixed, so also
+    tokens/s) or "memory" (memory per GPU). ``dp_overlap``: the fraction of data-parallel traffic
+    hidden behind compute, as in ``llmpar step`` (0 = none, Megatron-LM 2021). Returns a :class:`PlanResult`; raises
+    :class:`~llmpar.errors.UserError` for bad input or when no layout passes the divisibility
+    rules, :class:`~llmpar.errors.CheckFailed` when none fits in memory.
+    """
+    from llmpar import api
+    from llmpar.cost.memory import check_convention
+
+    t_start = time.perf_counter()
+    defaults: list[str] = []
+    notes: list[str] = []
+    unknown = set(layout) - set(_LAYOUT_KNOBS)
+    if unknown:
+        raise UserError(f"plan() got unknown option(s): {', '.join(sorted(unknown))}")
+    if objective not in OBJECTIVES:
+        raise UserError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}")
+    if gpus is None:
+        raise UserError("--gpus is required: the number of GPUs to plan for")
+    gpus = _pos(gpus, "gpus")
+    top = _pos(top, "top")
+    max_tp = _pos(max_tp, "max-tp")
+    explain_rank = _pos(explain_rank, "explain-rank")
+    if explain_rank < 2:
+        raise UserError("--explain-rank must be 2 or more (it explains why #1 beats #N)")
+
+    if model is None and hf is None:
+        model = DEFAULT_MODEL
+        defaults.append(f"model {DEFAULT_MODEL}")
+    spec_model, alias = api.load_model_spec(model, hf)
+    if alias:
+        notes.append(f"model {alias} -> {spec_model.name}")
+    if hardware is None:
+        hardware = DEFAULT_HARDWARE
+        defaults.append(f"hardware {DEFAULT_HARDWARE}")
+    hw = api.load_hardware_spec(hardware)
+    reserve_bytes = api.parse_reserve(reserve, hw)
+    settings = api.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
+                                 convention=convention, attention=attention)
+    try:
+        settings = replace(settings, dp_overlap=float(dp_overlap))
+    except (TypeError, ValueError):
+        raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
+    if convention == "deepspeed":
+        check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
+
+    if seq is None:
+        seq = min(DEFAULT_SEQ, spec_model.max_seq)
+        defaults.append(f"seq {seq}")
+    else:
+        seq = _pos(seq, "seq")
+        if seq > spec_model.max_seq:
+            notes.append(f"seq {seq} exceeds the model's max sequence {spec_model.max_seq}")
+    global_batch = _pos(global_batch, "global-batch")
+    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch")
+    if tokens_per_batch is not None:
+        if tokens_per_batch % seq:
+            raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
+        if global_batch is not None and global_batch != tokens_per_batch // seq:
+            raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
+                            f"seq {seq} = {tokens_per_batch // seq}")
+        global_batch = tokens_per_batch // seq
+    microbatches = _pos(microbatches, "microbatches")
+    if global_batch is None:
+        global_batch = max(1, round(DEFAULT_BATCH_TOKENS / seq))
+        defaults.append(f"global batch {global_batch} sequences = {DEFAULT_BATCH_TOKENS:,} tokens / seq {seq}"
+                        if global_batch * seq == DEFAULT_BATCH_TOKENS else
+                        f"global batch {global_batch} sequences ({global_batch * seq:,} tokens, the nearest to "
+                        f"{DEFAULT_BATCH_TOKENS:,})")
+
+    fixed = SP.parse_assignments(_as_specs(fix, "fix"), "fix")
+    for key, value in layout.items():
+        if value is None:
+            continue
+        k = SP.knob_name(key)
+        vals = SP.parse_values(k, _knob_text(value))
+        if k in fixed and fixed[k] != vals:
+            raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
+        fixed[k] = vals
+    allowed = SP.parse_assignments(_as_specs(allow, "allow"), "allow")
+    for k, vals in fixed.items():
+        if k in allowed and not set(vals) <= set(allowed[k]):
+            raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
+        allowed[k] = vals
+    _check_fixed_degrees(allowed, gpus, spec_model, max_tp)
+
+    spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
+                        microbatches=microbatches)
+    found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
+                   pareto=pareto, explain_rank=explain_rank, units=units)
+    return PlanResult(
+        model=spec_model.name, model_requested=alias, hardware=hw.name, gpus=gpus, seq=seq, global_batch=global_batch,
+        objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
+        reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
+        elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
+        pareto=found["pareto"], comparison=found["comparison"],
+    )
+
+
+def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
+    """Fixed degrees that cannot work whatever else is chosen: one clear line (exit 2)."""
+    one = {k: v[0] for k, v in allowed.items() if len(v) == 1 and k in ("tp", "pp", "dp", "cp")}
+    for k, v in one.items():
+        if gpus % v:
+            raise UserError(f"--fix {k}={v} does not divide --gpus {gpus}")
+    prod = 1
+    for v in one.values():
+        prod *= v
+    if gpus % prod:
+        raise UserError(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
+                        f"divide --gpus {gpus}")
+    if len(one) == 4 and prod != gpus:
+        raise UserError(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
+    if "tp" in one and max_tp is not None and one["tp"] > max_tp:
+        raise UserError(f"--fix tp={one['tp']} exceeds --max-tp {max_tp}")
+    ep = allowed.get("ep")
+    if ep and len(ep) == 1 and ep[0] > 1 and model.moe is None:
+        raise UserError(f"--fix ep={ep[0]}: {model.name} has no experts")
+    if "tp" in one and (model.heads % one["tp"] or model.n_kv_heads % one["tp"]):
+        raise UserError(f"--fix tp={one['tp']} does not divide the {model.heads} heads / {model.n_kv_heads} KV heads "
+                        f"of {model.name}")
+    if "pp" in one and one["pp"] > model.layers:
+        raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
+
+
+__all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search",
+           "RECOMPUTE", "SCHEDULES"]

@@ -1,0 +1,323 @@
+"""The planner's search space: every layout of N GPUs as numpy arrays, and the constraints that
+reject some of them, counted per reason.
+
+A candidate is one value of each knob of :class:`llmpar.parallel.Parallel`:
+
+* degrees tp, cp, pp over the divisors of the GPU count (tp at most the head count, cp at most
+  the sequence), dp = gpus / (tp·cp·pp) derived; ep (MoE models only) over the divisors of the
+  GPU count up to the expert count;
+* micro-batch b over the divisors of the global batch up to :data:`MAX_MICRO_BATCH`;
+* pipeline schedule and virtual stages: with pp > 1 each allowed schedule (v = 1), and the
+  interleaved schedule with every v >= 2 that divides the layers per stage ceil(L/pp)
+  (Megatron-LM splits a stage into v equal chunks); with pp = 1 there is no pipeline and one
+  schedule entry stands for all of them;
+* ZeRO stage, recompute (none/selective/full), and SP on/off (only with tp > 1: at tp = 1 SP
+  does not exist).
+
+The constraints are the divisibility rules of :func:`llmpar.parallel.check_layout` and
+:func:`llmpar.cost.pipeline.check_schedule`, written here as masks over arrays (the scalar
+checks raise one error at a time; the tests check that both agree on samples). Each rejected
+candidate is counted once, under the first reason it fails, in the order of :data:`REASONS`.
+Memory (the last reason) is evaluated in :mod:`llmpar.plan.search` through
+:func:`llmpar.cost.memory.memory_per_gpu`.
+
+Nothing here computes a cost: that is :mod:`llmpar.cost`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from llmpar.cost import memory as M
+from llmpar.cost import pipeline
+from llmpar.errors import UserError
+from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.specs.model import ModelSpec
+
+INTERLEAVED = SCHEDULES.index("interleaved")
+MAX_MICRO_BATCH = 16
+# Schedules searched by default: Megatron-LM's 1F1B and interleaved 1F1B, ZB-H1 (Qi et al. 2023)
+# and DualPipe (DeepSeek-V3). GPipe is never faster than 1F1B and holds more activations; it is
+# searched only when asked for (--allow schedule=gpipe).
+DEFAULT_SCHEDULES = tuple(SCHEDULES.index(s) for s in ("1f1b", "interleaved", "zb-h1", "dualpipe"))
+
+# reason key -> what it means (in the order candidates are tested)
+REASONS = {
+    "tp_heads": "tp does not divide the attention heads or the KV heads",
+    "pp_layers": "pp exceeds the layers",
+    "cp_seq": "cp does not divide the sequence",
+    "ep": "ep does not divide the experts or dp*cp",
+    "batch": "global batch not divisible by micro_batch*dp (or not the --microbatches asked for)",
+    "sp_seq": "sequence parallelism needs seq/cp divisible by tp",
+    "schedule": "schedule cannot run it (interleaved: m a multiple of pp, 2 <= v <= layers per stage; "
+                "DualPipe: pp even, m even and >= 2*pp)",
+    "convention": "ZeRO stage outside what --convention covers",
+    "memory": "most-loaded stage does not fit in HBM minus the reserve",
+}
+
+# the knobs --fix / --allow accept: key -> Parallel field
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages")
+_KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_batch", "v": "virtual_stages",
+                 "virtual-stages": "virtual_stages", "vpp": "virtual_stages"}
+_BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+# ------------------------------------------------------------------------------- constraints
+
+def knob_name(key: str) -> str:
+    k = key.strip().lower().replace("-", "_")
+    k = _KNOB_ALIASES.get(key.strip().lower(), _KNOB_ALIASES.get(k, k))
+    if k not in KNOBS:
+        raise UserError(f"unknown knob {key.strip()!r} in --fix/--allow; choose from: {', '.join(KNOBS)}")
+    return k
+
+
+def parse_values(key: str, text: str) -> tuple:
+    """Values of one knob from text ('8', '0,1,3', 'none,selective', 'on'); UserError if bad."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise UserError(f"--fix/--allow {key}= needs at least one value")
+    out = []
+    for t in items:
+        if key == "recompute":
+            if t not in RECOMPUTE:
+                raise UserError(f"recompute={t!r}: choose from {', '.join(RECOMPUTE)}")
+            out.append(RECOMPUTE.index(t))
+        elif key == "schedule":
+            if t not in SCHEDULES:
+                raise UserError(f"schedule={t!r}: choose from {', '.join(SCHEDULES)}")
+            out.append(SCHEDULES.index(t))
+        elif key == "sp":
+            if t.lower() not in _BOOL:
+                raise UserError(f"sp={t!r}: use on or off")
+            out.append(_BOOL[t.lower()])
+        else:
+            try:
+                v = int(t)
+            except ValueError:
+                raise UserError(f"{key}={t!r} is not an integer") from None
+            if key == "zero" and not 0 <= v <= 3:
+                raise UserError(f"zero={v}: ZeRO stages are 0, 1, 2 and 3")
+            if key != "zero" and v < 1:
+                raise UserError(f"{key}={v} must be a positive integer")
+            out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def parse_assignments(specs, what: str) -> dict[str, tuple]:
+    """'tp=8,pp=16' (several allowed) -> {knob: values}. --fix takes one value per knob; --allow
+    a comma list for one knob per option (``--allow zero=0,1,3``)."""
+    out: dict[str, tuple] = {}
+    for spec in specs or ():
+        text = str(spec).strip()
+        if what == "fix":
+            parts = [p for p in text.split(",") if p.strip()]
+        else:
+            parts = [text]
+        for part in parts:
+            if "=" not in part:
+                raise UserError(f"--{what} {text!r}: expected KNOB=VALUE" + ("S" if what == "allow" else "")
+                                + f" (e.g. --{what} " + ("tp=8,pp=16" if what == "fix" else "zero=0,1,3") + ")")
+            key, val = part.split("=", 1)
+            key = knob_name(key)
+            vals = parse_values(key, val)
+            if what == "fix" and len(vals) != 1:
+                raise UserError(f"--fix {key}= takes one value; use --allow {key}={val} for a set")
+            if key in out and set(out[key]) != set(vals):
+                raise UserError(f"--{what} gives {key} twice with different values "
+                                f"({_show(key, out[key])} and {_show(key, vals)})")
+            out[key] = vals
+    return out
+
+
+def _show(key, vals) -> str:
+    names = {"recompute": RECOMPUTE, "schedule": SCHEDULES}.get(key)
+    if names:
+        return ",".join(names[v] for v in vals)
+    if key == "sp":
+        return ",".join("on" if v else "off" for v in vals)
+    return ",".join(str(v) for v in vals)
+
+
+# ------------------------------------------------------------------------------- the space
+
+@dataclass
+class SpaceSpec:
+    """What to search: the job (gpus, seq, global batch) and the allowed values of each knob
+    (None = the default range). ``microbatches``: keep only layouts with that m."""
+
+    gpus: int
+    seq: int
+    global_batch: int
+    allowed: dict[str, tuple] = field(default_factory=dict)
+    max_tp: int | None = None
+    microbatches: int | None = None
+
+
+@dataclass
+class Candidates:
+    """Layouts that passed every constraint but memory (``par`` holds arrays), and the count of
+    the rejected ones per reason."""
+
+    par: Parallel
+    total: int                       # every candidate enumerated
+    rejected: dict[str, int]
+
+    @property
+    def size(self) -> int:
+        return int(np.size(self.par.tp))
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def subset(par: Parallel, idx) -> Parallel:
+    """The candidates ``idx`` (index array or boolean mask) of an array layout."""
+    return Parallel(**{f.name: (v[idx] if isinstance(v := getattr(par, f.name), np.ndarray) else v)
+                       for f in fields(Parallel)})
+
+
+def _allowed(spec: SpaceSpec, key, default):
+    vals = spec.allowed.get(key)
+    if vals is None:
+        return list(default)
+    return [v for v in vals]
+
+
+def _sched_pairs(spec: SpaceSpec, model: ModelSpec, pp: int, scheds, user_v) -> list[tuple[int, int]]:
+    """(schedule, v) entries searched at this pp (see the module doc)."""
+    per_stage = -(-model.layers // pp)
+    non_inter = [s for s in scheds if s != INTERLEAVED]
+    if pp == 1:
+        # no pipeline: the schedule does not matter; one entry (v = 1) stands for all of them
+        if non_inter and (user_v is None or 1 in user_v):
+            pref = SCHEDULES.index("1f1b")
+            return [(pref if pref in non_inter else non_inter[0], 1)]
+        if INTERLEAVED in scheds:  # only interleaving asked for: it cannot run (pp = 1)
+            return [(INTERLEAVED, v) for v in (user_v or (2,)) if v >= 2] or [(INTERLEAVED, 2)]
+        return []
+    out = []
+    for s in scheds:
+        if s == INTERLEAVED:
+            vs = [v for v in user_v if v >= 2] if user_v is not None else [
+                v for v in divisors(per_stage) if v >= 2]
+            out += [(s, v) for v in vs]
+        elif user_v is None or 1 in user_v:
+            out.append((s, 1))
+    return out
+
+
+def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Candidates:
+    """Every candidate layout of ``spec``; returns those that pass the divisibility, batch,
+    schedule and convention constraints (memory is the search's job) and the rejection counts."""
+    G, S, B = spec.gpus, spec.seq, spec.global_batch
+    L = model.layers
+    divs = divisors(G)
+    heads, kv = model.heads, model.n_kv_heads
+    tp_cap = min(heads, spec.max_tp or heads)
+    tps = [d for d in divs if d <= tp_cap]
+    cps = [d for d in divs if d <= S]
+    pps = list(divs)
+    if model.moe is not None:
+        eps = [d for d in divs if d <= model.moe.experts]
+    else:
+        eps = [1]
+    tps = [t for t in tps if t in _allowed(spec, "tp", tps)]
+    cps = [c for c in cps if c in _allowed(spec, "cp", cps)]
+    pps = [p for p in pps if p in _allowed(spec, "pp", pps)]
+    eps = [e for e in eps if e in _allowed(spec, "ep", eps)]
+    dps = spec.allowed.get("dp")
+    bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
+        spec.allowed["micro_batch"])
+    zs = _allowed(spec, "zero", (0, 1, 2, 3))
+    rs = _allowed(spec, "recompute", range(len(RECOMPUTE)))
+    sps = _allowed(spec, "sp", (False, True))
+    scheds = _allowed(spec, "schedule", DEFAULT_SCHEDULES)
+    user_v = spec.allowed.get("virtual_stages")
+
+    rejected = {r: 0 for r in REASONS}
+    total = 0
+    chunks: list[dict[str, np.ndarray]] = []
+    pairs_by_pp = {p: _sched_pairs(spec, model, p, scheds, user_v) for p in pps}
+
+    # ---- degrees (small: a few hundred rows), rejected rows counted with all their knobs
+    for tp in tps:
+        sp_opts = [False] if tp == 1 else sps
+        if tp == 1 and False not in sps:
+            sp_opts = [False]   # SP at tp = 1 is no SP: one entry
+        for cp in cps:
+            for pp in pps:
+                if G % (tp * cp * pp):
+                    continue
+                dp = G // (tp * cp * pp)
+                if dps is not None and dp not in dps:
+                    continue
+                pairs = pairs_by_pp[pp]
+                n_knobs = len(bs) * len(pairs) * len(zs) * len(rs) * len(sp_opts)
+                for ep in eps:
+                    if n_knobs == 0:
+                        continue
+                    total += n_knobs
+                    if heads % tp or kv % tp:
+                        rejected["tp_heads"] += n_knobs
+                    elif pp > L:
+                        rejected["pp_layers"] += n_knobs
+                    elif S % cp:
+                        rejected["cp_seq"] += n_knobs
+                    elif ep > 1 and (model.moe is None or model.moe.experts % ep or (dp * cp) % ep):
+                        rejected["ep"] += n_knobs
+                    else:
+                        chunks.append(_expand(tp, cp, pp, dp, ep, bs, pairs, zs, rs, sp_opts))
+    if not chunks:
+        return Candidates(par=_empty(S), total=total, rejected=rejected)
+    cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    # ---- knob-level constraints, in order
+    tp, cp, pp, dp = cols["tp"], cols["cp"], cols["pp"], cols["dp"]
+    b, sched, v, sp, zero = cols["micro_batch"], cols["schedule"], cols["virtual_stages"], cols["sp"], cols["zero"]
+    per = b * dp
+    m = B // per
+    bad = {
+        "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
+        "sp_seq": sp & (((S // cp) % tp) != 0),
+        "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
+                    | (v > -(-L // pp)),
+        "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
+    }
+    alive = np.ones(tp.shape, dtype=bool)
+    for reason, mask in bad.items():
+        hit = alive & mask
+        rejected[reason] += int(np.count_nonzero(hit))
+        alive &= ~hit
+    idx = np.flatnonzero(alive)
+    par = Parallel(
+        tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], zero=zero[idx], sp=sp[idx],
+        recompute=cols["recompute"][idx], micro_batch=b[idx], microbatches=m[idx],
+        seq=np.full(idx.size, S, dtype=np.int64), schedule=sched[idx], virtual_stages=v[idx],
+    )
+    return Candidates(par=par, total=total, rejected=rejected)
+
+
+def _expand(tp, cp, pp, dp, ep, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
+    """The knob product of one degree row, as columns."""
+    grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.asarray(rs),
+                        np.asarray(sps, dtype=bool), indexing="ij")
+    bi, pi, z, r, s = (g.ravel() for g in grids)
+    pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    n = bi.size
+    full = lambda x: np.full(n, x, dtype=np.int64)  # noqa: E731
+    return {
+        "tp": full(tp), "cp": full(cp), "pp": full(pp), "dp": full(dp), "ep": full(ep),
+        "micro_batch": np.asarray(bs, dtype=np.int64)[bi], "schedule": pr[pi, 0], "virtual_stages": pr[pi, 1],
+        "zero": z.astype(np.int64), "recompute": r.astype(np.int64), "sp": s,
+    }
+
+
+def _empty(seq) -> Parallel:
+    e = np.zeros(0, dtype=np.int64)
+    return Parallel(tp=e, pp=e, dp=e, cp=e, ep=e, zero=e, sp=np.zeros(0, dtype=bool), recompute=e, micro_batch=e,
+                    microbatches=e, seq=e + seq, schedule=e, virtual_stages=e)

@@ -1,0 +1,133 @@
+"""`llmpar plan` through the real entry point: defaults, table, JSON/CSV contract, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from tests.conftest import assert_one_line_error
+
+
+def test_plan_with_only_gpus_states_its_defaults(cli):
+    # issue 4: `llmpar plan --gpus 2048` alone works; MODEL llama-3-70b, h100-sxm, seq 8192,
+    # 4,194,304 tokens = 512 sequences; the first line says which defaults were used.
+    res = cli("plan", "--gpus", "2048", "--top", "3")
+    assert res.code == 0, res.err
+    first = res.out.splitlines()[0]
+    for needle in ("llama-3-70b", "h100-sxm", "seq 8192", "512 sequences"):
+        assert needle in first, first
+    assert "why #1 beats #2" in res.out
+    assert "space:" in res.out and "candidates" in res.out and "feasible" in res.out
+    assert "rejected:" in res.out
+
+
+def test_plan_table_rows(cli):
+    res = cli("plan", "llama-3-8b", "--gpus", "8", "--top", "4", "--pareto")
+    assert res.code == 0, res.err
+    lines = res.out.splitlines()
+    assert not lines[0].startswith("defaults used: model")   # a model was given
+    assert "Top 4 layouts by time" in res.out
+    assert "Time-memory frontier" in res.out
+    assert "MFU" in res.out and "overhead" in res.out
+
+
+def test_plan_json_contract(cli):
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "3", "--json")
+    assert res.code == 0, res.err
+    d = res.json()
+    assert set(d) >= {"plans", "space", "elapsed_s", "defaults_used"}
+    assert isinstance(d["space"]["candidates"], int) and isinstance(d["space"]["feasible"], int)
+    assert isinstance(d["space"]["rejected"], dict)
+    assert d["space"]["candidates"] == d["space"]["feasible"] + sum(d["space"]["rejected"].values())
+    assert isinstance(d["elapsed_s"], float)
+    assert d["defaults_used"] and any("seq 8192" in x for x in d["defaults_used"])
+    assert [p["rank"] for p in d["plans"]] == [1, 2, 3]
+    p = d["plans"][0]
+    # the keys of `llmpar step` plus rank, and the common keys of DESIGN.md
+    for k in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
+              "breakdown_s", "comm_bytes_per_gpu", "memory", "model", "hardware", "gpus", "parallel"):
+        assert k in p, k
+    assert p["model"] == "llama-3-70b" and p["hardware"] == "h100-sxm" and p["gpus"] == 64
+    par = p["parallel"]
+    assert par["tp"] * par["pp"] * par["dp"] * par["cp"] == 64
+    assert par["global_batch"] == par["micro_batch"] * par["microbatches"] * par["dp"] == 512
+
+
+def test_plan_json_rows_match_step_json(cli):
+    # the same layout through `llmpar step --json` gives the same numbers (one cost model)
+    d = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "1", "--json").json()["plans"][0]
+    par = d["parallel"]
+    args = ["step", "llama-3-70b", "--gpus", "64", "--tp", par["tp"], "--pp", par["pp"], "--cp", par["cp"],
+            "--zero", par["zero"], "--recompute", par["recompute"], "--micro-batch", par["micro_batch"],
+            "--global-batch", par["global_batch"], "--schedule", par["schedule"], "--json",
+            "--sp" if par["sp"] else "--no-sp"]
+    if par["schedule"] == "interleaved":
+        args += ["--virtual-stages", par["virtual_stages"]]
+    s = cli(*args)
+    assert s.code == 0, s.err
+    s = s.json()
+    assert d["step_time_s"] == pytest.approx(s["step_time_s"], rel=1e-12)
+    assert d["mfu"] == pytest.approx(s["mfu"], rel=1e-12)
+    assert d["memory"]["total_bytes"] == pytest.approx(s["memory"]["total_bytes"], rel=1e-12)
+    assert d["parallel"] == s["parallel"]
+
+
+def test_plan_csv_flattens_with_dots(cli):
+    res = cli("plan", "llama-3-8b", "--gpus", "16", "--top", "5", "--csv")
+    assert res.code == 0, res.err
+    rows = list(csv.DictReader(io.StringIO(res.out)))
+    assert len(rows) == 5
+    for col in ("rank", "step_time_s", "breakdown_s.tp", "breakdown_s.bubble", "comm_bytes_per_gpu.dp",
+                "parallel.tp", "parallel.schedule", "memory.total_bytes"):
+        assert col in rows[0], col
+    assert [int(r["rank"]) for r in rows] == [1, 2, 3, 4, 5]
+    t = [float(r["step_time_s"]) for r in rows]
+    assert t == sorted(t)
+
+
+def test_plan_fix_via_layout_options_and_fix(cli):
+    d = cli("plan", "llama-3-70b", "--gpus", "128", "--tp", "8", "--fix", "pp=2", "--allow", "zero=0,1",
+            "--json").json()
+    assert all(p["parallel"]["tp"] == 8 and p["parallel"]["pp"] == 2 and p["parallel"]["zero"] in (0, 1)
+               for p in d["plans"])
+
+
+def test_plan_objective_memory_and_explain_rank(cli):
+    res = cli("plan", "llama-3-8b", "--gpus", "8", "--objective", "memory", "--explain-rank", "3")
+    assert res.code == 0, res.err
+    assert "Top 10 layouts by memory" in res.out
+    assert "why #1 beats #3" in res.out
+
+
+def test_nothing_fits_exits_1_and_says_why(cli):
+    # 405.85B x 16 B / 64 GPUs = 101.5 GB per GPU > 80 GiB however it is sharded
+    res = cli("plan", "llama-3.1-405b", "--gpus", "64")
+    assert res.code == 1, (res.code, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.err
+    assert "smallest memory needed" in res.err and "zero=3" in res.err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--gpus", "0"], "gpus"),
+    ([], "--gpus is required"),
+    (["--gpus", "64", "--objective", "speed"], "objective"),
+    (["llama-3-8b", "--gpus", "37"], "no layout of 37 gpus"),
+    (["--gpus", "16", "--fix", "tp=3"], "tp=3"),
+    (["--gpus", "16", "--fix", "tp=8", "--tp", "4"], "contradicts"),
+    (["--gpus", "16", "--fix", "tp=8,tp=4"], "twice"),
+    (["--gpus", "16", "--fix", "tp"], "KNOB=VALUE"),
+    (["--gpus", "16", "--fix", "zero=7"], "zero"),
+    (["--gpus", "16", "--allow", "colour=red"], "unknown knob"),
+    (["--gpus", "16", "--fix", "tp=2", "--allow", "tp=4,8"], "outside"),
+    (["--gpus", "16", "--global-batch", "3", "--fix", "dp=2"], "global batch"),
+    (["--gpus", "16", "--tokens-per-batch", "1000"], "multiple"),
+    (["--gpus", "16", "--json", "--csv"], "exclusive"),
+    (["--gpus", "16", "--top", "0"], "top"),
+    (["nosuchmodel", "--gpus", "16"], "nosuchmodel"),
+    (["--gpus", "16", "--hardware", "h1000"], "h1000"),
+])
+def test_bad_input_one_line_exit_2(cli, args, needle):
+    assert_one_line_error(cli("plan", *args), needle)
