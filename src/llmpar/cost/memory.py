@@ -623,9 +623,10 @@ def _zero_divisors(par: Parallel):
     )
 
 
-def _states(ne, ex, lin_ne, lin_ex, prec: BytesPerParam, par: Parallel):
-    """weights, gradients, optimizer bytes of ``ne`` non-expert + ``ex`` expert parameters."""
-    (wd, gd, od), (wde, gde, ode) = _zero_divisors(par)
+def _states(ne, ex, lin_ne, lin_ex, prec: BytesPerParam, par: Parallel, div=None):
+    """weights, gradients, optimizer bytes of ``ne`` non-expert + ``ex`` expert parameters
+    (``div``: :func:`_zero_divisors` of ``par``, if already computed)."""
+    (wd, gd, od), (wde, gde, ode) = div if div is not None else _zero_divisors(par)
     w = prec.weights * (ne / wd + ex / wde) + prec.fp8_cache * (lin_ne / wd + lin_ex / wde)
     g = np.asarray(prec.gradients) * (ne / gd + ex / gde)
     o = prec.optimizer * (ne / od + ex / ode)
@@ -665,7 +666,7 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs) -> dict[str, Any]:
     p = np.asarray(par.pp)
     return {
         "emb": np.asarray(embedding_shard(model, par)), "head": np.asarray(head_shard(model, par)),
-        "act": (act_d, none_d, act_m, none_m),
+        "act": (act_d, none_d, act_m, none_m), "zero_div": _zero_divisors(par),
         "first_x": np.asarray(_extra_bytes(first_stage_extra_terms(model), par)) *
         np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, 0)),
         "last_x": np.asarray(_extra_bytes(last_stage_extra_terms(model), par)) *
@@ -703,7 +704,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)
     lin_ex = nm * np.asarray(shard.experts_linear)
-    w, g, o = _states(ne, ex, lin_ne, lin_ex, prec, par)
+    w, g, o = _states(ne, ex, lin_ne, lin_ex, prec, par, cm["zero_div"])
     bw, bg = _zero3_buffers(model, par, prec, shard, (nd + nm) > 0)
     w, g = w + bw, g + bg
 

@@ -241,7 +241,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
 
     rejected = {r: 0 for r in REASONS}
     total = 0
-    chunks: list[dict[str, np.ndarray]] = []
+    groups: dict[tuple, list[tuple[int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep)
     pairs_by_pp = {p: _sched_pairs(spec, model, p, scheds, user_v) for p in pps}
 
     # ---- degrees (small: a few hundred rows), rejected rows counted with all their knobs
@@ -271,9 +271,11 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                     elif ep > 1 and (model.moe is None or model.moe.experts % ep or (dp * cp) % ep):
                         rejected["ep"] += n_knobs
                     else:
-                        chunks.append(_expand(tp, cp, pp, dp, ep, bs, pairs, zs, rs, sp_opts))
-    if not chunks:
+                        groups.setdefault((pp, tuple(sp_opts)), []).append((tp, cp, dp, ep))
+    if not groups:
         return Candidates(par=_empty(S), total=total, rejected=rejected)
+    chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), bs, pairs_by_pp[pp], zs, rs, sp_opts)
+              for (pp, sp_opts), rows in groups.items()]
     cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
     # ---- knob-level constraints, in order
@@ -302,18 +304,20 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     return Candidates(par=par, total=total, rejected=rejected)
 
 
-def _expand(tp, cp, pp, dp, ep, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
-    """The knob product of one degree row, as columns."""
+def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
+    """Degree rows (tp, cp, dp, ep) of one pp x the knob product, as columns (rows outer)."""
     grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.asarray(rs),
                         np.asarray(sps, dtype=bool), indexing="ij")
     bi, pi, z, r, s = (g.ravel() for g in grids)
     pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    n = bi.size
-    full = lambda x: np.full(n, x, dtype=np.int64)  # noqa: E731
+    k, n = bi.size, rows.shape[0]
+    deg = lambda j: np.repeat(rows[:, j], k)  # noqa: E731
+    knob = lambda x: np.tile(x, n)  # noqa: E731
     return {
-        "tp": full(tp), "cp": full(cp), "pp": full(pp), "dp": full(dp), "ep": full(ep),
-        "micro_batch": np.asarray(bs, dtype=np.int64)[bi], "schedule": pr[pi, 0], "virtual_stages": pr[pi, 1],
-        "zero": z.astype(np.int64), "recompute": r.astype(np.int64), "sp": s,
+        "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3),
+        "micro_batch": knob(np.asarray(bs, dtype=np.int64)[bi]), "schedule": knob(pr[pi, 0]),
+        "virtual_stages": knob(pr[pi, 1]), "zero": knob(z.astype(np.int64)), "recompute": knob(r.astype(np.int64)),
+        "sp": knob(s),
     }
 
 
