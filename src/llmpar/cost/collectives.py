@@ -427,6 +427,33 @@ def _scalar_or_array(x, *inputs):
     return x
 
 
+_RUNS_MIN = 4096   # shorter arrays are evaluated as they are
+
+
+def _runs(size_bytes, group_size, members_per_node):
+    """Long arrays of collective shapes (the planner's candidates) repeat the same (size, group,
+    members) entry many times in a row. Returns (shape, inverse, (sizes, groups, members)) with
+    one entry per run of equal consecutive entries, so each run is evaluated once and the result
+    scattered back (same numbers: every entry goes through the same arithmetic); None when the
+    arrays are short or the runs too short to pay."""
+    shape = np.broadcast_shapes(np.shape(size_bytes), np.shape(group_size), np.shape(members_per_node))
+    n = int(np.prod(shape)) if shape else 1
+    if n < _RUNS_MIN:
+        return None
+    cols = [np.broadcast_to(x, shape).ravel() for x in (size_bytes, group_size, members_per_node) if x is not None]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(cols[0][1:], cols[0][:-1], out=new[1:])
+    for x in cols[1:]:
+        new[1:] |= x[1:] != x[:-1]
+    starts = np.flatnonzero(new)
+    if starts.size > n // 4:
+        return None
+    inverse = np.cumsum(new) - 1
+    picked = [x[starts] for x in cols]
+    return shape, inverse, (picked[0], picked[1], picked[2] if members_per_node is not None else None)
+
+
 def collective_time(hw, collective: str, size_bytes, group_size, members_per_node=None,
                     algorithm: str | None = None):
     """Seconds for one ``collective`` of ``size_bytes`` (nccl-tests size) over ``group_size`` GPUs.
@@ -436,9 +463,14 @@ def collective_time(hw, collective: str, size_bytes, group_size, members_per_nod
     None = min(group_size, domain size). ``algorithm`` None = the fastest NCCL algorithm and
     protocol, as NCCL picks; a named one = that algorithm's fastest protocol (inf where it is not
     available for the group, e.g. nvls across domains). group_size 1 costs 0.
-    Every argument but ``hw`` and ``collective`` may be a numpy array (broadcast together).
+    Every argument but ``hw`` and ``collective`` may be a numpy array (broadcast together); long
+    arrays are evaluated once per run of equal (size, group, members) entries (:func:`_runs`).
     """
     c = normalize_collective(collective)
+    runs = _runs(size_bytes, group_size, members_per_node)
+    if runs is not None:
+        shape, inverse, (S, P, k) = runs
+        return np.asarray(collective_time(hw, c, S, P, k, algorithm))[inverse].reshape(shape)
     names = (normalize_algorithm(algorithm, c),) if algorithm else _NCCL_CHOICES[c]
     table = _table(hw, c, size_bytes, group_size, members_per_node, only=names)
     best = None
