@@ -232,7 +232,7 @@ def render(r, units: str = "gb") -> None:
     pairs = [("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer), ("attention", r.settings.attention)]
     if r.settings.convention != "llmpar":
         pairs.append(("convention", r.settings.convention))
-    pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} incl. {fmt(r.reserved_bytes)} {unit} reserve"))
+    pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} (reserve {fmt(r.reserved_bytes)} {unit})"))
     con.print(R.header("settings", pairs))
     R.print_assumptions(con, r.assumptions)
     con.print()
