@@ -186,7 +186,11 @@ def _explain_lines(c, fmt, unit) -> list[str]:
     from llmpar.units import fmt_seconds
 
     w, o = c.winner, c.other
-    if c.objective == "time":
+    if c.margin == 0:
+        what = "step time" if c.objective == "time" else "memory per GPU"
+        lines = [f"#1 and #{o.rank} tie exactly on {what}: ranked by the other objective, then the simpler layout"]
+        show = (lambda v: fmt_seconds(v)) if c.objective == "time" else (lambda v: f"{fmt(v)} {unit}")  # noqa: E731
+    elif c.objective == "time":
         pct = c.margin / w.step_time_s * 100 if w.step_time_s else 0.0
         lines = [f"why #1 beats #{o.rank}: {fmt_seconds(c.margin)} faster per step ({pct:.1f} %)"]
         show = lambda v: fmt_seconds(v)  # noqa: E731
@@ -202,8 +206,6 @@ def _explain_lines(c, fmt, unit) -> list[str]:
         word = "more" if d > 0 else "less"
         lines.append(f"  {name:<11} #1 {show(a):>12}   #{o.rank} {show(b):>12}   (#{o.rank} spends "
                      f"{show(abs(d))} {word})")
-    if c.margin == 0:
-        lines.append("  (an exact tie on the objective: ranked by the other objective, then the simpler layout)")
     return lines
 
 
