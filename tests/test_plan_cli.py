@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from conftest import assert_one_line_error
 
 
 def test_plan_with_only_gpus_states_its_defaults(cli):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, Parallel, Settings
 from llmpar.plan import space as SP
 
 DEFAULT_MODEL = "llama-3-70b"
@@ -517,5 +517,4 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
         raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
 
 
-__all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search",
-           "RECOMPUTE", "SCHEDULES"]
+__all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]
