@@ -284,3 +284,30 @@ def test_fit_json_is_json(cli, syn):
     d = json.loads(res.out)
     assert d["out"] is None and d["profile"]["extends"] == "a100-80gb"
     assert d["fits"][0]["after"]["nvlink"]["efficiency"] == pytest.approx(0.7, rel=0.01)
+
+
+def test_forced_ring_isolates_the_network(cli, syn, tmp_path):
+    # 2 nodes x 8 GPUs measured with NCCL_ALGO=Ring. Ring busbw is NIC-bound there: the NICs pool
+    # k = 8 shares of 25 GB/s x 0.8 = 160 GB/s < NVLink's 300 x 0.7 / (7/8) = 240 GB/s, so beta of
+    # the network shows (NCCL's own tree would hide it behind NVLink). --algorithm ring holds the
+    # model to the ring too, and the network efficiency 0.8 is recovered within 1 %.
+    S = np.array(SWEEP)
+    t = collective_time(syn["truth"], "all_reduce", S, 16, 8, algorithm="ring")
+    assert 8 * (1 << 30) / t[-1] * 1.875 / 1e9 == pytest.approx(160.0, rel=0.01)  # busbw at 8 GiB (latency < 1 %)
+    log = write_log(tmp_path / "ring-2node.txt", "all_reduce", 16, 2, S, t)
+    out = tmp_path / "ring.yaml"
+    res = cli("calibrate", "fit", syn["ar1"], log, "--hardware", "a100-80gb", "--algorithm", "ring", "--out", out, "--json")
+    assert res.code == 0, res.err
+    net = next(g for g in res.json()["fits"] if g["tiers"] == ["infiniband"])
+    assert net["after"]["infiniband"]["efficiency"] == pytest.approx(0.8, rel=0.01)
+    assert res.json()["profile"]["calibration"]["collectives"]["algorithm"] == "ring"
+    ok = cli("calibrate", "check", log, "--hardware", out, "--algorithm", "ring", "--tolerance", "1%", "--json")
+    assert ok.code == 0 and all(r["algorithm"] == "ring" for r in ok.json()["rows"])
+
+
+def test_forced_algorithm_bad_input(cli, syn):
+    assert_one_line_error(cli("calibrate", "fit", syn["ar1"], "--hardware", "a100-80gb", "--algorithm", "hypercube"),
+                          "hypercube")
+    # a100-80gb has no NVLink SHARP: NVLS cannot have produced this log
+    assert_one_line_error(cli("calibrate", "fit", syn["ar1"], "--hardware", "a100-80gb", "--algorithm", "nvls"),
+                          "not available")

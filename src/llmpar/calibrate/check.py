@@ -115,9 +115,10 @@ class CheckResult:
                           "passed": self.passed}}
 
 
-def check(logs, hardware, *, tolerance: float = 0.10, statistic: str = DEFAULT_STATISTIC) -> CheckResult:
+def check(logs, hardware, *, tolerance: float = 0.10, statistic: str = DEFAULT_STATISTIC,
+          algorithm: str | None = None) -> CheckResult:
     """Compare every usable row of the parsed logs with the model on ``hardware`` (name, path or
-    :class:`Hardware`)."""
+    :class:`Hardware`). ``algorithm``: the logs were measured with NCCL_ALGO forced to it."""
     from llmpar.specs import load_hardware
 
     if not logs:
@@ -128,12 +129,12 @@ def check(logs, hardware, *, tolerance: float = 0.10, statistic: str = DEFAULT_S
     rows: list[CheckRow] = []
     files: list[CheckFile] = []
     for log in logs:
-        pl = place(log, hw)
+        pl = place(log, hw, algorithm)
         pred = predict(hw, pl)
         err = pred / pl.times - 1.0
         factor = bus_factor(pl.collective, pl.ranks)
         for s, t, q, e in zip(pl.sizes, pl.times, pred, err):
-            rep = collective_report(hw, pl.collective, float(s), pl.ranks, pl.members_per_node)
+            rep = collective_report(hw, pl.collective, float(s), pl.ranks, pl.members_per_node, algorithm=pl.algorithm)
             rows.append(CheckRow(
                 file=pl.label, collective=pl.collective, size_bytes=int(s), measured_time_s=float(t),
                 predicted_time_s=float(q), measured_busbw_GBps=float(s / t * factor / 1e9),

@@ -97,6 +97,7 @@ class Placement:
     sizes: np.ndarray
     times: np.ndarray               # seconds, out-of-place block (in-place where only that exists)
     notes: list[str] = field(default_factory=list)
+    algorithm: str | None = None    # the algorithm the log was forced to (NCCL_ALGO); None = NCCL's choice
 
     @property
     def multi_domain(self) -> bool:
@@ -131,11 +132,12 @@ def _samples(log) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return np.asarray(sizes), np.asarray(times), notes
 
 
-def place(log, hw) -> Placement:
+def place(log, hw, algorithm: str | None = None) -> Placement:
     """Group shape of a parsed log on ``hw``: ranks, members per scale-up domain, tier fixed.
 
     Nodes map to scale-up domains through the profile: ``nvlink_domain / gpus_per_node`` nodes per
     domain (1 on a DGX, 18 on GB200 NVL72), so 8 GB200 GPUs on 2 trays are one NVLink domain.
+    ``algorithm``: the log was measured with ``NCCL_ALGO=<it>``; the model is then held to it.
     """
     label = log.file + (f" (table {log.section + 1})" if log.section else "")
     if not log.collective:
@@ -159,18 +161,27 @@ def place(log, hw) -> Placement:
     inner = hw.tiers[:-1] or hw.tiers[-1:]
     intra = next((t for t in inner if t.domain_size is None or k <= t.domain_size), inner[-1])
     tier = hw.tiers[-1] if domains > 1 else intra
+    if algorithm:
+        from llmpar.cost.collectives import normalize_algorithm
+
+        algorithm = normalize_algorithm(algorithm, log.collective)
     sizes, times, more = _samples(log)
     if sizes.size == 0:
         raise UserError(f"{label}: no usable rows (all flagged, empty or zero-sized)")
-    return Placement(file=log.file, label=label, collective=log.collective, ranks=int(log.ranks), nodes=int(nodes),
-                     members_per_node=int(k), domains=int(domains), intra_tier=intra.name, tier=tier.name,
-                     sizes=sizes, times=times, notes=notes + more)
+    pl = Placement(file=log.file, label=label, collective=log.collective, ranks=int(log.ranks), nodes=int(nodes),
+                   members_per_node=int(k), domains=int(domains), intra_tier=intra.name, tier=tier.name,
+                   sizes=sizes, times=times, notes=notes + more, algorithm=algorithm)
+    if algorithm and not np.all(np.isfinite(predict(hw, pl, sizes[:1]))):
+        raise UserError(f"{label}: algorithm {algorithm} is not available to {log.collective} over {pl.ranks} GPUs "
+                        f"({pl.members_per_node} per domain) on {hw.name}")
+    return pl
 
 
 def predict(hw, pl: Placement, sizes=None):
     """Model time (s) of the placement's rows on ``hw`` (through cost.collectives)."""
     s = pl.sizes if sizes is None else sizes
-    return np.asarray(collective_time(hw, pl.collective, s, pl.ranks, pl.members_per_node), dtype=float)
+    return np.asarray(collective_time(hw, pl.collective, s, pl.ranks, pl.members_per_node, algorithm=pl.algorithm),
+                      dtype=float)
 
 
 def error_summary(sizes, errors) -> dict[str, float | None]:
@@ -555,14 +566,18 @@ def _yaml_values(fs: dict[str, float]) -> dict[str, Any]:
     return {k: (_seconds(v) if k.endswith("latency") else float(f"{min(v, _FRACTION_CAP):.6g}")) for k, v in fs.items()}
 
 
-def fit(logs, hardware: str, *, out_name: str | None = None) -> FitResult:
-    """Fit ``hardware`` (a profile name or YAML path) to parsed logs (:class:`ParsedLog`)."""
+def fit(logs, hardware: str, *, out_name: str | None = None, algorithm: str | None = None) -> FitResult:
+    """Fit ``hardware`` (a profile name or YAML path) to parsed logs (:class:`ParsedLog`).
+
+    ``algorithm``: the logs were measured with ``NCCL_ALGO`` forced to it (e.g. ``ring`` to see
+    the links rather than NCCL's choice); the model is held to the same algorithm while fitting.
+    """
     from llmpar.specs import load_hardware
 
     if not logs:
         raise UserError("no logs given")
     base_hw = load_hardware(hardware)
-    placements = [place(log, base_hw) for log in logs]
+    placements = [place(log, base_hw, algorithm) for log in logs]
     by_coll: dict[str, list[Placement]] = {}
     for p in placements:
         by_coll.setdefault(p.collective, []).append(p)
@@ -603,7 +618,8 @@ def fit(logs, hardware: str, *, out_name: str | None = None) -> FitResult:
             "tool": "llmpar calibrate fit",
             "date": date,
             "base": base_hw.name,
-            "method": "least squares on relative time error (Levenberg-Marquardt), out-of-place times",
+            "method": "least squares on relative time error (soft-L1 beyond 5 %), out-of-place times",
+            "algorithm": placements[0].algorithm or "as NCCL chooses",
             "primary_collective": primary,
             "files": files,
             "fits": [g.to_dict() for g in groups],

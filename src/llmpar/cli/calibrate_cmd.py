@@ -251,6 +251,8 @@ def _log_options(f):
         click.option("--ranks", type=int, help="Override the rank count of every log."),
         click.option("--nodes", type=int, help="Override the node count of every log."),
         click.option("--gpu", help="Override the GPU model of every log."),
+        click.option("--algorithm", help="The logs were measured with NCCL_ALGO forced to this (ring, tree, nvls, ...): "
+                     "hold the model to it too (default: the model picks as NCCL does)."),
     ]):
         f = opt(f)
     return f
@@ -275,7 +277,7 @@ def _param(name: str, value: float) -> str:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the calibrated profile here (it `extends:` --hardware).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, out, as_json):
+def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, out, as_json):
     """Fit the collective model's latency and bandwidth to nccl-tests logs; write a profile.
 
     Per collective and per tier crossed: single-node logs fit the NVLink tier, multi-node logs the
@@ -286,7 +288,7 @@ def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, out, as_json):
     from llmpar.calibrate import fit as fitmod
 
     parsed = _parse_logs(logs, collective, ranks, nodes, gpu)
-    result = fitmod.fit(parsed, hardware, out_name=out.stem if out else None)
+    result = fitmod.fit(parsed, hardware, out_name=out.stem if out else None, algorithm=algorithm)
     if out:
         fitmod.write_profile(result, out)
     if as_json:
@@ -381,7 +383,8 @@ def _plot(result, path: Path) -> None:
               help="Also draw measured vs predicted busbw into an image (needs matplotlib: llmpar[plot]).")
 @click.option("--no-chart", is_flag=True, help="Leave out the terminal chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check_cmd(logs, hardware, collective, ranks, nodes, gpu, tolerance, statistic, plot_path, no_chart, as_json):
+def check_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, tolerance, statistic, plot_path, no_chart,
+              as_json):
     """Compare nccl-tests logs with the model: per row measured vs predicted time and busbw.
 
     error = predicted / measured - 1 (time; negative = the model is optimistic). Summary: median
@@ -398,7 +401,7 @@ def check_cmd(logs, hardware, collective, ranks, nodes, gpu, tolerance, statisti
         except ImportError:
             raise UserError("--plot needs matplotlib: pip install 'llmpar[plot]' (or leave out --plot)") from None
     parsed = _parse_logs(logs, collective, ranks, nodes, gpu)
-    result = checkmod.check(parsed, hardware, tolerance=tol, statistic=statistic)
+    result = checkmod.check(parsed, hardware, tolerance=tol, statistic=statistic, algorithm=algorithm)
     if plot_path is not None:
         _plot(result, plot_path)
     if as_json:
