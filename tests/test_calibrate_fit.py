@@ -311,3 +311,31 @@ def test_forced_algorithm_bad_input(cli, syn):
     # a100-80gb has no NVLink SHARP: NVLS cannot have produced this log
     assert_one_line_error(cli("calibrate", "fit", syn["ar1"], "--hardware", "a100-80gb", "--algorithm", "nvls"),
                           "not available")
+
+
+def test_two_step_fit_keeps_the_measured_nvlink(cli, syn, tmp_path):
+    # The walk-through of docs/calibration.md: one node first, then the network from a calibrated
+    # base. The second fit must not free NVLink again (it was measured), and the record keeps both.
+    one = tmp_path / "one.yaml"
+    assert cli("calibrate", "fit", syn["ar1"], "--hardware", "a100-80gb", "--out", one).code == 0
+    two = tmp_path / "two.yaml"
+    res = cli("calibrate", "fit", syn["ar4"], "--hardware", one, "--out", two, "--json")
+    assert res.code == 0, res.err
+    (net,) = res.json()["fits"][:1]
+    assert net["tiers"] == ["infiniband"] and net["alongside"] == []
+    fits = load_hardware(str(two)).calibration["collectives"]["fits"]
+    assert [(f["tiers"], f.get("inherited", False)) for f in fits] == [(["infiniband"], False), (["nvlink"], True)]
+    err = _rel(net["after"]["infiniband"], syn["truth"].tiers[1])
+    assert abs(err["latency"]) < 0.01 and abs(err["efficiency"]) < 0.01, err
+
+
+def test_nvlink_alongside_only_where_it_carries_bytes(cli, syn, tmp_path):
+    # 4 nodes x 1 GPU (k = 1): no byte crosses NVLink, nothing to fit there
+    res = cli("calibrate", "fit", syn["ar4"], "--hardware", "a100-80gb", "--json")
+    assert res.json()["fits"][0]["alongside"] == [] and res.json()["fits"][0]["notes"] == []
+    # 2 nodes x 8 (k = 8) without a one-node log: NVLink is fitted alongside, and the record says so
+    S = np.array(SWEEP)
+    log = write_log(tmp_path / "ar-2x8.txt", "all_reduce", 16, 2, S, collective_time(syn["truth"], "all_reduce", S, 16, 8))
+    fit = cli("calibrate", "fit", log, "--hardware", "a100-80gb", "--json").json()["fits"][0]
+    assert fit["tiers"] == ["infiniband"] and fit["alongside"] == ["nvlink"]
+    assert any("measure one node to pin it" in n for n in fit["notes"])

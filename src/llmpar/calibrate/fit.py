@@ -466,7 +466,7 @@ class FitGroup:
     """One least-squares problem: one collective, the tiers it fixed, from which logs."""
 
     collective: str
-    tiers: list[str]
+    tiers: list[str]                        # the tiers these logs measure
     files: list[str]
     before: dict[str, dict[str, float]]     # tier -> field -> base value
     after: dict[str, dict[str, float]]      # tier -> field -> fitted value
@@ -474,12 +474,13 @@ class FitGroup:
     max_rel_error: float
     samples: int
     notes: list[str] = field(default_factory=list)
+    alongside: list[str] = field(default_factory=list)   # scale-up tiers left free without a log of their own
 
     def to_dict(self) -> dict[str, Any]:
         def clean(d):
             return {t: {k: float(f"{v:.6g}") for k, v in fs.items()} for t, fs in d.items()}
 
-        return {"collective": self.collective, "tiers": self.tiers, "files": self.files,
+        return {"collective": self.collective, "tiers": self.tiers, "alongside": self.alongside, "files": self.files,
                 "before": clean(self.before), "after": clean(self.after),
                 "rms_rel_error": round(self.rms_rel_error, 6), "max_rel_error": round(self.max_rel_error, 6),
                 "samples": self.samples, "notes": self.notes}
@@ -509,9 +510,11 @@ def _sha256(path: str) -> str | None:
         return None
 
 
-def _fit_collective(hw, collective: str, pls: list[Placement]) -> tuple[dict[str, dict[str, float]], list[FitGroup]]:
+def _fit_collective(hw, collective: str, pls: list[Placement], measured: set[str] = frozenset()
+                    ) -> tuple[dict[str, dict[str, float]], list[FitGroup]]:
     """Fit one collective: single-domain logs fix their scale-up tier, then multi-domain logs fix
-    the scale-out tier (and the scale-up tier too where no single-domain log did)."""
+    the scale-out tier (and the scale-up tier too where neither a single-domain log here nor an
+    earlier fit recorded in the base profile, ``measured``, did)."""
     tiers = {t.name: t for t in hw.tiers}
     values: dict[str, dict[str, float]] = {}
     groups: list[FitGroup] = []
@@ -521,8 +524,10 @@ def _fit_collective(hw, collective: str, pls: list[Placement]) -> tuple[dict[str
     for tname in dict.fromkeys(p.tier for p in single):
         stages.append(([p for p in single if p.tier == tname], [tname], []))
     if multi:
-        fixed = {p.tier for p in single}
-        secondary = [t for t in dict.fromkeys(p.intra_tier for p in multi) if t not in fixed and t != multi[0].tier]
+        fixed = {p.tier for p in single} | set(measured)
+        # a scale-up tier carries bytes only where a group has k > 1 members in a domain
+        secondary = [t for t in dict.fromkeys(p.intra_tier for p in multi if p.members_per_node > 1)
+                     if t not in fixed and t != multi[0].tier]
         stages.append((multi, [multi[0].tier], secondary))
     for logs, primary, secondary in stages:
         names, u0, weights = [], [], []
@@ -549,7 +554,7 @@ def _fit_collective(hw, collective: str, pls: list[Placement]) -> tuple[dict[str
                     notes.append(f"{t}.{f} at its bound 1: the logs are faster than the base profile's line rate allows "
                                  f"(is --hardware {hw.name} this cluster?)")
         groups.append(FitGroup(
-            collective=collective, tiers=primary + secondary, files=list(dict.fromkeys(p.label for p in logs)),
+            collective=collective, tiers=primary, alongside=secondary, files=list(dict.fromkeys(p.label for p in logs)),
             before={t: {f: resolved(tiers[t], collective)[f] for f in fit_fields(tiers[t], collective)} for t in fitted},
             after=fitted, rms_rel_error=float(np.sqrt(np.mean(rel**2))), max_rel_error=float(np.max(np.abs(rel))),
             samples=int(rel.size), notes=notes))
@@ -582,11 +587,18 @@ def fit(logs, hardware: str, *, out_name: str | None = None, algorithm: str | No
     for p in placements:
         by_coll.setdefault(p.collective, []).append(p)
     primary = "all_reduce" if "all_reduce" in by_coll else max(by_coll, key=lambda c: sum(p.sizes.size for p in by_coll[c]))
+    # a calibrated base: what an earlier fit measured (e.g. NVLink from one node) stays fixed here
+    earlier = (base_hw.calibration or {}).get("collectives") or {}
+    earlier_fits = [f for f in earlier.get("fits", []) if isinstance(f, dict)]
     fitted: dict[str, dict[str, dict[str, float]]] = {}
     groups: list[FitGroup] = []
     for c in [primary] + sorted(c for c in by_coll if c != primary):
-        fitted[c], g = _fit_collective(base_hw, c, by_coll[c])
+        measured = {t for f in earlier_fits if f.get("collective") == c for t in f.get("tiers", [])}
+        fitted[c], g = _fit_collective(base_hw, c, by_coll[c], measured)
         groups.extend(g)
+    redone = {(g.collective, t) for g in groups for t in g.tiers}
+    inherited = [{**f, "inherited": True} for f in earlier_fits
+                 if not any((f.get("collective"), t) in redone for t in f.get("tiers", []))]
 
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     extends = hardware
@@ -622,7 +634,7 @@ def fit(logs, hardware: str, *, out_name: str | None = None, algorithm: str | No
             "algorithm": placements[0].algorithm or "as NCCL chooses",
             "primary_collective": primary,
             "files": files,
-            "fits": [g.to_dict() for g in groups],
+            "fits": [g.to_dict() for g in groups] + inherited,
         }},
     }
     hw = _load_profile(profile)

@@ -301,7 +301,8 @@ def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, out, as_js
     console.print(f"[bold]llmpar calibrate fit[/bold]: {len(result.placements)} table(s) on base {result.base_hardware.name}; "
                   f"primary collective {result.primary} (its values become the tiers' own)")
     for g in result.groups:
-        console.print(f"\n[bold]{g.collective}[/bold], tier(s) {', '.join(g.tiers)} from {', '.join(g.files)}: "
+        along = f" (and {', '.join(g.alongside)} alongside)" if g.alongside else ""
+        console.print(f"\n[bold]{g.collective}[/bold], tier(s) {', '.join(g.tiers)}{along} from {', '.join(g.files)}: "
                       f"{g.samples} rows, rms relative error {g.rms_rel_error:.1%}, max {g.max_rel_error:.1%}")
         table = Table(show_edge=False, pad_edge=False)
         for col in ("tier", "parameter", "base", "fitted", "change"):
