@@ -358,14 +358,15 @@ def _plot(result, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for f in result.files:
         s, m, p = chart_points(result, f.file)
-        line = ax.plot(s, m, "o", label=f"{f.file} measured")[0]
-        ax.plot(s, p, "-", color=line.get_color(), label=f"{f.file} predicted")
+        name = Path(f.file).name          # "dir/log.txt (table 2)" -> "log.txt (table 2)"
+        line = ax.plot(s, m, "o", label=f"{name} measured")[0]
+        ax.plot(s, p, "-", color=line.get_color(), label=f"{name} predicted")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(f"llmpar calibrate check: {result.hardware}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left")
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as exc:
