@@ -80,32 +80,56 @@ def test_full_recompute_adds_one_forward():
 
 def test_tp_comm_is_four_collectives_per_layer():
     # tp=2 without SP: 2 all-reduces forward + 2 backward per layer of the b*s*h*2-byte activation
-    # (Shoeybi 2019 §3). With SP: 4 all-gathers + 4 reduce-scatters of the same array.
+    # (Shoeybi 2019 §3). With SP: 4 all-gathers + 4 reduce-scatters of the same array. No overlap
+    # here (tp_overlap = 0, as Megatron-LM 2021-22): all of it is exposed.
     hw = load_hardware("a100-80gb")
     act = 1 * 2048 * 1024 * 2
     for sp, per_layer in ((False, 4 * collective_time(hw, "all_reduce", act, 2, 2)),
                           (True, 4 * (collective_time(hw, "all_gather", act, 2, 2)
                                       + collective_time(hw, "reduce_scatter", act, 2, 2)))):
         par = Parallel(tp=2, pp=1, dp=1, sp=sp, micro_batch=1, microbatches=2, seq=2048)
-        out = S.step_time(TINY, hw, par, Settings(attention="flash"), with_memory=False)
+        out = S.step_time(TINY, hw, par, Settings(attention="flash", tp_overlap=0.0), with_memory=False)
         assert out["breakdown_s"]["tp"] == pytest.approx(2 * 4 * per_layer, rel=1e-12)
         # bytes sent per GPU: 4 all-reduces' worth, each 2(P-1)/P * act = act for P = 2, per layer
         # and micro-batch: 2 micro-batches * 4 layers * 4 * act
         assert out["comm_bytes_per_gpu"]["tp"] == pytest.approx(2 * 4 * 4 * act, rel=1e-12)
 
 
-def test_dp_allreduce_exposed_without_overlap():
-    # dp=8 on one DGX A100, ZeRO-0: one all-reduce of the fp32... here bf16 (2-byte) gradients of
-    # every parameter on the GPU; settings.dp_overlap = 0 exposes all of it, 0.5 half.
+def test_tp_overlap_hides_behind_the_gemms_inside_a_node_only():
+    # With tp_overlap f the forward collectives hide behind f x the layer's forward GEMM time (and
+    # the backward's behind f x twice that), capped at their own length; a TP group that spans
+    # nodes (tp=16 on 8-GPU DGX nodes) gets no overlap (userbuffers need NVLink).
+    hw = load_hardware("h100-sxm")
+    model = load_model("llama-3-8b")
+    par = Parallel(tp=8, pp=1, dp=1, sp=True, micro_batch=1, microbatches=1, seq=8192)
+    none = S.step_time(model, hw, par, Settings(tp_overlap=0.0), with_memory=False)
+    half = S.step_time(model, hw, par, Settings(tp_overlap=0.5), with_memory=False)
+    p = none["parts"]
+    t_f, t_b, g = p["tp_forward_s"], p["tp_backward_s"], p["gemm_forward_s"]
+    hidden = 0.5 * min(t_f, g) + 0.5 * min(t_b, 2 * g)
+    assert half["breakdown_s"]["tp"] == pytest.approx(none["breakdown_s"]["tp"] - 32 * hidden, rel=1e-9)
+    wide = Parallel(tp=16, pp=1, dp=1, sp=True, micro_batch=1, microbatches=1, seq=8192)
+    model16 = load_model("llama-2-7b")    # 32 heads, MHA: tp=16 divides them
+    a = S.step_time(model16, hw, wide, Settings(tp_overlap=0.0), with_memory=False)["breakdown_s"]["tp"]
+    b = S.step_time(model16, hw, wide, Settings(tp_overlap=1.0), with_memory=False)["breakdown_s"]["tp"]
+    assert a == b
+
+
+def test_dp_overlap_uses_the_backward_window():
+    # dp=8 on one DGX A100, ZeRO-0: one all-reduce of the bf16 gradients of every parameter on the
+    # GPU. dp_overlap 0 exposes all of it; dp_overlap f hides f x min(t_dp, t_b) behind the last
+    # micro-batch's backward t_b, but never the last layer's bucket: exposed >= t_dp / L_stage.
     hw = load_hardware("a100-80gb")
     par = Parallel(tp=1, pp=1, dp=8, micro_batch=1, microbatches=1, seq=2048)
     from llmpar.cost.params import total_params
 
     n = total_params(TINY)
     t_ar = collective_time(hw, "all_reduce", n * 2.0, 8, 8)
-    full = S.step_time(TINY, hw, par, Settings(), with_memory=False)["breakdown_s"]["dp"]
-    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5), with_memory=False)["breakdown_s"]["dp"]
-    assert full == pytest.approx(t_ar, rel=1e-12) and half == pytest.approx(t_ar / 2, rel=1e-12)
+    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0), with_memory=False)
+    assert none["breakdown_s"]["dp"] == pytest.approx(t_ar, rel=1e-12)
+    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5), with_memory=False)
+    t_b = half["stage_backward_s"]
+    assert half["breakdown_s"]["dp"] == pytest.approx(max(t_ar - 0.5 * min(t_ar, t_b), t_ar / 4), rel=1e-12)
 
 
 layouts = st.tuples(

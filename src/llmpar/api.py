@@ -63,12 +63,28 @@ def parse_reserve(reserve, hw: Hardware) -> float:
     return value
 
 
+def _fraction(value, option: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--{option} must be a number between 0 and 1, got {value!r}") from None
+
+
 def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype="bf16",
-                  convention="llmpar", attention=None, kv_dtype=None) -> Settings:
+                  convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
+                  rank_order=None) -> Settings:
+    """Settings from the CLI's precision/overlap options; None keeps the documented default."""
     attn = attention or (model.attention if model is not None else "flash")
     kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
+    extra = {}
+    if dp_overlap is not None:
+        extra["dp_overlap"] = _fraction(dp_overlap, "dp-overlap")
+    if tp_overlap is not None:
+        extra["tp_overlap"] = _fraction(tp_overlap, "tp-overlap")
+    if rank_order is not None:
+        extra["rank_order"] = str(rank_order)
     return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                    attention=attn, kv_dtype=kv)
+                    attention=attn, kv_dtype=kv, **extra)
 
 
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
@@ -418,16 +434,16 @@ def step(
     attention: str | None = None,
     reserve: str | float | None = None,
     hf: str | None = None,
-    dp_overlap: float = 0.0,
-    rank_order: str = "tp-cp-dp-pp",
+    dp_overlap: float | None = None,
+    tp_overlap: float | None = None,
+    rank_order: str | None = None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
-    Keyword arguments are the CLI's common options; ``dp_overlap`` is the fraction of the
-    data-parallel traffic hidden behind compute (0 = Megatron-LM 2021, none hidden).
+    Keyword arguments are the CLI's common options; ``dp_overlap``/``tp_overlap`` are the usable
+    fractions of the compute DP/TP traffic can hide behind (defaults 1 and 0; see
+    :class:`llmpar.parallel.Settings`), ``rank_order`` the rank order, innermost first.
     Raises :class:`llmpar.errors.UserError` for bad input."""
-    from dataclasses import replace
-
     from llmpar.cost.pipeline import check_schedule
     from llmpar.cost.step import step_time
 
@@ -439,15 +455,17 @@ def step(
                  grad_dtype=grad_dtype, convention=convention, attention=attention, reserve=reserve, hf=hf)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
-    try:
-        overlap = float(dp_overlap)
-    except (TypeError, ValueError):
-        raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
-    settings = replace(mem.settings, dp_overlap=overlap, rank_order=str(rank_order))
+    s = mem.settings
+    settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=s.grad_dtype, convention=s.convention,
+                             attention=s.attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                             rank_order=rank_order)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
+    if dp_overlap is None or tp_overlap is None:
+        notes.append(f"communication overlap: tp {settings.tp_overlap:g} of the GEMM time (inside a node), dp "
+                     f"{settings.dp_overlap:g} of its window (--tp-overlap / --dp-overlap; 0 = nothing hidden)")
     if global_batch is None and microbatches is None:
         notes.append(f"batch: {int(par.global_batch)} sequences x {int(par.seq)} tokens = {int(par.tokens_per_step):,} "
                      "tokens per step (--global-batch to change)")

@@ -109,10 +109,19 @@ class Settings:
     convention: str = "llmpar"
     attention: str = "flash"
     kv_dtype: str = "bf16"
-    # Fraction of the data-parallel gradient/parameter traffic hidden behind compute. 0 = none,
-    # as in Megatron-LM 2021 (gradients all-reduced after the last backward); Megatron-Core's
-    # overlap_grad_reduce / FSDP prefetch hide most of it. See docs/time-model.md.
-    dp_overlap: float = 0.0
+    # Communication overlap (docs/time-model.md): the usable fraction of the compute a collective
+    # can hide behind; 0 = nothing hidden, as in the Megatron-LM 2021-22 runs of docs/validation.md
+    # (TP collectives in line, gradients all-reduced after the last backward).
+    # dp (default 0.5): gradient reduce-scatter/all-reduce behind the last micro-batch's backward
+    #     (ZeRO 0-2: bucketed, as PyTorch DDP and Megatron-Core's overlap_grad_reduce do), ZeRO-3
+    #     parameter gathers behind every micro-batch's compute (FSDP / DeepSpeed prefetch). Half:
+    #     the NCCL kernels take SMs and HBM bandwidth from the compute they overlap, and ZeRO-3 in
+    #     practice hides far less than its window (Narayanan 2021 Table 2: 44-144 TFLOP/s per GPU).
+    # tp (default 0.8): TP collectives behind the GEMMs they feed (Transformer Engine userbuffers,
+    #     Megatron-Core --tp-comm-overlap, on in NeMo's large-model recipes), only inside one NVLink
+    #     domain; a fifth stays exposed (chunk pipeline fill and drain).
+    dp_overlap: float = 0.5
+    tp_overlap: float = 0.8
     # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
 
@@ -125,8 +134,10 @@ class Settings:
             code(names, value, what)
         if sorted(self.rank_order.split("-")) != ["cp", "dp", "pp", "tp"]:
             raise UserError(f"--rank-order must order tp, cp, dp, pp (innermost first), e.g. tp-cp-dp-pp; got {self.rank_order!r}")
-        if not 0.0 <= self.dp_overlap <= 1.0:
-            raise UserError(f"--dp-overlap must be between 0 and 1, got {self.dp_overlap}")
+        for name in ("dp_overlap", "tp_overlap"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

@@ -56,6 +56,23 @@ def _apply(options, f):
     return f
 
 
+_OVERLAP_OPTIONS = [
+    click.option("--dp-overlap", type=float, default=None,
+                 help="Usable fraction of the compute DP traffic hides behind (default 0.5: bucketed "
+                      "gradient overlap / ZeRO-3 prefetch; 0: none, as Megatron-LM 2021)."),
+    click.option("--tp-overlap", type=float, default=None,
+                 help="Usable fraction of the GEMM time TP collectives hide behind inside an NVLink domain "
+                      "(default 0.8: Transformer Engine's TP overlap; 0: none, as Megatron-LM 2021-22)."),
+    click.option("--rank-order", default=None,
+                 help="Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's)."),
+]
+
+
+def overlap_options(f):
+    """Time-model options of `step` and `plan`: communication overlap and rank order."""
+    return _apply(_OVERLAP_OPTIONS, f)
+
+
 def layout_options(f):
     return _apply(_LAYOUT_OPTIONS, f)
 

@@ -12,7 +12,7 @@ import io
 
 import click
 
-from llmpar.cli.common import echo_json, precision_options
+from llmpar.cli.common import echo_json, precision_options, overlap_options
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
 
@@ -71,8 +71,7 @@ def _apply(options, f):
 @precision_options
 @lambda f: _apply(_SEARCH, f)
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
-@click.option("--dp-overlap", type=float, default=0.0, show_default=True,
-              help="Fraction of data-parallel traffic hidden behind compute (0: none, as Megatron-LM 2021).")
+@overlap_options
 @lambda f: _apply(_OUTPUT, f)
 def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
@@ -231,7 +230,8 @@ def render(r, units: str = "gb") -> None:
         ("on", f"{r.gpus:,} x {r.hardware}"), ("seq", f"{r.seq:,}"),
         ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)"), ("objective", r.objective),
     ]))
-    pairs = [("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer), ("attention", r.settings.attention)]
+    pairs = [("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer), ("attention", r.settings.attention),
+             ("overlap", f"tp {r.settings.tp_overlap:g} / dp {r.settings.dp_overlap:g}")]
     if r.settings.convention != "llmpar":
         pairs.append(("convention", r.settings.convention))
     pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} (reserve {fmt(r.reserved_bytes)} {unit})"))

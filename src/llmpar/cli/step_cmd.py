@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import click
 
-from llmpar.cli.common import common_options, echo_json
+from llmpar.cli.common import common_options, echo_json, overlap_options
 from llmpar.units import fmt_bytes, fmt_seconds
 
 _OUTPUT_KEYS = ("units", "as_json", "explain")
@@ -32,10 +32,7 @@ _NOTES = {
 @click.argument("model", required=False)
 @common_options
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
-@click.option("--dp-overlap", type=float, default=0.0, show_default=True,
-              help="Fraction of data-parallel traffic hidden behind compute (0: none, as Megatron-LM 2021).")
-@click.option("--rank-order", default="tp-cp-dp-pp", show_default=True,
-              help="Rank order, innermost first: which groups share a node (Megatron: tp-cp-dp-pp).")
+@overlap_options
 def step(model, **kw):
     """Step time of MODEL on a layout: tokens/s, MFU, HFU and the time breakdown.
 
@@ -92,8 +89,8 @@ def explain_terms(r) -> list[_Term]:
         _Term("bubble", "pipeline bubble", b["bubble"], "(p-1)(t_f + t_b), / v if interleaved",
               f"p={int(par.pp)}, t_f={f(r.detail['stage_forward_s'])}, t_b={f(r.detail['stage_backward_s'])}",
               "Narayanan 2021 §2.2; Qi 2023; DeepSeek-V3 Table 2"),
-        _Term("dp", "data-parallel sync", b["dp"], "(1 - overlap) x t_dp",
-              f"t_dp={f(p['dp_total_s'])}, overlap={r.settings.dp_overlap:g}, zero={int(par.zero)}",
+        _Term("dp", "data-parallel sync", b["dp"], "max(t_dp - f x min(t_dp, window), t_dp / L_stage)",
+              f"t_dp={f(p['dp_total_s'])}, dp_overlap={r.settings.dp_overlap:g}, zero={int(par.zero)}",
               "Rajbhandari 2019 §7"),
         _Term("cp", "context-parallel K/V", b["cp"], "m x L_stage x max(0, t_cp - t_attention)",
               f"{f(p['cp_exposed_s'])} per layer", "Megatron-Core CP; Liu 2023 (ring attention)"),

@@ -383,7 +383,9 @@ def plan(
     attention: str | None = None,
     reserve=None,
     hf: str | None = None,
-    dp_overlap: float = 0.0,
+    dp_overlap: float | None = None,
+    tp_overlap: float | None = None,
+    rank_order: str | None = None,
     units: str = "gb",
     **layout,
 ) -> PlanResult:
@@ -393,8 +395,8 @@ def plan(
     layout keywords (``tp=8``, ``zero=1``, ``recompute="selective"``, ...) do the same.
     ``allow``: sets of values to search — ``["zero=0,1,3", "recompute=none,selective"]`` or
     ``{"zero": (0, 1, 3)}``. ``objective``: "time" (step time; the batch is fixed, so also
-    tokens/s) or "memory" (memory per GPU). ``dp_overlap``: the fraction of data-parallel traffic
-    hidden behind compute, as in ``llmpar step`` (0 = none, Megatron-LM 2021). Returns a :class:`PlanResult`; raises
+    tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``rank_order``: as in
+    ``llmpar step`` (:class:`llmpar.parallel.Settings`). Returns a :class:`PlanResult`; raises
     :class:`~llmpar.errors.UserError` for bad input or when no layout passes the divisibility
     rules, :class:`~llmpar.errors.CheckFailed` when none fits in memory.
     """
@@ -430,11 +432,8 @@ def plan(
     hw = api.load_hardware_spec(hardware)
     reserve_bytes = api.parse_reserve(reserve, hw)
     settings = api.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
-                                 convention=convention, attention=attention)
-    try:
-        settings = replace(settings, dp_overlap=float(dp_overlap))
-    except (TypeError, ValueError):
-        raise UserError(f"--dp-overlap must be a number between 0 and 1, got {dp_overlap!r}") from None
+                                 convention=convention, attention=attention, dp_overlap=dp_overlap,
+                                 tp_overlap=tp_overlap, rank_order=rank_order)
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 
