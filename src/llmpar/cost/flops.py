@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmpar.cost.arrays import scalar_out as _out
 from llmpar.parallel import RECOMPUTE
 from llmpar.specs.model import ModelSpec
 
@@ -33,14 +34,6 @@ CAUSAL_FLASH = 0.5
 # GEMM names of the attention core: what selective recompute re-runs (Korthikanti 2022 §5).
 ATTENTION_CORE = ("attn_scores", "attn_context")
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
-
-
-def _out(x):
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 def causal_block_fraction(s, block=128):

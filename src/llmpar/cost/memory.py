@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from llmpar.cost.arrays import scalar_out as _out
 from llmpar.cost import params as P
 from llmpar.cost.params import _mlp_bias, _out_bias, _linear
 from llmpar.cost.pipeline import (
@@ -73,15 +74,6 @@ SRC_KV_MLA = "DeepSeek-V2 (arXiv:2405.04434) §2.1.2, Table 1: cache (d_c + d_h^
 SRC_TE_FP8 = "NVIDIA Transformer Engine fp8_autocast: bf16 primary weights + cached fp8 weight and transpose"
 SRC_ZERO3_BUF = "PyTorch FSDP / DeepSpeed ZeRO-3: one layer gathered + one prefetched; its full gradient before reduce-scatter"
 SRC_RESERVE = "hardware profile 'reserve' (CUDA context, NCCL buffers, allocator fragmentation) or --reserve"
-
-
-def _out(x):
-    """0-d numpy results back to Python numbers, so scalar callers get scalars."""
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 # =========================================================================== bytes per parameter

@@ -15,19 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmpar.cost.arrays import scalar_out as _out
 from llmpar.parallel import SCHEDULES
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULES.index(s) for s in (
     "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
-
-
-def _out(x):
-    """0-d numpy results back to Python numbers, so scalar callers get scalars."""
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 # ---------------------------------------------------------------------------------------------
