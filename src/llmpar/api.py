@@ -355,6 +355,30 @@ def _bpp(prec) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- step
 
+def step_json(r, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
+    """The JSON keys every step-time result carries (`llmpar step` and each row of `llmpar plan`):
+    the common keys of DESIGN.md plus issue 3's. ``r`` has the StepResult attributes."""
+    return {
+        "model": r.model,
+        "hardware": r.hardware,
+        "gpus": int(r.parallel.gpus),
+        "parallel": r.parallel.as_dict(),
+        "settings": r.settings.as_dict(),
+        "step_time_s": r.step_time_s,
+        "tokens_per_step": int(r.parallel.tokens_per_step),
+        "tokens_per_s": r.tokens_per_s,
+        "samples_per_s": r.samples_per_s,
+        "model_tflops_per_gpu": r.model_tflops_per_gpu,
+        "hardware_tflops_per_gpu": r.hardware_tflops_per_gpu,
+        "mfu": r.mfu,
+        "hfu": r.hfu,
+        "breakdown_s": dict(r.breakdown_s),
+        "comm_bytes_per_gpu": dict(r.comm_bytes_per_gpu),
+        "memory": memory,
+        "fits": fits,
+    }
+
+
 @dataclass
 class StepResult:
     """What `llmpar step` computed; :meth:`to_dict` is the JSON contract (issue 3)."""
@@ -383,26 +407,11 @@ class StepResult:
 
     def to_dict(self) -> dict[str, Any]:
         mem = self.memory
+        memory = {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
+                  "max_micro_batch": mem.max_micro_batch, "params_per_gpu": _num(mem.params_per_gpu)}
         return {
-            "model": self.model,
             "model_requested": self.model_requested,
-            "hardware": self.hardware,
-            "gpus": self.gpus,
-            "parallel": self.parallel.as_dict(),
-            "settings": self.settings.as_dict(),
-            "step_time_s": self.step_time_s,
-            "tokens_per_step": int(self.parallel.tokens_per_step),
-            "tokens_per_s": self.tokens_per_s,
-            "samples_per_s": self.samples_per_s,
-            "model_tflops_per_gpu": self.model_tflops_per_gpu,
-            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "breakdown_s": dict(self.breakdown_s),
-            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
-            "memory": {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
-                       "max_micro_batch": mem.max_micro_batch, "params_per_gpu": _num(mem.params_per_gpu)},
-            "fits": mem.fits,
+            **step_json(self, memory, mem.fits),
             "detail": dict(self.detail),
             "assumptions": list(self.assumptions),
         }

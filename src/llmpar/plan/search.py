@@ -77,26 +77,9 @@ class PlanRow:
         return name, self.breakdown_s[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "model": self.model,
-            "hardware": self.hardware,
-            "gpus": self.gpus,
-            "parallel": self.parallel.as_dict(),
-            "settings": self.settings.as_dict(),
-            "step_time_s": self.step_time_s,
-            "tokens_per_step": int(self.parallel.tokens_per_step),
-            "tokens_per_s": self.tokens_per_s,
-            "samples_per_s": self.samples_per_s,
-            "model_tflops_per_gpu": self.model_tflops_per_gpu,
-            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "breakdown_s": dict(self.breakdown_s),
-            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
-            "memory": dict(self.memory),
-            "fits": self.fits,
-        }
+        from llmpar.api import step_json
+
+        return {"rank": self.rank, **step_json(self, dict(self.memory), self.fits)}
 
 
 @dataclass
