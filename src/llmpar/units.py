@@ -127,12 +127,15 @@ def fmt_size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def fmt_seconds(t: float) -> str:
-    if t >= 1:
-        return f"{t:.3f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.3f} ms"
-    return f"{t * 1e6:.2f} us"
+def fmt_seconds(t: float, significant: int | None = None) -> str:
+    """Seconds as s / ms / us: 3 decimals by default, or ``significant`` digits (2.007 s, 198.1 ms)."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (0.0, "us")):
+        if t >= scale or unit == "us":
+            v = t / (scale or 1e-6)
+            if significant:
+                return f"{v:.{significant}g} {unit}"
+            return f"{v:.{2 if unit == 'us' else 3}f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def fmt_count(n: float) -> str:

@@ -12,9 +12,10 @@ import io
 
 import click
 
-from llmpar.cli.common import echo_json, precision_options, overlap_options
+from llmpar.cli.common import echo_json, overlap_options, precision_options
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
+from llmpar.units import fmt_seconds
 
 _LAYOUT = [
     click.option("--hardware", "hardware", default=None, help="Shipped profile or YAML path (default h100-sxm)."),
@@ -145,11 +146,7 @@ _TERM_SHORT = {"recompute": "recomp", "optimizer": "optim"}
 
 def _secs(t: float) -> str:
     """4 significant digits: 2.007 s, 198.1 ms, 707.7 s."""
-    if t >= 1:
-        return f"{t:.4g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.4g} ms"
-    return f"{t * 1e6:.4g} us"
+    return fmt_seconds(t, significant=4)
 
 
 def _rate(x: float) -> str:
@@ -182,8 +179,6 @@ def _rows_table(rows, fmt, unit, title):
 
 
 def _explain_lines(c, fmt, unit) -> list[str]:
-    from llmpar.units import fmt_seconds
-
     w, o = c.winner, c.other
     if c.margin == 0:
         what = "step time" if c.objective == "time" else "memory per GPU"
