@@ -190,7 +190,7 @@ def _allowed(spec: SpaceSpec, key, default):
 
 def _sched_pairs(spec: SpaceSpec, model: ModelSpec, pp: int, scheds, user_v) -> list[tuple[int, int]]:
     """(schedule, v) entries searched at this pp (see the module doc)."""
-    per_stage = -(-model.layers // pp)
+    per_stage = pipeline.stage_layers(model.layers, pp)
     non_inter = [s for s in scheds if s != INTERLEAVED]
     if pp == 1:
         # no pipeline: the schedule does not matter; one entry (v = 1) stands for all of them
@@ -287,7 +287,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
         "sp_seq": sp & (((S // cp) % tp) != 0),
         "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
-                    | (v > -(-L // pp)),
+                    | (v > pipeline.stage_layers(L, pp)),
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
     }
     alive = np.ones(tp.shape, dtype=bool)
