@@ -15,7 +15,6 @@ Resolution rules (DESIGN.md, CLI conventions):
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -189,7 +188,7 @@ def check_layout(model: ModelSpec, par: Parallel) -> None:
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {par.zero}")
     v = int(par.virtual_stages)
     if v > 1:
-        layers_per_stage = -(-model.layers // pp)
+        layers_per_stage = ceil_div(model.layers, pp)   # the most-loaded stage (cost.pipeline.stage_layers)
         if v > layers_per_stage:
             raise UserError(
                 f"--virtual-stages {v} exceeds the {layers_per_stage} layers per pipeline stage "
@@ -296,7 +295,3 @@ def resolve(
 def ceil_div(a, b):
     """Integer ceiling that works on ints and numpy integer arrays."""
     return -(-a // b)
-
-
-def log2_int(x: int) -> int:
-    return int(math.log2(x))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmpar.cost.flops import narayanan_eq3_flops
+from llmpar.cost.pipeline import stage_layers
 from llmpar.cost.step import step_time
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs import load_hardware, load_model
@@ -33,7 +34,7 @@ class RowResult:
 
 def _candidates(run: PublishedRun, layers: int) -> tuple[np.ndarray, np.ndarray]:
     bs = [run.micro_batch] if run.micro_batch else list(MICRO_BATCHES)
-    per_stage = -(-layers // run.pp)
+    per_stage = stage_layers(layers, run.pp)
     if run.virtual_stages:
         vs = [run.virtual_stages]
     elif run.pp == 1:
