@@ -58,7 +58,7 @@ def test_rows_and_summary_hand_derived(cli, syn):
     assert set(d["summary"]) == SUMMARY_KEYS
     for v in d["summary"].values():
         assert v == pytest.approx(0.2, abs=1e-4)
-    assert len(d["rows"]) == 31
+    assert len(d["rows"]) == 31   # SWEEP: 8 B .. 8 GiB by 2 = 2^3 .. 2^33, 31 sizes
     for r, t in zip(d["rows"], syn["t"]):
         assert ROW_KEYS <= set(r)
         assert r["file"] == str(syn["slow"]) and r["collective"] == "all_reduce"

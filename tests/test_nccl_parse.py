@@ -182,7 +182,7 @@ def test_written_layout_round_trips():
     again = parse_text(to_text(log), "again.txt")[0]
     assert (again.collective, again.ranks, again.nodes, again.gpu) == (log.collective, 4, 2, log.gpu)
     assert [r.size_bytes for r in again.rows] == [r.size_bytes for r in log.rows]
-    assert again.rows[-1].out_of_place.busbw_GBps == 80.53
+    assert again.rows[-1].out_of_place.busbw_GBps == 80.53   # the fixture's last row, 1 GiB out of place
     # a blank out-of-place block (what nccl-tests prints for a block it did not run) stays blank
     log.rows[0].out_of_place = None
     again = parse_text(to_text(log), "again.txt")[0]

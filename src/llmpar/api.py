@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llmpar.errors import UserError
 from llmpar.parallel import DTYPES, Parallel, Resolved, Settings, resolve
 from llmpar.specs.hardware import Hardware
@@ -355,36 +357,26 @@ def _bpp(prec) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- step
 
-def step_json(r, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
-    """The JSON keys every step-time result carries (`llmpar step` and each row of `llmpar plan`):
-    the common keys of DESIGN.md plus issue 3's. ``r`` has the StepResult attributes."""
-    return {
-        "model": r.model,
-        "hardware": r.hardware,
-        "gpus": int(r.parallel.gpus),
-        "parallel": r.parallel.as_dict(),
-        "settings": r.settings.as_dict(),
-        "step_time_s": r.step_time_s,
-        "tokens_per_step": int(r.parallel.tokens_per_step),
-        "tokens_per_s": r.tokens_per_s,
-        "samples_per_s": r.samples_per_s,
-        "model_tflops_per_gpu": r.model_tflops_per_gpu,
-        "hardware_tflops_per_gpu": r.hardware_tflops_per_gpu,
-        "mfu": r.mfu,
-        "hfu": r.hfu,
-        "breakdown_s": dict(r.breakdown_s),
-        "comm_bytes_per_gpu": dict(r.comm_bytes_per_gpu),
-        "memory": memory,
-        "fits": fits,
-    }
+STEP_NUMBERS = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "mfu", "hfu")
+
+
+def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
+    """The figures of one layout from :func:`llmpar.cost.step.step_time`'s output: the scalar
+    result (``i`` None) or entry ``i`` of the planner's arrays."""
+    def f(x):
+        return float(np.asarray(x) if i is None else np.asarray(x)[i])
+
+    return {**{k: f(out[k]) for k in STEP_NUMBERS},
+            "breakdown_s": {k: f(v) for k, v in out["breakdown_s"].items()},
+            "comm_bytes_per_gpu": {k: f(v) for k, v in out["comm_bytes_per_gpu"].items()}}
 
 
 @dataclass
-class StepResult:
-    """What `llmpar step` computed; :meth:`to_dict` is the JSON contract (issue 3)."""
+class StepFigures:
+    """What every step-time result carries (`llmpar step`, each row of `llmpar plan`)."""
 
     model: str
-    model_requested: str | None
     hardware: str
     parallel: Parallel
     settings: Settings
@@ -397,13 +389,36 @@ class StepResult:
     hfu: float
     breakdown_s: dict[str, float]
     comm_bytes_per_gpu: dict[str, float]
-    memory: MemoryResult
-    detail: dict[str, Any]
-    assumptions: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
         return int(self.parallel.gpus)
+
+    def step_json(self, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
+        """The JSON keys of a step-time result: the common keys of DESIGN.md plus issue 3's."""
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "parallel": self.parallel.as_dict(),
+            "settings": self.settings.as_dict(),
+            "tokens_per_step": int(self.parallel.tokens_per_step),
+            **{k: getattr(self, k) for k in STEP_NUMBERS},
+            "breakdown_s": dict(self.breakdown_s),
+            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
+            "memory": memory,
+            "fits": fits,
+        }
+
+
+@dataclass
+class StepResult(StepFigures):
+    """What `llmpar step` computed; :meth:`to_dict` is the JSON contract (issue 3)."""
+
+    model_requested: str | None = None
+    memory: MemoryResult | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         mem = self.memory
@@ -411,7 +426,7 @@ class StepResult:
                   "max_micro_batch": mem.max_micro_batch, "params_per_gpu": _num(mem.params_per_gpu)}
         return {
             "model_requested": self.model_requested,
-            **step_json(self, memory, mem.fits),
+            **self.step_json(memory, mem.fits),
             "detail": dict(self.detail),
             "assumptions": list(self.assumptions),
         }
@@ -450,7 +465,7 @@ def step(
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
     Keyword arguments are the CLI's common options; ``dp_overlap``/``tp_overlap`` are the usable
-    fractions of the compute DP/TP traffic can hide behind (defaults 1 and 0; see
+    fractions of the compute DP/TP traffic can hide behind (defaults 0.5 and 0.8; see
     :class:`llmpar.parallel.Settings`), ``rank_order`` the rank order, innermost first.
     Raises :class:`llmpar.errors.UserError` for bad input."""
     from llmpar.cost.pipeline import check_schedule
@@ -489,11 +504,7 @@ def step(
     }
     return StepResult(
         model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
-        step_time_s=float(out["step_time_s"]), tokens_per_s=float(out["tokens_per_s"]),
-        samples_per_s=float(out["samples_per_s"]), model_tflops_per_gpu=float(out["model_tflops_per_gpu"]),
-        hardware_tflops_per_gpu=float(out["hardware_tflops_per_gpu"]), mfu=float(out["mfu"]), hfu=float(out["hfu"]),
-        breakdown_s={k: float(v) for k, v in out["breakdown_s"].items()},
-        comm_bytes_per_gpu={k: float(v) for k, v in out["comm_bytes_per_gpu"].items()},
+        **step_numbers(out),
         memory=mem, detail=detail, assumptions=notes,
     )
 

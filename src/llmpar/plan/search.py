@@ -19,11 +19,12 @@ Nothing here prints; :mod:`llmpar.cli.plan_cmd` renders the :class:`PlanResult`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from llmpar.api import MEMORY_COMPONENTS, StepFigures, step_numbers
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, Parallel, Settings
 from llmpar.plan import space as SP
@@ -31,8 +32,6 @@ from llmpar.plan import space as SP
 DEFAULT_MODEL = "llama-3-70b"
 DEFAULT_HARDWARE = "h100-sxm"
 OBJECTIVES = ("time", "memory")
-MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-               "reserved_bytes", "total_bytes")
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
                  "activations_bytes": "activations", "reserved_bytes": "reserve"}
 
@@ -40,28 +39,11 @@ MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "op
 # ----------------------------------------------------------------------------------- results
 
 @dataclass
-class PlanRow:
+class PlanRow(StepFigures):
     """One ranked layout, with the numbers and keys of ``llmpar step``."""
 
-    rank: int
-    model: str
-    hardware: str
-    parallel: Parallel
-    settings: Settings
-    step_time_s: float
-    tokens_per_s: float
-    samples_per_s: float
-    model_tflops_per_gpu: float
-    hardware_tflops_per_gpu: float
-    mfu: float
-    hfu: float
-    breakdown_s: dict[str, float]
-    comm_bytes_per_gpu: dict[str, float]
-    memory: dict[str, Any]
-
-    @property
-    def gpus(self) -> int:
-        return int(self.parallel.gpus)
+    rank: int = 0
+    memory: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -77,9 +59,7 @@ class PlanRow:
         return name, self.breakdown_s[name]
 
     def to_dict(self) -> dict[str, Any]:
-        from llmpar.api import step_json
-
-        return {"rank": self.rank, **step_json(self, dict(self.memory), self.fits)}
+        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits)}
 
 
 @dataclass
@@ -185,17 +165,13 @@ def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
 def _row(rank, model, hw, settings, par, out, mem, i) -> PlanRow:
     f = lambda x: float(np.asarray(x)[i])  # noqa: E731
     max_b = float(mem["max_micro_batch"][i])
-    memory = {k: f(mem[k]) for k in MEMORY_KEYS}
+    memory = {k: f(mem[k]) for k in MEMORY_COMPONENTS}
     memory.update({"capacity_bytes": f(mem["capacity_bytes"]), "fits": bool(mem["fits"][i]),
                    "max_micro_batch": None if max_b == float("inf") else int(max_b),
                    "params_per_gpu": _num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i])})
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
-        step_time_s=f(out["step_time_s"]), tokens_per_s=f(out["tokens_per_s"]), samples_per_s=f(out["samples_per_s"]),
-        model_tflops_per_gpu=f(out["model_tflops_per_gpu"]), hardware_tflops_per_gpu=f(out["hardware_tflops_per_gpu"]),
-        mfu=f(out["mfu"]), hfu=f(out["hfu"]),
-        breakdown_s={k: f(v) for k, v in out["breakdown_s"].items()},
-        comm_bytes_per_gpu={k: f(v) for k, v in out["comm_bytes_per_gpu"].items()},
+        **step_numbers(out, i),
         memory=memory,
     )
 
@@ -240,7 +216,7 @@ def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
         terms = [(k, a.breakdown_s[k], b.breakdown_s[k]) for k in a.breakdown_s]
         margin = b.step_time_s - a.step_time_s
     else:
-        terms = [(MEMORY_LABELS.get(k, k), a.memory[k], b.memory[k]) for k in MEMORY_KEYS
+        terms = [(MEMORY_LABELS.get(k, k), a.memory[k], b.memory[k]) for k in MEMORY_COMPONENTS
                  if k not in ("total_bytes", "kv_cache_bytes")]
         margin = b.memory_bytes - a.memory_bytes
     terms = sorted([t for t in terms if t[1] != t[2]], key=lambda t: -abs(t[2] - t[1]))
