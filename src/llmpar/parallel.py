@@ -15,7 +15,7 @@ Resolution rules (DESIGN.md, CLI conventions):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -100,31 +100,43 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Settings:
-    """Precision and accounting choices, scalar for a whole run (the planner does not search them)."""
+    """Precision and accounting choices, scalar for a whole run (the planner does not search them).
+
+    The software assumptions come from ``stack`` (a :class:`~llmpar.specs.stack.Stack`; None =
+    the default stack, ``megatron-core``). Fields left as None take the stack's value; a value
+    given here (the CLI's ``--tp-overlap``, ``--attention``, ``--grad-dtype`` ...) overrides it,
+    and :meth:`overrides` says which were overridden (DESIGN.md, Three inputs).
+    """
 
     dtype: str = "bf16"
     optimizer: str = "adam"
-    grad_dtype: str = "bf16"
+    grad_dtype: str | None = None      # None: fp32 when the stack keeps an fp32 main-grad buffer, else bf16
     convention: str = "llmpar"
-    attention: str = "flash"
+    attention: str | None = None       # None: 'standard' when the stack's attention kernel is eager, else 'flash'
     kv_dtype: str = "bf16"
-    # Communication overlap (docs/time-model.md): the usable fraction of the compute a collective
-    # can hide behind; 0 = nothing hidden, as in the Megatron-LM 2021-22 runs of docs/validation.md
-    # (TP collectives in line, gradients all-reduced after the last backward).
-    # dp (default 0.5): gradient reduce-scatter/all-reduce behind the last micro-batch's backward
-    #     (ZeRO 0-2: bucketed, as PyTorch DDP and Megatron-Core's overlap_grad_reduce do), ZeRO-3
-    #     parameter gathers behind every micro-batch's compute (FSDP / DeepSpeed prefetch). Half:
-    #     the NCCL kernels take SMs and HBM bandwidth from the compute they overlap, and ZeRO-3 in
-    #     practice hides far less than its window (Narayanan 2021 Table 2: 44-144 TFLOP/s per GPU).
-    # tp (default 0.8): TP collectives behind the GEMMs they feed (Transformer Engine userbuffers,
-    #     Megatron-Core --tp-comm-overlap, on in NeMo's large-model recipes), only inside one NVLink
-    #     domain; a fifth stays exposed (chunk pipeline fill and drain).
-    dp_overlap: float = 0.5
-    tp_overlap: float = 0.8
+    # Communication overlap (docs/time-model.md, docs/stacks.md): the usable fraction of the
+    # compute window a collective can hide behind; None = the stack's ``overlap.dp`` / ``overlap.tp``.
+    dp_overlap: float | None = None
+    tp_overlap: float | None = None
     # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
+    stack: Any = None
 
     def __post_init__(self):
+        from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
+
+        stack = load_stack(self.stack)
+        given = {k: getattr(self, k) is not None for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap")}
+        object.__setattr__(self, "stack", stack)
+        object.__setattr__(self, "_given", given)
+        if self.grad_dtype is None:
+            object.__setattr__(self, "grad_dtype", "fp32" if stack.memory.main_grad_fp32 else "bf16")
+        if self.attention is None:
+            object.__setattr__(self, "attention", "standard" if stack.kernels.attention.kernel == "eager" else "flash")
+        if self.dp_overlap is None:
+            object.__setattr__(self, "dp_overlap", float(stack.overlap.dp))
+        if self.tp_overlap is None:
+            object.__setattr__(self, "tp_overlap", float(stack.overlap.tp))
         for value, names, what in (
             (self.dtype, DTYPES, "dtype"), (self.optimizer, OPTIMIZERS, "optimizer"),
             (self.grad_dtype, GRAD_DTYPES, "grad dtype"), (self.convention, CONVENTIONS, "convention"),
@@ -138,8 +150,14 @@ class Settings:
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
 
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+    def overrides(self) -> dict[str, Any]:
+        """The stack-backed settings that were given explicitly (they override the stack)."""
+        return {k: getattr(self, k) for k, given in self._given.items() if given}
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stack"}
+        out["stack"] = self.stack.name
+        return out
 
 
 @dataclass
@@ -288,7 +306,7 @@ def resolve(
     )
     check_layout(model, par)
     if settings is None:
-        settings = Settings(attention=model.attention)
+        settings = Settings()
     return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
 
 

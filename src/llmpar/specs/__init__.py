@@ -2,9 +2,10 @@
 
 from llmpar.specs.hardware import Accelerator, Hardware, Tier
 from llmpar.specs.model import MLASpec, ModelSpec, MoESpec
-from llmpar.specs.registry import load_hardware, load_model, shipped_names
+from llmpar.specs.registry import load_hardware, load_model, load_stack, shipped_names
+from llmpar.specs.stack import Stack
 
 __all__ = [
     "Accelerator", "Hardware", "Tier", "MLASpec", "ModelSpec", "MoESpec",
-    "load_hardware", "load_model", "shipped_names",
+    "Stack", "load_hardware", "load_model", "load_stack", "shipped_names",
 ]

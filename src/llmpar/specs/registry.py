@@ -18,10 +18,11 @@ from pydantic import BaseModel, ValidationError
 from llmpar.errors import UserError, suggest
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
+from llmpar.specs.stack import Stack
 
 
 def data_dir(kind: str) -> Path:
-    """Folder holding the shipped ``kind`` ('hardware' or 'models') YAML files."""
+    """Folder holding the shipped ``kind`` ('hardware', 'models' or 'stacks') YAML files."""
     # A source checkout (editable install) reads the repository folder first: hatch's editable
     # install copies force-included data once, at install time, so that copy goes stale.
     repo = Path(__file__).resolve().parents[3] / kind
@@ -115,27 +116,37 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged."""
+    what = {"hardware": "hardware", "stacks": "stack"}[kind]
+    listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks"}[kind]
     if _looks_like_path(name):
         path = Path(name)
         if not path.is_file():
-            raise UserError(f"hardware file not found: {name}")
+            raise UserError(f"{what} file not found: {name}")
     else:
-        idx = _index("hardware")
+        idx = _index(kind)
         if name.lower() not in idx:
-            raise UserError(f"unknown hardware {name!r}{suggest(name, idx)}; see `llmpar hardware`")
+            raise UserError(f"unknown {what} {name!r}{suggest(name, idx)}; see `{listing}`")
         path = idx[name.lower()][1]
     if str(path) in seen:
-        raise UserError(f"hardware 'extends' loops through {path}")
+        raise UserError(f"{what} 'extends' loops through {path}")
     data = read_yaml(path)
     base = data.get("extends")
     if base:
-        base_dict, _ = _hardware_dict(str(base), seen + (str(path),))
+        base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),))
         base_dict.pop("aliases", None)
+        for key in ("calibration", "fitted_on", "description"):   # a record of the base, not of this file
+            if key in base_dict and key not in data:
+                base_dict.pop(key)
         data = _merge(base_dict, data)
         data["extends"] = str(base)
     data.setdefault("name", path.stem)
     return data, str(path)
+
+
+def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    return _spec_dict("hardware", name, seen)
 
 
 def load_hardware(name: str) -> Hardware:
@@ -145,6 +156,29 @@ def load_hardware(name: str) -> Hardware:
     data, source = _hardware_dict(str(name))
     data.pop("aliases", None)
     return validate(Hardware, data, source)
+
+
+DEFAULT_STACK = "megatron-core"
+
+
+@functools.lru_cache(maxsize=64)
+def _load_stack_cached(name: str) -> Stack:
+    data, source = _spec_dict("stacks", name)
+    data.pop("aliases", None)
+    return validate(Stack, data, source)
+
+
+def load_stack(name: str | Stack | None = None) -> Stack:
+    """A shipped stack by name (``megatron-core``), a YAML path, or a loaded :class:`Stack`;
+    ``None`` is the default stack (DEFAULT_STACK)."""
+    if isinstance(name, Stack):
+        return name
+    name = DEFAULT_STACK if name is None else str(name)
+    if _looks_like_path(name):   # a user file may change between calls: not cached
+        data, source = _spec_dict("stacks", name)
+        data.pop("aliases", None)
+        return validate(Stack, data, source)
+    return _load_stack_cached(name.lower())
 
 
 def load_model(name: str) -> ModelSpec:

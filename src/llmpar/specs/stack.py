@@ -1,0 +1,152 @@
+"""Stack profile: what the *software* achieves of the hardware on the model (data, pydantic).
+
+DESIGN.md, "Three inputs, kept apart": the hardware says what the silicon and wires can do, the
+model what must be computed and stored, the stack what a framework makes of the first on the
+second — kernel efficiencies, what it fuses and saves for backward, what it overlaps, its
+allocator and its fixed costs. One YAML file per framework in ``stacks/`` (shipped in the wheel);
+a user file may ``extends:`` a shipped one; ``llmpar calibrate runs`` writes such a file.
+
+Values that differ by GPU generation are written either as one number or as a mapping
+``{ampere: 0.85, hopper: 0.80, default: 0.80}``; :func:`per_gen` resolves them for a profile's
+``gpu.generation``. Each shipped value carries its source in a YAML comment and in
+docs/stacks.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from llmpar.units import parse_bytes, parse_seconds
+
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+ATTENTION_KERNELS = ("flash-2", "flash-3", "cudnn", "sdpa", "eager")
+FP8_GEMMS = ("qkv", "proj", "fc1", "fc2", "experts", "lm_head")
+MEMORY_BYTES = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size", allow_zero=True))]
+SECONDS = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "time", allow_zero=True))]
+
+
+def _check_gen_keys(v):
+    if isinstance(v, dict):
+        bad = set(v) - set(GENERATIONS) - {"default"}
+        if bad:
+            raise ValueError(f"unknown GPU generation(s) {sorted(bad)}; known: {', '.join(GENERATIONS)}, default")
+        if "default" not in v:
+            raise ValueError("a per-generation mapping needs a 'default' entry")
+    return v
+
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+PerGen = Annotated[Union[Fraction, dict[str, Fraction]], BeforeValidator(_check_gen_keys)]
+PerGenPositive = Annotated[Union[Annotated[float, Field(gt=0)], dict[str, Annotated[float, Field(gt=0)]]],
+                           BeforeValidator(_check_gen_keys)]
+
+
+def per_gen(value, generation: str | None) -> float:
+    """A per-generation value for ``generation`` (its own entry, else ``default``)."""
+    if isinstance(value, dict):
+        return float(value.get(generation or "default", value["default"]))
+    return float(value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class Fp8Recipe(_Strict):
+    """How ``--dtype fp8`` runs (Transformer Engine / torchao): which GEMMs are FP8, at what
+    fraction of the FP8 peak relative to BF16's, and the work and memory around them."""
+
+    recipe: Literal["delayed", "current", "blockwise", "mxfp8"] = "delayed"
+    gemms: list[Literal["qkv", "proj", "fc1", "fc2", "experts", "lm_head"]] = Field(
+        default_factory=lambda: ["qkv", "proj", "fc1", "fc2", "experts"],
+        description="layer GEMMs that run in FP8; attention's core and (usually) the LM head stay BF16")
+    gemm_efficiency: PerGen = Field(
+        0.75, description="achieved fraction of the FP8 peak, relative to the BF16 GEMM fraction on the same shape")
+    cast_bytes_per_element: float = Field(
+        3.0, ge=0, description="extra HBM bytes per FP8 GEMM operand element (cast: read 2 B, write 1 B; amax fused)")
+    weight_copy_bytes_per_param: float = Field(
+        2.0, ge=0, description="FP8 weight (+ transposed) copies kept per FP8-GEMM parameter, bytes")
+
+
+class AttentionKernel(_Strict):
+    """The attention core's kernel, apart from the GEMM curve: its own achieved fraction of the
+    BF16 dense peak, forward and backward (backward does 2.5x the forward's FLOPs: Dao 2023 §3)."""
+
+    kernel: Literal["flash-2", "flash-3", "cudnn", "sdpa", "eager"] = "flash-2"
+    forward_efficiency: PerGen = 0.6
+    backward_efficiency: PerGen = 0.45
+    causal_skip: bool = Field(True, description="the kernel skips the masked upper triangle (flash/cuDNN do; eager does not)")
+
+
+class Kernels(_Strict):
+    gemm_efficiency: PerGen = Field(
+        1.0, description="achieved fraction of the hardware's measured GEMM curve (gpu.gemm, MAMF) in training: "
+                         "sustained clocks under the power cap, interference from communication kernels")
+    attention: AttentionKernel = Field(default_factory=AttentionKernel)
+    fp8: Fp8Recipe = Field(default_factory=Fp8Recipe)
+    elementwise_traffic: float = Field(
+        1.0, gt=0, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
+    launch_s_per_layer: SECONDS = Field(
+        0.0, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
+
+
+class Overlap(_Strict):
+    """Fractions (0..1) of a collective's time hidden behind the compute that can cover it."""
+
+    tp_mode: Literal["none", "async", "userbuffers"] = "none"
+    tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
+    dp: float = Field(0.0, ge=0, le=1, description="gradient reduce behind the last micro-batch's backward (bucketed)")
+    zero3_prefetch: float = Field(0.0, ge=0, le=1, description="ZeRO-3 / FSDP parameter gathers behind compute")
+    pp: float = Field(0.0, ge=0, le=1, description="pipeline p2p behind compute (1 = async send/recv, 0 = blocking)")
+    cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
+    ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
+
+
+class MemoryModel(_Strict):
+    """What the framework keeps in memory beyond the model states of the optimizer convention."""
+
+    activations: Literal["fused", "eager"] = Field(
+        "fused", description="fused: the Megatron/TE saved set (Korthikanti §4.1 terms); eager: PyTorch autograd "
+                             "saves every op's inputs (norm and SwiGLU intermediates, fp32 norm statistics)")
+    activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
+    fp32_logits: bool = True
+    logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
+    main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
+    grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")
+    allocator_overhead: float = Field(
+        0.0, ge=0, le=1, description="reserved/allocated - 1 at the peak (caching-allocator fragmentation)")
+    cuda_context_bytes: MEMORY_BYTES = Field(0.0, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
+    nccl_bytes_per_communicator: MEMORY_BYTES = Field(0.0, description="NCCL buffers per communicator a rank is in")
+    uncertainty: float = Field(
+        0.05, ge=0, le=1, description="relative uncertainty of the peak: within it of the HBM limit the verdict is TIGHT")
+
+
+class FixedCosts(_Strict):
+    per_step_s: SECONDS = Field(0.0, description="per step: optimizer launch, grad-norm/clipping sync, logging")
+    per_microbatch_s: SECONDS = Field(0.0, description="per micro-batch: data loading, pipeline bookkeeping")
+
+
+class Stack(_Strict):
+    name: str
+    description: str = ""
+    extends: str | None = None
+    sources: list[str] = Field(default_factory=list, description="where the values come from")
+    fitted_on: list[str] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
+    kernels: Kernels = Field(default_factory=Kernels)
+    overlap: Overlap = Field(default_factory=Overlap)
+    memory: MemoryModel = Field(default_factory=MemoryModel)
+    fixed: FixedCosts = Field(default_factory=FixedCosts)
+    calibration: dict | None = Field(None, description="what `llmpar calibrate runs` fitted, on what, how well")
+
+    @model_validator(mode="after")
+    def _check(self) -> Stack:
+        return self
+
+    def value(self, path: str, generation: str | None = None) -> float:
+        """A (possibly per-generation) value by dotted path, e.g. ``kernels.gemm_efficiency``."""
+        obj = self
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return per_gen(obj, generation)
