@@ -337,7 +337,7 @@ def test_result_contract(p405):
     step_keys = {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "breakdown_s", "comm_bytes_per_gpu", "memory", "model", "hardware", "gpus", "parallel", "rank"}
     assert step_keys <= set(row)
-    assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer"}
+    assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed"}
     assert set(row["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
     assert set(row["parallel"]) == {"tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
                                     "global_batch", "microbatches", "seq", "schedule", "virtual_stages"}

@@ -14,7 +14,16 @@ from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs import load_hardware, load_model
 from llmpar.specs.model import ModelSpec
+from llmpar.specs.stack import Stack
 from llmpar.validate.runner import evaluate_all, summary
+
+# A stack with every software inefficiency removed: GEMMs on the hardware curve (factor 1), a
+# fused causal attention kernel at 100 % of peak forward and backward, nothing overlapped, no
+# fixed costs. With ideal_hw() below, step time = FLOPs / peak, derivable by hand.
+IDEAL = Stack.model_validate({
+    "name": "ideal", "kernels": {"gemm_efficiency": 1.0, "attention": {
+        "kernel": "flash-3", "forward_efficiency": 1.0, "backward_efficiency": 1.0, "causal_skip": True}},
+    "overlap": {"tp": 0.0, "dp": 0.0, "pp": 0.0, "cp": 1.0, "ep": 0.0}})
 
 TINY = ModelSpec(name="tiny-gpt", family="gpt", layers=4, hidden=1024, heads=8, ffn_hidden=4096, ffn_type="gelu",
                  vocab=8192, max_seq=2048, norm="layernorm", position="learned", tied_embeddings=True)
@@ -41,12 +50,15 @@ def test_single_gpu_is_flops_over_peak():
     #   attention core 2 * 2*s^2*h * c, c = causal block fraction (128-blocks, s=2048: n=16 ->
     #   17/32 = 0.53125): 4*2048^2*1024*0.53125 = 9,126,805,504
     # LM head 2*s*h*V = 2*2048*1024*8192 = 34,359,738,368.
-    # Step (m=3 micro-batches) = 3 * 3 * (4 * (51,539,607,552 + 9,126,805,504) + 34,359,738,368) / 312e12
-    per_layer = 24 * 2048 * 1024**2 + 4 * 2048**2 * 1024 * (17 / 32)
+    # Forward + backward: linear GEMMs and head 1 + 2 = 3x forward; the fused attention kernel's
+    # backward does 2.5x its forward FLOPs (Dao 2023 §3), so 3.5x.
+    # Step (m=3) = 3 * (4 * (3 * 51,539,607,552 + 3.5 * 9,126,805,504) + 3 * 34,359,738,368) / 312e12
+    lin = 24 * 2048 * 1024**2
+    core = 4 * 2048**2 * 1024 * (17 / 32)
     head = 2 * 2048 * 1024 * 8192
-    expected = 3 * 3 * (4 * per_layer + head) / 312e12
+    expected = 3 * (4 * (3 * lin + 3.5 * core) + 3 * head) / 312e12
     par = Parallel(tp=1, pp=1, dp=1, micro_batch=1, microbatches=3, seq=2048)
-    out = S.step_time(TINY, ideal_hw(), par, Settings(attention="flash"), with_memory=False)
+    out = S.step_time(TINY, ideal_hw(), par, Settings(stack=IDEAL), with_memory=False)
     assert out["step_time_s"] == pytest.approx(expected, rel=1e-9)
     assert out["breakdown_s"]["bubble"] == pytest.approx(0.0, abs=1e-15)
 
@@ -57,11 +69,13 @@ def test_pipeline_bubble_by_hand():
     # 1F1B: step = (m + p - 1) * t = 5 * t;  bubble = (p - 1) * t, where t also carries the
     # stage-boundary send of each micro-batch each way (the links are ideal, but NCCL's base
     # latency per p2p remains: breakdown "pp" / m).
-    per_layer = 24 * 2048 * 1024**2 + 4 * 2048**2 * 1024 * (17 / 32)
+    # (per layer: 3x the linear GEMMs' forward + 3.5x the attention core's, as above)
+    lin = 24 * 2048 * 1024**2
+    core = 4 * 2048**2 * 1024 * (17 / 32)
     head = 2 * 2048 * 1024 * 8192
-    t = (2 * 3 * per_layer + 3 * head) / 312e12
+    t = (2 * (3 * lin + 3.5 * core) + 3 * head) / 312e12
     par = Parallel(tp=1, pp=2, dp=1, micro_batch=1, microbatches=4, seq=2048, schedule=SCHEDULES.index("1f1b"))
-    out = S.step_time(TINY, ideal_hw(), par, Settings(attention="flash"), with_memory=False)
+    out = S.step_time(TINY, ideal_hw(), par, Settings(stack=IDEAL), with_memory=False)
     t = t + out["breakdown_s"]["pp"] / 4
     assert out["breakdown_s"]["pp"] > 0
     assert out["step_time_s"] == pytest.approx(5 * t, rel=1e-9)
@@ -69,13 +83,14 @@ def test_pipeline_bubble_by_hand():
 
 
 def test_full_recompute_adds_one_forward():
-    # Full recompute re-runs each layer's forward once: layer cost 3x -> 4x forward; head unchanged.
-    per_layer = 24 * 2048 * 1024**2 + 4 * 2048**2 * 1024 * (17 / 32)
+    # Full recompute re-runs each layer's forward once: + 1x (linear + core) per layer; head unchanged.
+    lin = 24 * 2048 * 1024**2
+    core = 4 * 2048**2 * 1024 * (17 / 32)
     head = 2 * 2048 * 1024 * 8192
     par = Parallel(tp=1, pp=1, dp=1, micro_batch=1, microbatches=1, seq=2048, recompute=RECOMPUTE.index("full"))
-    out = S.step_time(TINY, ideal_hw(), par, Settings(attention="flash"), with_memory=False)
-    assert out["step_time_s"] == pytest.approx((4 * 4 * per_layer + 3 * head) / 312e12, rel=1e-9)
-    assert out["breakdown_s"]["recompute"] == pytest.approx(4 * per_layer / 312e12, rel=1e-9)
+    out = S.step_time(TINY, ideal_hw(), par, Settings(stack=IDEAL), with_memory=False)
+    assert out["step_time_s"] == pytest.approx((4 * (4 * lin + 4.5 * core) + 3 * head) / 312e12, rel=1e-9)
+    assert out["breakdown_s"]["recompute"] == pytest.approx(4 * (lin + core) / 312e12, rel=1e-9)
 
 
 def test_tp_comm_is_four_collectives_per_layer():
@@ -105,7 +120,7 @@ def test_tp_overlap_hides_behind_the_gemms_inside_a_node_only():
     none = S.step_time(model, hw, par, Settings(tp_overlap=0.0), with_memory=False)
     half = S.step_time(model, hw, par, Settings(tp_overlap=0.5), with_memory=False)
     p = none["parts"]
-    t_f, t_b, g = p["tp_forward_s"], p["tp_backward_s"], p["gemm_forward_s"]
+    t_f, t_b, g = p["tp_forward_s"], p["tp_backward_s"], p["linear_forward_s"]
     hidden = 0.5 * min(t_f, g) + 0.5 * min(t_b, 2 * g)
     assert half["breakdown_s"]["tp"] == pytest.approx(none["breakdown_s"]["tp"] - 32 * hidden, rel=1e-9)
     wide = Parallel(tp=16, pp=1, dp=1, sp=True, micro_batch=1, microbatches=1, seq=8192)
@@ -125,9 +140,9 @@ def test_dp_overlap_uses_the_backward_window():
 
     n = total_params(TINY)
     t_ar = collective_time(hw, "all_reduce", n * 2.0, 8, 8)
-    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0), with_memory=False)
+    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="bf16"), with_memory=False)
     assert none["breakdown_s"]["dp"] == pytest.approx(t_ar, rel=1e-12)
-    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5), with_memory=False)
+    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="bf16"), with_memory=False)
     t_b = half["stage_backward_s"]
     assert half["breakdown_s"]["dp"] == pytest.approx(max(t_ar - 0.5 * min(t_ar, t_b), t_ar / 4), rel=1e-12)
 

@@ -72,11 +72,11 @@ def _fraction(value, option: str) -> float:
         raise UserError(f"--{option} must be a number between 0 and 1, got {value!r}") from None
 
 
-def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype="bf16",
+def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
                   convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
-                  rank_order=None) -> Settings:
-    """Settings from the CLI's precision/overlap options; None keeps the documented default."""
-    attn = attention or (model.attention if model is not None else "flash")
+                  rank_order=None, stack=None) -> Settings:
+    """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
+    a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
     kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
     extra = {}
     if dp_overlap is not None:
@@ -86,7 +86,7 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
     if rank_order is not None:
         extra["rank_order"] = str(rank_order)
     return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                    attention=attn, kv_dtype=kv, **extra)
+                    attention=attention, kv_dtype=kv, stack=stack, **extra)
 
 
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
@@ -205,11 +205,12 @@ def memory(
     virtual_stages: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
-    grad_dtype: str = "bf16",
+    grad_dtype: str | None = None,
     convention: str = "llmpar",
     attention: str | None = None,
     reserve: str | float | None = None,
     params: str | float | None = None,
+    stack=None,
     hf: str | None = None,
     per_stage: bool = False,
     inference: bool = False,
@@ -251,7 +252,7 @@ def memory(
             raise UserError("--per-stage needs a model's layers; --params splits the count evenly over tp·pp")
         count = parse_count(params, "--params")
         text = str(params).strip()
-        settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
+        settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, stack=stack,
                                  convention=convention, attention=attention)
         M.check_convention(settings, zero)
         stub = _bare_spec(count, text, tp, pp, seq)
@@ -281,12 +282,11 @@ def memory(
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(model, hf)
     settings = make_settings(spec, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                             attention=attention, kv_dtype=kv_dtype)
+                             attention=attention, kv_dtype=kv_dtype, stack=stack)
     notes: list[str] = []
     if alias:
         notes.append(f"model {alias} -> {spec.name}")
-    if attention is None:
-        notes.append(f"attention {settings.attention} (the model spec's default; --attention to change)")
+    notes.append(stack_note(settings))
 
     if inference:
         if zero:
@@ -355,10 +355,22 @@ def _bpp(prec) -> dict[str, Any]:
 
 
 
+def stack_note(settings: Settings) -> str:
+    """One line naming the stack and the values of it a result used, and what overrode it."""
+    st = settings.stack
+    over = settings.overrides()
+    parts = [f"attention {settings.attention} ({st.kernels.attention.kernel} kernel)",
+             f"grad dtype {settings.grad_dtype}", f"tp overlap {settings.tp_overlap:g}", f"dp overlap {settings.dp_overlap:g}"]
+    text = f"stack {st.name}: " + ", ".join(parts)
+    if over:
+        text += " (given: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in over.items()) + ")"
+    return text + " (`llmpar stacks show " + st.name + "`)"
+
+
 # -------------------------------------------------------------------------------------- step
 
 STEP_NUMBERS = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
-                "mfu", "hfu")
+                "mfu", "hfu", "mfu_full_attention")
 
 
 def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
@@ -367,7 +379,7 @@ def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
     def f(x):
         return float(np.asarray(x) if i is None else np.asarray(x)[i])
 
-    return {**{k: f(out[k]) for k in STEP_NUMBERS},
+    return {**{k: f(out[k]) for k in STEP_NUMBERS}, "mfu_convention": out["mfu_convention"],
             "breakdown_s": {k: f(v) for k, v in out["breakdown_s"].items()},
             "comm_bytes_per_gpu": {k: f(v) for k, v in out["comm_bytes_per_gpu"].items()}}
 
@@ -387,6 +399,8 @@ class StepFigures:
     hardware_tflops_per_gpu: float
     mfu: float
     hfu: float
+    mfu_full_attention: float
+    mfu_convention: str
     breakdown_s: dict[str, float]
     comm_bytes_per_gpu: dict[str, float]
 
@@ -404,6 +418,7 @@ class StepFigures:
             "settings": self.settings.as_dict(),
             "tokens_per_step": int(self.parallel.tokens_per_step),
             **{k: getattr(self, k) for k in STEP_NUMBERS},
+            "mfu_convention": self.mfu_convention,
             "breakdown_s": dict(self.breakdown_s),
             "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
             "memory": memory,
@@ -453,7 +468,7 @@ def step(
     virtual_stages: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
-    grad_dtype: str = "bf16",
+    grad_dtype: str | None = None,
     convention: str = "llmpar",
     attention: str | None = None,
     reserve: str | float | None = None,
@@ -461,6 +476,7 @@ def step(
     dp_overlap: float | None = None,
     tp_overlap: float | None = None,
     rank_order: str | None = None,
+    stack=None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -476,20 +492,20 @@ def step(
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, dtype=dtype, optimizer=optimizer,
-                 grad_dtype=grad_dtype, convention=convention, attention=attention, reserve=reserve, hf=hf)
+                 grad_dtype=grad_dtype, convention=convention, attention=attention, reserve=reserve, hf=hf,
+                 stack=stack)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     s = mem.settings
-    settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=s.grad_dtype, convention=s.convention,
-                             attention=s.attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
-                             rank_order=rank_order)
+    settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=grad_dtype, convention=s.convention,
+                             attention=attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                             rank_order=rank_order, stack=s.stack)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
-    if dp_overlap is None or tp_overlap is None:
-        notes.append(f"communication overlap: tp {settings.tp_overlap:g} of the GEMM time (inside a node), dp "
-                     f"{settings.dp_overlap:g} of its window (--tp-overlap / --dp-overlap; 0 = nothing hidden)")
+    notes.append(f"MFU counts attention {'causally (half of s²: what a causal model needs)' if out['mfu_convention'] == 'causal' else 'in full (s²)'}"
+                 f"; the papers' full-s² MFU is {float(out['mfu_full_attention']) * 100:.1f} %")
     if global_batch is None and microbatches is None:
         notes.append(f"batch: {int(par.global_batch)} sequences x {int(par.seq)} tokens = {int(par.tokens_per_step):,} "
                      "tokens per step (--global-batch to change)")
@@ -500,6 +516,7 @@ def step(
         "model_flops_per_step": float(out["model_flops_per_step"]),
         "hardware_flops_per_step": float(out["hardware_flops_per_step"]),
         "peak_flops": hw.gpu.peak(settings.dtype),
+        "generation": hw.gpu.generation,
         "parts": {k: float(v) for k, v in out["parts"].items()},
     }
     return StepResult(

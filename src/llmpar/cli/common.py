@@ -35,10 +35,14 @@ _LAYOUT_OPTIONS = [
 _PRECISION_OPTIONS = [
     click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="Compute/weight dtype."),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True),
-    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES), default="bf16", show_default=True),
+    click.option("--stack", default=None,
+                 help="Framework profile: shipped name (see `llmpar stacks`) or a YAML path (default megatron-core)."),
+    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES), default=None,
+                 help="Gradient accumulation dtype (default: the stack's; fp32 with a main-grad buffer)."),
     click.option("--convention", type=click.Choice(CONVENTIONS), default="llmpar", show_default=True,
                  help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
-    click.option("--attention", type=click.Choice(ATTENTION), help="Attention kernel (default from the model spec)."),
+    click.option("--attention", type=click.Choice(ATTENTION),
+                 help="standard (s² scores in HBM) or flash (default: the stack's attention kernel)."),
     click.option("--reserve", help="Memory held back (CUDA context, NCCL, fragmentation), e.g. 6GiB (default: profile)."),
 ]
 
@@ -58,11 +62,11 @@ def _apply(options, f):
 
 _OVERLAP_OPTIONS = [
     click.option("--dp-overlap", type=float, default=None,
-                 help="Usable fraction of the compute DP traffic hides behind (default 0.5: bucketed "
-                      "gradient overlap / ZeRO-3 prefetch; 0: none, as Megatron-LM 2021)."),
+                 help="Usable fraction of the compute DP traffic hides behind (default: the stack's "
+                      "overlap.dp; 0: none, as Megatron-LM 2021)."),
     click.option("--tp-overlap", type=float, default=None,
                  help="Usable fraction of the GEMM time TP collectives hide behind inside an NVLink domain "
-                      "(default 0.8: Transformer Engine's TP overlap; 0: none, as Megatron-LM 2021-22)."),
+                      "(default: the stack's overlap.tp; 0: none, as Megatron-LM 2021-22)."),
     click.option("--rank-order", default=None,
                  help="Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's)."),
 ]

@@ -18,13 +18,14 @@ _OUTPUT_KEYS = ("units", "as_json", "explain")
 _NOTES = {
     "compute": "matmuls + memory-bound ops, forward + backward",
     "recompute": "forward re-run during backward",
-    "tp": "tensor-parallel collectives (not overlapped)",
+    "tp": "tensor-parallel collectives, exposed part",
     "pp": "stage-boundary sends",
     "dp": "gradient sync / ZeRO gathers, exposed part",
     "cp": "K/V exchange beyond the attention it hides behind",
     "ep": "all-to-all dispatch + combine",
     "bubble": "pipeline fill and drain",
     "optimizer": "optimizer step (memory-bound)",
+    "fixed": "the stack's fixed costs per step and per micro-batch",
 }
 
 
@@ -70,10 +71,25 @@ def explain_terms(r) -> list[_Term]:
     f = fmt_seconds
     b = r.breakdown_s
     head = "+ head" if p["has_head"] else ""
+    st = r.settings.stack
+    gen = r.detail.get("generation")
+    from llmpar.specs.stack import per_gen
+
+    att = st.kernels.attention
+    fp8 = r.settings.dtype == "fp8"
     return [
-        _Term("compute", "matmuls, one layer fwd", p["gemm_forward_s"], "sum 2mnk / (peak x eff(m,n,k))",
-              f"peak {r.detail['peak_flops'] / 1e12:.0f} TFLOP/s ({r.settings.dtype})",
-              "cost/flops.layer_gemms; cost/compute.gemm_efficiency"),
+        _Term("compute", "linear GEMMs, one layer fwd", p["linear_forward_s"], "sum 2mnk / (peak x eff(m,n,k) x g)",
+              f"peak {r.detail['peak_flops'] / 1e12:.0f} TFLOP/s ({r.settings.dtype}), stack {st.name}: "
+              f"g = kernels.gemm_efficiency {per_gen(st.kernels.gemm_efficiency, gen):g}"
+              + (f", FP8 GEMMs {'/'.join(st.kernels.fp8.gemms)} x fp8.gemm_efficiency "
+                 f"{per_gen(st.kernels.fp8.gemm_efficiency, gen):g}" if fp8 else ""),
+              "cost/flops.layer_gemms; cost/compute.linear_gemms_time"),
+        _Term("compute", "attention core, one layer fwd / bwd", p["attention_core_forward_s"],
+              "F / (peak_bf16 x e_fwd); bwd 2.5 F / (peak x e_bwd)" if att.kernel != "eager" else "batched GEMMs on the curve",
+              f"{att.kernel} kernel, causal skip {'on' if att.causal_skip else 'off'}, bwd {f(p['attention_core_backward_s'])}"
+              + (f", e_fwd {per_gen(att.forward_efficiency, gen):g}, e_bwd {per_gen(att.backward_efficiency, gen):g}"
+                 if att.kernel != "eager" else ""),
+              "cost/compute.attention_core_time; Dao 2023 §3; Shah 2024"),
         _Term("compute", "element-wise, one layer fwd", p["elementwise_forward_s"], "bytes / (HBM x eff)",
               fmt_bytes(p["elementwise_forward_bytes"]), "cost/compute.layer_elementwise_bytes (Korthikanti 2022 §4.1 ops)"),
         _Term("compute", "critical stage", b["compute"], f"m x (L_stage x (fwd + 2 fwd) {head})",
@@ -98,6 +114,10 @@ def explain_terms(r) -> list[_Term]:
               f"{f(p['ep_exposed_s'])} per layer", "Lepikhin 2020; DeepSeek-V3 §3.2"),
         _Term("optimizer", "optimizer step", b["optimizer"], "params x bytes / (HBM x eff)",
               f"{p['optimizer_params'] / 1e9:.2f}B params on this GPU", "cost/step._OPT_TRAFFIC (Megatron optimizer)"),
+        _Term("fixed", "stack fixed costs", b["fixed"], "per_step_s + m x per_microbatch_s",
+              f"stack {st.name}: {f(st.fixed.per_step_s)} + {m} x {f(st.fixed.per_microbatch_s)}; "
+              f"launch {f(st.kernels.launch_s_per_layer)} per layer and micro-batch (in compute)",
+              "docs/stacks.md (fixed costs)"),
     ]
 
 
@@ -108,7 +128,7 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     par = r.parallel
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
     layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
-    con.print(R.header(name, [("on", r.hardware), ("gpus", f"{r.gpus} ({layout})")]))
+    con.print(R.header(name, [("on", r.hardware), ("stack", r.settings.stack.name), ("gpus", f"{r.gpus} ({layout})")]))
     d = par.as_dict()
     con.print(R.header("training step", [
         ("zero", d["zero"]), ("sp", "on" if d["sp"] else "off"), ("recompute", d["recompute"]),
@@ -120,7 +140,7 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     con.print(
         f"[bold]{fmt_seconds(r.step_time_s)}[/bold] per step  ·  {r.tokens_per_s:,.0f} tokens/s  ·  "
         f"{r.samples_per_s:,.2f} samples/s  ·  {r.model_tflops_per_gpu:.0f} model TFLOP/s per GPU  ·  "
-        f"MFU [bold]{r.mfu * 100:.1f} %[/bold]  ·  HFU {r.hfu * 100:.1f} %",
+        f"MFU [bold]{r.mfu * 100:.1f} %[/bold] ({r.mfu_convention} attention FLOPs)  ·  HFU {r.hfu * 100:.1f} %",
         highlight=False,
     )
     rows = []

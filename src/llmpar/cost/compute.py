@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.specs.hardware import Hardware
+from llmpar.specs.stack import per_gen
 
 
 def gemm_efficiency(hw: Hardware, m, n, k, count=1):
@@ -35,10 +36,89 @@ def gemm_efficiency(hw: Hardware, m, n, k, count=1):
     return g.max_efficiency * d / (d + g.half_dim) * work / (work + g.half_flops)
 
 
-def gemm_time(hw: Hardware, dtype: str, m, n, k, count=1):
-    """Seconds for ``count`` matmuls of shape (m, n, k) in one launch: 2*m*n*k*count / (peak * eff)."""
+def gemm_time(hw: Hardware, dtype: str, m, n, k, count=1, factor=1.0):
+    """Seconds for ``count`` matmuls of shape (m, n, k) in one launch:
+    2*m*n*k*count / (peak * eff * factor); ``factor`` is the stack's achieved fraction of the
+    hardware's GEMM curve (:func:`gemm_factor`)."""
     flops = 2.0 * m * n * k * count
-    return flops / (hw.gpu.peak(dtype) * gemm_efficiency(hw, m, n, k, count))
+    return flops / (hw.gpu.peak(dtype) * gemm_efficiency(hw, m, n, k, count) * factor)
+
+
+# The layer GEMMs of cost/flops.py layer_gemms / head_gemms by the FP8 recipe's names
+# (Transformer Engine runs its Linear modules in FP8; docs/stacks.md, "kernels.fp8").
+FP8_GEMM_GROUPS = {
+    "qkv": ("qkv", "q", "q_down", "q_up", "kv_down", "kv_up"),
+    "proj": ("attn_out",),
+    "fc1": ("mlp_up", "shared_up"),
+    "fc2": ("mlp_down", "shared_down"),
+    "experts": ("expert_up", "expert_down"),
+    "lm_head": ("lm_head",),
+}
+
+
+def gemm_factor(hw: Hardware, stack) -> float:
+    """The stack's achieved fraction of the hardware GEMM curve for this GPU generation
+    (``kernels.gemm_efficiency``: sustained clocks under the power cap, interference from the
+    communication kernels; docs/stacks.md)."""
+    return per_gen(stack.kernels.gemm_efficiency, hw.gpu.generation)
+
+
+def fp8_gemm_names(stack) -> set[str]:
+    """GEMM names (cost/flops.py) that run in FP8 under the stack's recipe."""
+    return {name for group in stack.kernels.fp8.gemms for name in FP8_GEMM_GROUPS[group]}
+
+
+def linear_gemms_time(hw: Hardware, stack, dtype: str, gemms):
+    """Forward time of the non-attention GEMMs of a layer (or the LM head), and the HBM bytes of
+    the FP8 casts around them, forward and backward.
+
+    With ``dtype='fp8'`` the GEMMs of the recipe (``kernels.fp8.gemms``) run at the FP8 peak times
+    the shape efficiency times ``kernels.fp8.gemm_efficiency`` (an FP8 GEMM reaches a smaller
+    fraction of its twice-as-high peak: its operands still stream through the same HBM/SMEM path;
+    Transformer Engine FP8 GEMM benchmarks); the others run in BF16. Each FP8 GEMM casts its
+    activation operand in forward (m*k elements) and its output gradient in backward (m*n
+    elements), ``cast_bytes_per_element`` HBM bytes each (TE cast-transpose: read 2 B, write 1 B;
+    the amax reduction is fused). Returns (forward_s, cast_bytes_fwd, cast_bytes_bwd).
+    """
+    g = gemm_factor(hw, stack)
+    fp8 = dtype == "fp8"
+    names = fp8_gemm_names(stack) if fp8 else set()
+    rel = per_gen(stack.kernels.fp8.gemm_efficiency, hw.gpu.generation)
+    cast = stack.kernels.fp8.cast_bytes_per_element
+    t, cast_f, cast_b = 0.0, 0.0, 0.0
+    for name, m, n, k, c in gemms:
+        if name in names:
+            t = t + gemm_time(hw, "fp8", m, n, k, c, g * rel)
+            cast_f = cast_f + cast * m * k * c
+            cast_b = cast_b + cast * m * n * c
+        else:
+            t = t + gemm_time(hw, "bf16" if dtype == "fp8" else dtype, m, n, k, c, g)
+    return t, cast_f, cast_b
+
+
+def attention_core_time(hw: Hardware, stack, dtype: str, core_gemms):
+    """Forward and backward time of the attention core (QK^T, softmax, PV) of one layer.
+
+    - ``eager`` kernel: the two batched GEMMs on the GEMM curve (x the stack's GEMM factor);
+      backward = 2 x forward (input- and weight-side products); the s^2 softmax/dropout traffic is
+      counted with the element-wise ops (:func:`layer_elementwise_bytes`, attention='standard').
+    - fused kernels (flash-2/3, cuDNN, SDPA): FLOPs / (BF16 peak x the kernel's own achieved
+      fraction, per GPU generation); backward does 2.5 x the forward FLOPs (5 matmuls against 2,
+      recomputing P: Dao 2023, FlashAttention-2 §3.1-3.2) at ``backward_efficiency``.
+    ``core_gemms`` carry the causal fraction the kernel computes in their counts.
+    Returns (forward_s, backward_s).
+    """
+    att = stack.kernels.attention
+    if att.kernel == "eager":
+        g = gemm_factor(hw, stack)
+        dt = "bf16" if dtype == "fp8" else dtype
+        t = sum(gemm_time(hw, dt, m, n, k, c, g) for _, m, n, k, c in core_gemms)
+        return t, 2.0 * t
+    flops = sum(2.0 * m * n * k * c for _, m, n, k, c in core_gemms)
+    peak = hw.gpu.peak("bf16" if dtype == "fp8" else dtype)
+    fwd = flops / (peak * per_gen(att.forward_efficiency, hw.gpu.generation))
+    bwd = 2.5 * flops / (peak * per_gen(att.backward_efficiency, hw.gpu.generation))
+    return fwd, bwd
 
 
 def memory_bound_time(hw: Hardware, nbytes):

@@ -166,24 +166,27 @@ def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_F
 # Per step: model FLOPs (MFU numerator) and hardware FLOPs (HFU numerator)
 # ---------------------------------------------------------------------------------------------
 
-def model_flops_per_step(model: ModelSpec, par):
+def model_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
     """Model FLOPs of one optimizer step: 3 x forward (forward + backward = 2 x forward) over the
-    global batch B = m·b·dp sequences of par.seq tokens, attention s² counted in full (the papers'
-    MFU convention). For a GPT block this is Korthikanti 2022 eq. 7 exactly:
-    72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)). MoE: only the routed experts a token goes through."""
+    global batch B = m·b·dp sequences of par.seq tokens. ``causal``: the fraction of attention's
+    s² work counted — 1.0 is the papers' MFU convention ("full"); 0.5 counts what a causal model
+    needs ("causal", which cannot exceed what a causal kernel executes). With 1.0 and a GPT block
+    this is Korthikanti 2022 eq. 7 exactly: 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)). MoE: only the
+    routed experts a token goes through."""
     B = par.microbatches * par.micro_batch * par.dp
-    return _out(3.0 * B * forward_flops_per_sequence(model, par.seq, CAUSAL_FULL))
+    return _out(3.0 * B * forward_flops_per_sequence(model, par.seq, causal))
 
 
-def hardware_flops_per_step(model: ModelSpec, par):
+def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
     """Hardware FLOPs of one step: model FLOPs + the forward work recompute really re-runs
-    (selective: attention core only; full: every layer's forward), same s² convention as the
-    model FLOPs. With full recompute on a GPT block this is Narayanan 2021 eq. 3:
-    96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). (Korthikanti's eq. 8 counts more for selective
-    recompute; see :func:`korthikanti_eq8_flops`.)"""
+    (selective: attention core only; full: every layer's forward), with ``causal`` the fraction
+    of the s² work the attention kernel executes (1.0 for an unmasked/eager kernel; a causal
+    flash kernel's block fraction). With full recompute, causal = 1.0 and a GPT block this is
+    Narayanan 2021 eq. 3: 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). (Korthikanti's eq. 8 counts more
+    for selective recompute; see :func:`korthikanti_eq8_flops`.)"""
     B = par.microbatches * par.micro_batch * par.dp
-    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, CAUSAL_FULL)
-    return _out(model_flops_per_step(model, par) + B * np.asarray(extra))
+    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal)
+    return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
 
 
 def flops_utilization(flops_per_step, step_time_s, gpus, peak_flops):

@@ -41,7 +41,7 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0}
 REC_NONE, REC_SELECTIVE, REC_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 DUALPIPE = SCHEDULES.index("dualpipe")
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed")
 COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 
 # Optimizer-step HBM traffic per parameter, bytes, for a mixed-precision step as Megatron-LM runs
@@ -55,18 +55,24 @@ COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 _OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd": 20.0, "adam-8bit": 16.0}.items()}
 
 
-def _gemm_time(hw, dtype, gemms):
-    return sum(compute.gemm_time(hw, dtype, m, n, k, c) for _, m, n, k, c in gemms)
-
-
 def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, moe: bool):
-    """Per layer, per micro-batch, one GPU: forward GEMM time, attention-core GEMM time,
-    forward element-wise time and the scores' element-wise time (standard attention only)."""
-    causal = flops.causal_block_fraction(par.seq) if settings.attention == "flash" else flops.CAUSAL_FULL
+    """Per layer, per micro-batch, one GPU: forward time of the linear GEMMs, forward and backward
+    time of the attention core, and the FP8 cast bytes forward and backward (cost/compute.py)."""
+    stack = settings.stack
+    att = stack.kernels.attention
+    skip = att.causal_skip and settings.attention == "flash"
+    causal = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
     gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep, causal=causal)
-    g_all = _gemm_time(hw, settings.dtype, gemms)
-    g_core = _gemm_time(hw, settings.dtype, [g for g in gemms if g[0] in flops.ATTENTION_CORE])
-    return g_all, g_core
+    core = [g for g in gemms if g[0] in flops.ATTENTION_CORE]
+    linear = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
+    g_lin, cast_f, cast_b = compute.linear_gemms_time(hw, stack, settings.dtype, linear)
+    core_f, core_b = compute.attention_core_time(hw, stack, settings.dtype, core)
+    return g_lin, core_f, core_b, cast_f, cast_b
+
+
+def _mix(frac_moe, dense, moe):
+    """Per-layer average of dense and MoE layer quantities by their share of the layers."""
+    return tuple((1 - frac_moe) * d + frac_moe * m for d, m in zip(dense, moe))
 
 
 def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, *, with_memory: bool = True,
@@ -77,23 +83,27 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
 
     # ---- one layer, one micro-batch (averaged over dense and MoE layers by their share)
+    stack = settings.stack
+    ov = stack.overlap
     frac_moe = model.moe_layers / model.layers
-    g_dense, core_dense = _layer_parts(model, hw, par, settings, moe=False)
-    if model.moe is not None:
-        g_moe, core_moe = _layer_parts(model, hw, par, settings, moe=True)
-    else:
-        g_moe, core_moe = 0.0, 0.0
-    g_fwd = (1 - frac_moe) * g_dense + frac_moe * g_moe
-    g_core = (1 - frac_moe) * core_dense + frac_moe * core_moe
-    elem = compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e)
-    elem_flash = compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e)
+    dense = _layer_parts(model, hw, par, settings, moe=False)
+    moe_parts = _layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
+    g_lin, core_f, core_b, cast_f, cast_b = _mix(frac_moe, dense, moe_parts)
+    g_fwd = g_lin + core_f                    # forward matmul-class work of one layer
+    g_core = core_f
+    traffic = stack.kernels.elementwise_traffic
+    elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e)
+    elem_flash = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e)
     t_elem = compute.memory_bound_time(hw, elem)
     t_scores = compute.memory_bound_time(hw, elem - elem_flash)   # s^2 softmax/dropout traffic
+    t_cast_f = compute.memory_bound_time(hw, cast_f)
+    t_cast_b = compute.memory_bound_time(hw, cast_b)
+    launch = stack.kernels.launch_s_per_layer   # CPU/launch cost per layer and micro-batch, fwd 1/3, bwd 2/3
 
-    layer_fwd = g_fwd + t_elem
-    layer_bwd = 2.0 * (g_fwd + t_elem)
+    layer_fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
+    layer_bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
     rec = np.asarray(par.recompute)
-    layer_rec = np.where(rec == REC_FULL, layer_fwd, np.where(rec == REC_SELECTIVE, g_core + t_scores, 0.0))
+    layer_rec = np.where(rec == REC_FULL, layer_fwd, np.where(rec == REC_SELECTIVE, core_f + t_scores, 0.0))
 
     tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e)
     tp_rec = np.where(rec == REC_FULL, tp_f, 0.0)
@@ -102,22 +112,26 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes.
     tp_size, tp_k = place["tp"]
     f_tp = settings.tp_overlap * np.where(tp_k >= tp_size, 1.0, 0.0)
-    tp_f = tp_f - f_tp * np.minimum(tp_f, g_fwd)
-    tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * g_fwd)
-    tp_rec = tp_rec - f_tp * np.minimum(tp_rec, g_fwd)
+    tp_f = tp_f - f_tp * np.minimum(tp_f, g_lin)
+    tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * g_lin)
+    tp_rec = tp_rec - f_tp * np.minimum(tp_rec, g_lin)
+    # CP: the K/V exchange runs behind the attention core (ring attention: Liu et al. 2023), the
+    # stack's overlap.cp of it; the excess stays exposed.
     cp_f, cp_b, cp_bytes_f, cp_bytes_b = comm.cp_layer(hw, model, par, place, e)
-    cp_f_exp = np.where(cp > 1, np.maximum(cp_f - g_core, 0.0), 0.0)
-    cp_b_exp = np.where(cp > 1, np.maximum(cp_b - 2.0 * g_core, 0.0), 0.0)
+    cp_f_exp = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, core_f), 0.0)
+    cp_b_exp = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, core_b), 0.0)
+    # EP: DualPipe pairs a forward and a backward chunk so each hides the other's all-to-alls
+    # (DeepSeek-V3 report §3.2.1); otherwise the stack's overlap.ep of the layer's compute.
     ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e)
-    hide = np.asarray(par.schedule) == DUALPIPE
-    ep_f_exp = frac_moe * np.where(hide, np.maximum(ep_f - layer_fwd, 0.0), ep_f)
-    ep_b_exp = frac_moe * np.where(hide, np.maximum(ep_b - layer_bwd, 0.0), ep_b)
+    hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, ov.ep)
+    ep_f_exp = frac_moe * (ep_f - hide * np.minimum(ep_f, layer_fwd))
+    ep_b_exp = frac_moe * (ep_b - hide * np.minimum(ep_b, layer_bwd))
 
     # ---- LM head + loss (last stage) and embedding (first stage), per micro-batch
-    head_g = _gemm_time(hw, settings.dtype, flops.head_gemms(model, b, s, tp, cp))
+    head_g, hcast_f, hcast_b = compute.linear_gemms_time(hw, stack, settings.dtype, flops.head_gemms(model, b, s, tp, cp))
     logits = b * s / cp * model.vocab / tp * 4.0           # fp32 logits, vocab-parallel
-    head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits)   # write, softmax read+write
-    head_b = 2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits)
+    head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f)   # write, softmax read+write
+    head_b = 2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
     emb = compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e)  # gather + write
 
     # ---- critical stage: the slowest of first / middle / last
@@ -136,8 +150,10 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
 
     v = par.virtual_stages
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
-    pp_f = v * pp_one
-    pp_b = v * pp_one
+    # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
+    # hides the stack's overlap.pp of it behind the next micro-batch's compute.
+    pp_f = v * pp_one * (1.0 - ov.pp)
+    pp_b = v * pp_one * (1.0 - ov.pp)
 
     t_f = crit_layers * (layer_fwd + tp_f + cp_f_exp + ep_f_exp) + has_head * head_f + has_emb * emb + pp_f
     t_b = (crit_layers * (layer_bwd + layer_rec + tp_b + tp_rec + cp_b_exp + ep_b_exp)
@@ -163,15 +179,21 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     # per-micro-batch gathers behind every micro-batch's compute (prefetch); settings.dp_overlap is
     # the usable fraction of that window. The last layer's bucket is never hidden (its gradients
     # are the last ones computed): at least dp_t / L_stage stays exposed.
-    window = np.where(np.asarray(par.zero) >= 3, m * (t_f + t_b), t_b)
-    hidden = settings.dp_overlap * np.minimum(dp_t, window)
-    dp_exposed = np.maximum(dp_t - hidden, np.where(settings.dp_overlap > 0, dp_t / n_mid, dp_t))
+    z3 = np.asarray(par.zero) >= 3
+    window = np.where(z3, m * (t_f + t_b), t_b)
+    frac = np.where(z3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
+                    settings.dp_overlap)
+    hidden = frac * np.minimum(dp_t, window)
+    dp_exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / n_mid, dp_t))
 
     z = np.asarray(par.zero)
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))
 
-    step = pipe_total + dp_exposed + opt_t
+    # fixed costs of the stack: per step (optimizer launch, grad-norm sync, logging) and per
+    # micro-batch (data loading, schedule bookkeeping), measured as a residual in real runs
+    fixed_t = stack.fixed.per_step_s + m * stack.fixed.per_microbatch_s
+    step = pipe_total + dp_exposed + opt_t + fixed_t
 
     # ---- breakdown (adds up to step)
     compute_t = m * (crit_layers * (layer_fwd + layer_bwd) + has_head * (head_f + head_b) + has_emb * 3 * emb)
@@ -185,6 +207,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "ep": m * crit_layers * (ep_f_exp + ep_b_exp),
         "bubble": bubble,
         "optimizer": opt_t,
+        "fixed": fixed_t + 0.0 * step,
     }
     n_crit = crit_layers
     comm_bytes = {
@@ -197,8 +220,17 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
 
     gpus = par.gpus
     peak = hw.gpu.peak(settings.dtype)
-    model_flops = flops.model_flops_per_step(model, par)
-    hw_flops = flops.hardware_flops_per_step(model, par)
+    # MFU conventions (docs/flops.md): "full" counts attention's s² in full (the papers' MFU);
+    # "causal" counts the half a causal model needs. HFU counts what the kernels execute (the
+    # kernel's causal block fraction, or all of s² for an eager kernel) plus recompute, so
+    # MFU(causal) <= HFU <= achieved/peak <= 1. The headline MFU uses the causal count when the
+    # stack's kernel skips the masked half, the full count otherwise (then executed = counted).
+    skip = stack.kernels.attention.causal_skip and settings.attention == "flash"
+    executed = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
+    convention = "causal" if skip else "full"
+    model_flops_full = flops.model_flops_per_step(model, par)
+    model_flops = flops.model_flops_per_step(model, par, flops.CAUSAL_FLASH) if skip else model_flops_full
+    hw_flops = flops.hardware_flops_per_step(model, par, executed)
     tokens = par.global_batch * par.seq
     out = {
         "step_time_s": step,
@@ -210,6 +242,9 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "hardware_tflops_per_gpu": hw_flops / step / gpus / 1e12,
         "mfu": model_flops / (step * gpus * peak),
         "hfu": hw_flops / (step * gpus * peak),
+        "mfu_convention": convention,
+        "mfu_full_attention": model_flops_full / (step * gpus * peak),
+        "model_tflops_per_gpu_full_attention": model_flops_full / step / gpus / 1e12,
         "breakdown_s": breakdown,
         "comm_bytes_per_gpu": comm_bytes,
         "stage_forward_s": t_f,
@@ -217,7 +252,9 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "critical_stage_layers": crit_layers,
         # the intermediate terms, per layer and micro-batch unless named otherwise (--explain)
         "parts": {
-            "gemm_forward_s": g_fwd, "attention_core_forward_s": g_core, "elementwise_forward_s": t_elem,
+            "gemm_forward_s": g_fwd, "linear_forward_s": g_lin, "attention_core_forward_s": g_core,
+            "attention_core_backward_s": core_b, "fp8_cast_forward_s": t_cast_f, "fp8_cast_backward_s": t_cast_b,
+            "launch_s": launch + 0.0 * g_lin, "fixed_s": fixed_t, "elementwise_forward_s": t_elem,
             "elementwise_forward_bytes": elem, "layer_forward_s": layer_fwd, "layer_backward_s": layer_bwd,
             "layer_recompute_s": layer_rec, "tp_forward_s": tp_f, "tp_backward_s": tp_b + tp_rec,
             "cp_exposed_s": cp_f_exp + cp_b_exp, "ep_exposed_s": ep_f_exp + ep_b_exp,

@@ -337,7 +337,7 @@ def plan(
     explain_rank: int = 2,
     dtype: str = "bf16",
     optimizer: str = "adam",
-    grad_dtype: str = "bf16",
+    grad_dtype: str | None = None,
     convention: str = "llmpar",
     attention: str | None = None,
     reserve=None,
@@ -345,6 +345,7 @@ def plan(
     dp_overlap: float | None = None,
     tp_overlap: float | None = None,
     rank_order: str | None = None,
+    stack=None,
     units: str = "gb",
     **layout,
 ) -> PlanResult:
@@ -392,7 +393,8 @@ def plan(
     reserve_bytes = api.parse_reserve(reserve, hw)
     settings = api.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                  convention=convention, attention=attention, dp_overlap=dp_overlap,
-                                 tp_overlap=tp_overlap, rank_order=rank_order)
+                                 tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
+    notes.append(api.stack_note(settings))
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 

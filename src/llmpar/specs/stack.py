@@ -58,7 +58,8 @@ class Fp8Recipe(_Strict):
     """How ``--dtype fp8`` runs (Transformer Engine / torchao): which GEMMs are FP8, at what
     fraction of the FP8 peak relative to BF16's, and the work and memory around them."""
 
-    recipe: Literal["delayed", "current", "blockwise", "mxfp8"] = "delayed"
+    recipe: Literal["delayed", "current", "blockwise", "mxfp8"] = Field(
+        "delayed", description="scaling recipe (informational: its cost is in cast_bytes_per_element)")
     gemms: list[Literal["qkv", "proj", "fc1", "fc2", "experts", "lm_head"]] = Field(
         default_factory=lambda: ["qkv", "proj", "fc1", "fc2", "experts"],
         description="layer GEMMs that run in FP8; attention's core and (usually) the LM head stay BF16")
@@ -74,9 +75,10 @@ class AttentionKernel(_Strict):
     """The attention core's kernel, apart from the GEMM curve: its own achieved fraction of the
     BF16 dense peak, forward and backward (backward does 2.5x the forward's FLOPs: Dao 2023 §3)."""
 
-    kernel: Literal["flash-2", "flash-3", "cudnn", "sdpa", "eager"] = "flash-2"
-    forward_efficiency: PerGen = 0.6
-    backward_efficiency: PerGen = 0.45
+    kernel: Literal["flash-2", "flash-3", "cudnn", "sdpa", "eager"] = Field(
+        "flash-2", description="eager: QK^T and PV as batched GEMMs, s^2 scores through HBM; others fused")
+    forward_efficiency: PerGen = Field(0.6, description="achieved fraction of the BF16 dense peak, forward (fused kernels)")
+    backward_efficiency: PerGen = Field(0.45, description="the same, backward (2.5x the forward FLOPs)")
     causal_skip: bool = Field(True, description="the kernel skips the masked upper triangle (flash/cuDNN do; eager does not)")
 
 
@@ -95,7 +97,8 @@ class Kernels(_Strict):
 class Overlap(_Strict):
     """Fractions (0..1) of a collective's time hidden behind the compute that can cover it."""
 
-    tp_mode: Literal["none", "async", "userbuffers"] = "none"
+    tp_mode: Literal["none", "async", "userbuffers"] = Field(
+        "none", description="how TP communication is overlapped (informational: its effect is overlap.tp)")
     tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
     dp: float = Field(0.0, ge=0, le=1, description="gradient reduce behind the last micro-batch's backward (bucketed)")
     zero3_prefetch: float = Field(0.0, ge=0, le=1, description="ZeRO-3 / FSDP parameter gathers behind compute")
@@ -111,7 +114,7 @@ class MemoryModel(_Strict):
         "fused", description="fused: the Megatron/TE saved set (Korthikanti §4.1 terms); eager: PyTorch autograd "
                              "saves every op's inputs (norm and SwiGLU intermediates, fp32 norm statistics)")
     activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
-    fp32_logits: bool = True
+    fp32_logits: bool = Field(True, description="the logits are upcast to fp32 for the loss (4 B per element)")
     logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
     grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")

@@ -58,8 +58,8 @@ def evaluate(run: PublishedRun, hardware: str = "a100-80gb") -> RowResult:
     model = load_model(run.model)
     hw = load_hardware(hardware)
     b, v = _candidates(run, model.layers)
-    # Megatron-LM 2021-22: TP collectives in line, gradients all-reduced after the last backward
-    settings = Settings(attention=model.attention, dtype="fp16", dp_overlap=0.0, tp_overlap=0.0)
+    # the Megatron-LM of the papers (stacks/megatron-2022.yaml): no overlap, standard attention
+    settings = Settings(dtype="fp16", stack="megatron-2022")
     par = Parallel(
         tp=run.tp, pp=run.pp, dp=run.dp, cp=1, ep=1, zero=0, sp=run.sp,
         recompute=RECOMPUTE.index(run.recompute), micro_batch=b,
