@@ -350,6 +350,9 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in defaults.items():
         meta.setdefault(k, v)
     checked = _check_layout(merged, source, notes)
+    for k, v in measured.items():  # logs too: a log can print nonsense
+        if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
+            raise _fail(source, f"{k} = {v!r} is not a usable measurement")
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),
         layout={k: checked[k] for k in LAYOUT_KEYS if k in checked}, status=meta.get("status", "ok"),
