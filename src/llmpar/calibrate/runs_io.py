@@ -512,8 +512,10 @@ def _read_log_file(path: Path, data: bytes, name: str) -> tuple[dict, dict, dict
     if log.iterations == 0 and log.status != "oom":
         raise UserError(f"{name}: no iteration lines (not a Megatron-LM, NeMo or torchtitan training log, "
                         f"or the run never reached its first logged iteration)")
-    meta = {"status": log.status}
-    return log.layout, log.measured, meta, log.notes, f"{name}:{log.line}"
+    source = f"{name}:{log.line}"
+    # the layout a log states goes through the same typing and checks as a table row's
+    layout, _, _, more = _read_row(log.layout, source, _Ctx(file=name, base_dir=path.parent))
+    return layout, log.measured, {"status": log.status}, log.notes + more, source
 
 
 def _norm_defaults(defaults: dict | None) -> tuple[dict, dict]:
