@@ -51,12 +51,18 @@ class MeasuredRun:
     peak_allocated_bytes: float | None = None
     peak_reserved_bytes: float | None = None
     notes: tuple[str, ...] = ()
+    convention: str = "full"     # how tflops_per_gpu / mfu count FLOPs: full | causal | hardware
+    mfu_peak_dtype: str = "bf16"  # the dense peak an MFU figure is relative to
+    row: str | None = None       # where in a published source (validation/*.yaml 'row:')
+    stack: str | None = None     # the framework the run used, when the table says (top-level 'stack:')
 
 
 @dataclass
 class RunsRead:
     runs: list[MeasuredRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # every skipped line or column, as 'file:line: ...'
+    models: dict[str, Any] = field(default_factory=dict)   # inline 'models:' specs (name -> ModelSpec)
+    files: list[dict[str, Any]] = field(default_factory=list)  # per file: path, source, url, stack, metric, ...
 
 
 # ----------------------------------------------------------------------------- column names
@@ -198,6 +204,7 @@ class _Ctx:
     file: str
     base_dir: Path
     source: str | None = None                 # YAML 'source:'
+    header: dict[str, Any] = field(default_factory=dict)   # YAML top-level keys other than runs/common
     unknown: dict[str, str] = field(default_factory=dict)  # column -> first 'file:line'
 
 
@@ -235,6 +242,12 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             else:
                 names = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": DTYPES}[name]
                 layout[name] = _choice(value, names, where, name)
+        elif key in ("row", "note", "citation"):
+            meta[key] = str(value)
+        elif key == "convention":
+            meta["convention"] = _choice(str(value).strip(), ("full", "causal", "hardware"), where, key)
+        elif key == "mfu_peak_dtype":
+            meta["mfu_peak_dtype"] = _choice(str(value).strip(), DTYPES, where, key)
         elif name in ("model", "hardware", "log"):
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise _fail(where, f"{key} must be a string, got {value!r}")
@@ -353,10 +366,11 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in measured.items():  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
+    extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "row", "stack") if k in meta}
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),
         layout={k: checked[k] for k in LAYOUT_KEYS if k in checked}, status=meta.get("status", "ok"),
-        notes=tuple(notes), **{k: measured.get(k) for k in MEASURED_KEYS},
+        notes=tuple(notes), **{k: measured.get(k) for k in MEASURED_KEYS}, **extra,
     )
 
 
@@ -460,7 +474,9 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple
                 common.update(data[key])
         ctx.source = data.get("source") if isinstance(data.get("source"), str) else None
         for key in data:
-            if key not in ("runs", "common", "defaults", "source", "about", "description", "notes"):
+            if key in _HEADER_KEYS:
+                ctx.header[key] = data[key]
+            elif key not in ("runs", "common", "defaults", "source", "about", "description", "notes"):
                 notes.append(f"{name}: top-level key {key!r} not used")
     else:
         raise UserError(f"{name}:1: expected a mapping with a 'runs:' list")
@@ -473,6 +489,25 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple
             raise UserError(f"{where}: a run must be a mapping, got {type(item).__name__}")
         out.append((where, item))
     return out, common
+
+
+# top-level keys of a runs YAML (validation/README.md): defaults for every row, and a record of the source
+_HEADER_KEYS = ("hardware", "stack", "metric", "convention", "url", "models", "mfu_peak_dtype")
+
+
+def _inline_models(models: Any, name: str) -> dict[str, Any]:
+    """A runs file's 'models:' mapping -> validated ModelSpec objects (same rules as models/*.yaml)."""
+    from llmpar.specs.model import ModelSpec
+    from llmpar.specs.registry import validate
+
+    if not isinstance(models, dict):
+        raise UserError(f"{name}: 'models:' must map model names to their shapes")
+    out = {}
+    for mname, spec in models.items():
+        if not isinstance(spec, dict):
+            raise UserError(f"{name}: models.{mname} must be a mapping of ModelSpec fields")
+        out[str(mname)] = validate(ModelSpec, {"name": str(mname), **spec}, f"{name} (models.{mname})")
+    return out
 
 
 def _common_known(common: dict, name: str, notes: list[str]) -> dict:
@@ -563,9 +598,16 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
             common = _common_known(common, name, file_notes)
         if not rows:
             raise UserError(f"{name}: no runs in the table")
+        head = ctx.header
+        if "models" in head:
+            result.models.update(_inline_models(head["models"], name))
+        file_defaults = {k: head[k] for k in ("hardware", "convention", "mfu_peak_dtype") if k in head}
+        result.files.append({"path": name, "source": ctx.source, **{k: head[k] for k in head if k != "models"}})
         for where, row in rows:
-            merged = {**common, **row} if common else row
+            merged = {**file_defaults, **common, **row}
             layout, measured, meta, notes = _read_row(merged, where, ctx)
+            if head.get("stack") is not None:
+                meta["stack"] = str(head["stack"])
             if "log" in meta:
                 layout, measured = _merge_log(ctx, meta.pop("log"), where, layout, measured, meta, notes)
             run = _make_run(where, layout, measured, meta, notes, d_meta, d_layout)

@@ -452,3 +452,9 @@ def _render_check(result, plot_path, no_chart) -> None:
     console.print(("[green]PASS[/green] " if result.passed else "[red]FAIL[/red] ") + result.verdict())
     if plot_path:
         console.print(f"plot: {plot_path}")
+
+
+# ----------------------------------------------------------------------------- runs (a stack from training runs)
+from llmpar.cli.calibrate_runs_cmd import runs_cmd  # noqa: E402  (its own module: calibrate_cmd is long enough)
+
+calibrate.add_command(runs_cmd)

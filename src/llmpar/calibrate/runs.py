@@ -1,0 +1,564 @@
+"""Fit a stack to measured training runs: ``llmpar calibrate runs FILE... --stack BASE``.
+
+What is fitted (docs/calibration.md, "Stacks from your runs"): a small, bounded set of the
+stack's *physical* parameters (kernel efficiencies, overlap fractions, fixed costs, the saved
+activation factor, allocator overhead) — never free weights on the breakdown's terms, which can
+cut the throughput error and still wreck the ranking of layouts. The base stack's values are the
+priors.
+
+How:
+* Every run is evaluated through :func:`llmpar.cost.step.step_time` — the same code `llmpar step`
+  and the planner use — as arrays, one call per (model, hardware, dtype) group. A knob a run does
+  not state (micro-batch, virtual stages) is searched and the fastest value kept: published and
+  production runs are tuned (DESIGN.md, FLOPs and MFU).
+* Speed: residual log(t_predicted / t_measured) per run that ran, t the step time (from the
+  measured step time, tokens/s, TFLOP/s under the row's FLOPs convention, or MFU).
+* Memory: log(predicted / measured peak) for runs that ran; for runs that ran out of memory a
+  one-sided residual log(capacity / predicted) when the prediction says it fits (a lower bound).
+* Robust least squares (``scipy.optimize.least_squares``, trust-region reflective with bounds,
+  soft-L1 loss at 5 %), plus a weak prior pulling each parameter to its base value, from the base
+  values and a few deterministic starts; the lowest cost wins. Deterministic: same runs, same
+  stack.
+* Honest errors: k-fold cross-validation over *configurations* (model x GPU count cells; each
+  row its own configuration when there are few): each fold is fitted without its configurations
+  and predicts them. Reported next to the in-sample error, with the planner's regret: in each
+  configuration with several measured layouts, how much slower the measured run of the layout
+  llmpar ranks first is than the best measured one.
+
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from llmpar.errors import UserError
+
+# parameter path -> (lower, upper, prior scale, per GPU generation?)
+PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
+    "kernels.gemm_efficiency": (0.2, 1.0, 0.15, True),
+    "kernels.attention.forward_efficiency": (0.05, 1.0, 0.2, True),
+    "kernels.attention.backward_efficiency": (0.05, 1.0, 0.2, True),
+    "kernels.fp8.gemm_efficiency": (0.2, 1.0, 0.2, True),
+    "kernels.elementwise_traffic": (0.5, 6.0, 1.0, False),
+    "kernels.launch_s_per_layer": (0.0, 2e-3, 2e-4, False),
+    "overlap.tp": (0.0, 1.0, 0.3, False),
+    "overlap.dp": (0.0, 1.0, 0.3, False),
+    "overlap.pp": (0.0, 1.0, 0.5, False),
+    "fixed.per_step_s": (0.0, 30.0, 0.5, False),
+    "fixed.per_microbatch_s": (0.0, 1.0, 0.02, False),
+    "memory.activation_factor": (0.3, 6.0, 1.0, False),
+    "memory.allocator_overhead": (0.0, 1.0, 0.2, False),
+}
+SPEED_DEFAULT = ("kernels.gemm_efficiency", "kernels.attention.forward_efficiency", "fixed.per_microbatch_s")
+FP8_DEFAULT = ("kernels.fp8.gemm_efficiency",)
+MEMORY_DEFAULT = ("memory.activation_factor", "memory.allocator_overhead")
+PRIOR_WEIGHT = 0.05      # residual units per prior-scale of departure from the base value
+SOFT_L1_SCALE = 0.05     # log-error beyond which the loss grows linearly (one odd run is one run)
+CONVENTIONS = ("full", "causal", "hardware")
+MICRO_BATCHES = (1, 2, 4, 8)
+
+
+# ------------------------------------------------------------------------------------ the runs
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run, as :mod:`llmpar.calibrate.runs_io` reads it (or a published row)."""
+
+    source: str
+    model: str
+    hardware: str | None
+    layout: dict[str, Any]
+    status: str = "ok"
+    step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    peak_allocated_bytes: float | None = None
+    peak_reserved_bytes: float | None = None
+    convention: str = "full"          # how tflops_per_gpu / mfu count FLOPs (CONVENTIONS)
+    mfu_peak_dtype: str = "bf16"      # the peak an MFU figure is relative to
+
+    @property
+    def has_speed(self) -> bool:
+        return self.status == "ok" and any(
+            v is not None for v in (self.step_time_s, self.tokens_per_s_per_gpu, self.tflops_per_gpu, self.mfu))
+
+    @property
+    def has_memory(self) -> bool:
+        return (self.status == "ok" and (self.peak_allocated_bytes or self.peak_reserved_bytes) is not None) \
+            or self.status == "oom"
+
+
+def as_run(obj) -> Run:
+    """A :class:`Run` from a reader's record (same attribute names) or a Run."""
+    if isinstance(obj, Run):
+        return obj
+    names = {f.name for f in dataclasses.fields(Run)}
+    kw = {k: getattr(obj, k) for k in names if hasattr(obj, k)}
+    kw["layout"] = dict(kw.get("layout") or {})
+    if not kw.get("model"):
+        raise UserError(f"{getattr(obj, 'source', '?')}: the run names no model")
+    return Run(**kw)
+
+
+@dataclass
+class _Group:
+    """Runs of one (model, hardware, dtype), expanded over the knobs they leave out."""
+
+    model: Any
+    hw: Any
+    dtype: str
+    index: np.ndarray            # run index of each candidate
+    par: Any                     # Parallel of arrays, one entry per candidate
+
+
+def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
+    from llmpar.cost.pipeline import stage_layers
+    from llmpar.parallel import RECOMPUTE, SCHEDULES
+
+    lay = run.layout
+    where = run.source
+
+    def num(key, default=None):
+        v = lay.get(key, default)
+        if v is None:
+            return None
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise UserError(f"{where}: {key} must be a number, got {v!r}") from None
+        if f != int(f) or f < 0:
+            raise UserError(f"{where}: {key} must be a non-negative integer, got {v!r}")
+        return int(f)
+
+    tp, pp, cp, ep = (num(k, 1) for k in ("tp", "pp", "cp", "ep"))
+    gpus, dp = num("gpus"), num("dp")
+    if dp is None:
+        if gpus is None:
+            raise UserError(f"{where}: give gpus or dp")
+        if gpus % (tp * cp * pp):
+            raise UserError(f"{where}: gpus {gpus} is not divisible by tp*cp*pp = {tp * cp * pp}")
+        dp = gpus // (tp * cp * pp)
+    elif gpus is not None and gpus != tp * cp * pp * dp:
+        raise UserError(f"{where}: gpus {gpus} disagrees with tp*cp*pp*dp = {tp * cp * pp * dp}")
+    seq = num("seq")
+    if seq is None:
+        raise UserError(f"{where}: the run states no sequence length (seq)")
+    gb, m_given, b_given = num("global_batch"), num("microbatches"), num("micro_batch")
+    rec = str(lay.get("recompute", "none"))
+    if rec not in RECOMPUTE:
+        raise UserError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {rec!r}")
+    zero = num("zero", 0)
+    sp = lay.get("sp")
+    sp = bool(tp > 1) if sp is None else bool(sp)
+    sched = lay.get("schedule")
+    v_given = num("virtual_stages")
+    bs = [b_given] if b_given else [b for b in MICRO_BATCHES]
+    per_stage = int(stage_layers(model.layers, pp))
+    if v_given:
+        vs = [v_given]
+    elif sched in (None, "interleaved") and pp > 1:
+        vs = [1] + [v for v in range(2, per_stage + 1) if per_stage % v == 0][:6]
+    else:
+        vs = [1]
+    out = []
+    for b in bs:
+        if gb is not None:
+            if gb % (b * dp):
+                continue
+            m = gb // (b * dp)
+        elif m_given is not None:
+            m = m_given
+        else:
+            raise UserError(f"{where}: the run states neither global_batch nor microbatches")
+        for v in vs:
+            s_name = sched or ("interleaved" if v > 1 else "1f1b")
+            if s_name == "interleaved" and (v < 2 or m % pp):
+                continue
+            if s_name not in SCHEDULES:
+                raise UserError(f"{where}: unknown schedule {s_name!r}")
+            out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=RECOMPUTE.index(rec),
+                            micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
+                            virtual_stages=v))
+    if not out:
+        raise UserError(f"{where}: no micro-batch divides the global batch {gb} over dp={dp}")
+    return out
+
+
+def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None) -> tuple[list[Run], list[_Group]]:
+    """Resolve models and hardware and expand every run's candidate layouts into array groups."""
+    from llmpar.parallel import Parallel
+    from llmpar.specs import load_hardware, load_model
+    from llmpar.specs.model import ModelSpec
+
+    runs = [as_run(r) for r in runs]
+    if not runs:
+        raise UserError("no runs to evaluate")
+    models = models or {}
+    cache: dict[str, Any] = {}
+
+    def model_of(name):
+        if name not in cache:
+            spec = models.get(name)
+            cache[name] = spec if isinstance(spec, ModelSpec) else load_model(name)
+        return cache[name]
+
+    buckets: dict[tuple, list[tuple[int, dict]]] = {}
+    for i, r in enumerate(runs):
+        hw_name = r.hardware or hardware
+        if hw_name is None:
+            raise UserError(f"{r.source}: the run names no hardware; give --hardware")
+        dtype = str(r.layout.get("dtype", "bf16"))
+        key = (r.model, str(hw_name), dtype)
+        for cand in _layout_candidates(r, model_of(r.model)):
+            buckets.setdefault(key, []).append((i, cand))
+    groups = []
+    for (mname, hw_name, dtype), items in buckets.items():
+        fields = items[0][1].keys()
+        arr = {k: np.array([c[k] for _, c in items]) for k in fields}
+        groups.append(_Group(model=model_of(mname), hw=load_hardware(hw_name), dtype=dtype,
+                             index=np.array([i for i, _ in items]), par=Parallel(**arr)))
+    return runs, groups
+
+
+# ------------------------------------------------------------------------------ predictions
+
+@dataclass
+class Predictions:
+    step_time_s: np.ndarray          # per run: the fastest candidate (that fits, if any fits)
+    memory_bytes: np.ndarray         # predicted peak of that candidate, comparable to the measured one
+    capacity_bytes: np.ndarray
+    fits: np.ndarray
+    model_flops: np.ndarray          # per step, attention in full (convention 'full')
+    causal_flops: np.ndarray
+    hardware_flops: np.ndarray       # executed with full s^2 counting + recompute ('hardware')
+    tokens_per_step: np.ndarray
+    gpus: np.ndarray
+    pick: list[dict]                 # the chosen candidate's knobs per run
+
+
+def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
+    """Every run through cost/step with ``stack`` (arrays; one call per group)."""
+    from llmpar.cost import flops
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import Settings
+
+    n = len(runs)
+    out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus")}
+    fits = np.zeros(n, dtype=bool)
+    pick: list[dict] = [{} for _ in range(n)]
+    best = np.full(n, np.inf)
+    for g in groups:
+        settings = Settings(dtype=g.dtype, stack=stack)
+        res = step_time(g.model, g.hw, g.par, settings)
+        t = np.asarray(res["step_time_s"], dtype=float)
+        mem = res["memory"]
+        ok = np.asarray(mem["fits"], dtype=bool)
+        total = np.asarray(mem["total_bytes"], dtype=float)
+        mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
+        cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
+        hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par), dtype=float)
+        # rank candidates of a run: fitting ones first, then by time
+        score = t + np.where(ok, 0.0, 1e12)
+        for j, i in enumerate(g.index):
+            if score[j] < best[i]:
+                best[i] = score[j]
+                out["t"][i], out["mem"][i], out["cap"][i] = t[j], total[j], float(mem["capacity_bytes"] if np.ndim(
+                    mem["capacity_bytes"]) == 0 else np.asarray(mem["capacity_bytes"])[j])
+                out["mf"][i], out["cf"][i], out["hf"][i] = mf.flat[j] if mf.ndim else mf, cf.flat[j] if cf.ndim else cf, \
+                    hf.flat[j] if hf.ndim else hf
+                par = g.par.take(j)
+                out["tok"][i] = float(par.tokens_per_step)
+                out["gpus"][i] = float(par.gpus)
+                fits[i] = bool(ok[j])
+                pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages)}
+    return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
+                       out["gpus"], pick)
+
+
+def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
+    """Each run's measured step time (nan without a speed figure), from whichever figure it has."""
+    from llmpar.specs import load_hardware
+
+    t = np.full(len(runs), np.nan)
+    for i, r in enumerate(runs):
+        if r.status != "ok":
+            continue
+        flops_of = {"full": pred.model_flops[i], "causal": pred.causal_flops[i], "hardware": pred.hardware_flops[i]}
+        if r.convention not in flops_of:
+            raise UserError(f"{r.source}: unknown FLOPs convention {r.convention!r}; one of {', '.join(CONVENTIONS)}")
+        if r.step_time_s is not None:
+            t[i] = r.step_time_s
+        elif r.tokens_per_s_per_gpu is not None:
+            t[i] = pred.tokens_per_step[i] / (r.tokens_per_s_per_gpu * pred.gpus[i])
+        elif r.tflops_per_gpu is not None:
+            t[i] = flops_of[r.convention] / (r.tflops_per_gpu * 1e12 * pred.gpus[i])
+        elif r.mfu is not None:
+            peak = load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype) if r.hardware else np.nan
+            t[i] = flops_of[r.convention] / (r.mfu * peak * pred.gpus[i])
+    return t
+
+
+def measured_memory(runs: list[Run]) -> np.ndarray:
+    return np.array([(r.peak_reserved_bytes or r.peak_allocated_bytes or np.nan) if r.status == "ok" else np.nan
+                     for r in runs], dtype=float)
+
+
+# ---------------------------------------------------------------------------------- fitting
+
+def stack_with(stack, values: dict[str, float], generation: str | None):
+    """A copy of ``stack`` with ``values`` (dotted paths) set; a per-generation value is set for
+    ``generation`` and keeps the other generations' entries."""
+    data = stack.model_dump()
+    for path, value in values.items():
+        node = data
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        old = node[parts[-1]]
+        if isinstance(old, dict):
+            node[parts[-1]] = {**old, (generation or "default"): float(value)}
+        else:
+            node[parts[-1]] = float(value)
+    return type(stack).model_validate(data)
+
+
+def base_values(stack, names, generation):
+    return np.array([stack.value(n, generation) for n in names], dtype=float)
+
+
+@dataclass
+class _Problem:
+    runs: list[Run]
+    groups: list[_Group]
+    stack: Any
+    names: list[str]
+    generation: str | None
+    t_meas: np.ndarray
+    m_meas: np.ndarray
+    use: np.ndarray                  # runs in this fit
+
+    def evaluate(self, x) -> Predictions:
+        return predict(self.runs, self.groups, stack_with(self.stack, dict(zip(self.names, x)), self.generation))
+
+    def residuals(self, x) -> np.ndarray:
+        pred = self.evaluate(x)
+        return np.concatenate([data_residuals(self.runs, pred, self.t_meas, self.m_meas, self.use), self.prior(x)])
+
+    def prior(self, x) -> np.ndarray:
+        x0 = base_values(self.stack, self.names, self.generation)
+        scale = np.array([PARAMETERS[n][2] for n in self.names])
+        return PRIOR_WEIGHT * (np.asarray(x) - x0) / scale
+
+
+def data_residuals(runs, pred: Predictions, t_meas, m_meas, use) -> np.ndarray:
+    """log errors of speed (ran) and memory (ran: peak; OOM: one-sided lower bound)."""
+    speed = np.where(use & np.isfinite(t_meas), np.log(pred.step_time_s / np.where(np.isfinite(t_meas), t_meas, 1.0)), 0.0)
+    mem_ok = use & np.isfinite(m_meas)
+    mem = np.where(mem_ok, np.log(pred.memory_bytes / np.where(mem_ok, m_meas, 1.0)), 0.0)
+    oom = use & np.array([r.status == "oom" for r in runs])
+    bound = np.where(oom, np.maximum(np.log(pred.capacity_bytes / pred.memory_bytes), 0.0), 0.0)
+    return np.nan_to_num(np.concatenate([speed, mem, bound]), nan=0.0, posinf=10.0, neginf=-10.0)
+
+
+def default_parameters(runs: list[Run]) -> list[str]:
+    names: list[str] = []
+    if any(r.has_speed for r in runs):
+        names += SPEED_DEFAULT
+        if any(str(r.layout.get("dtype")) == "fp8" and r.has_speed for r in runs):
+            names += FP8_DEFAULT
+    if any(r.has_memory for r in runs):
+        names += MEMORY_DEFAULT
+    return names
+
+
+def _solve(prob: _Problem, start=None) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    lo = np.array([PARAMETERS[n][0] for n in prob.names])
+    hi = np.array([PARAMETERS[n][1] for n in prob.names])
+    x0 = np.clip(base_values(prob.stack, prob.names, prob.generation), lo, hi)
+    # the base values, then (deterministically) the middle of the box: the objective is smooth in
+    # these parameters except where a searched knob (micro-batch, chunks) flips, so two starts do
+    starts = [x0, 0.5 * (lo + hi)] if start is None else [np.clip(start, lo, hi)]
+    best, best_cost = x0, math.inf
+    for s in starts:
+        r = least_squares(prob.residuals, s, bounds=(lo, hi), loss="soft_l1", f_scale=SOFT_L1_SCALE,
+                          diff_step=1e-3, x_scale=np.maximum(hi - lo, 1e-9) / 4, max_nfev=60, method="trf")
+        if r.cost < best_cost - 1e-12:
+            best, best_cost = r.x, r.cost
+    return np.asarray(best)
+
+
+# ------------------------------------------------------------------------------ the report
+
+def configurations(runs: list[Run]) -> list[tuple]:
+    """The configuration (model, GPU count, hardware) of each run: the unit of cross-validation."""
+    def gpus(r):
+        lay = r.layout
+        if lay.get("gpus") is not None:
+            return int(lay["gpus"])
+        return int(lay.get("dp", 1)) * int(lay.get("tp", 1)) * int(lay.get("pp", 1)) * int(lay.get("cp", 1))
+
+    return [(r.model, gpus(r), r.hardware) for r in runs]
+
+
+def error_stats(err: np.ndarray) -> dict[str, float | None]:
+    e = np.abs(err[np.isfinite(err)])
+    if e.size == 0:
+        return {"runs": 0, "median_abs": None, "mean_abs": None, "max_abs": None}
+    return {"runs": int(e.size), "median_abs": float(np.median(e)), "mean_abs": float(np.mean(e)),
+            "max_abs": float(np.max(e))}
+
+
+def regret(runs: list[Run], pred_t: np.ndarray, t_meas: np.ndarray, fits: np.ndarray) -> dict[str, Any]:
+    """In each configuration with >= 2 measured layouts: how much slower the measured layout
+    llmpar ranks fastest (among those it predicts fit) is than the best measured one."""
+    cfg = configurations(runs)
+    per: dict[tuple, float] = {}
+    for key in sorted(set(cfg), key=str):
+        idx = [i for i, c in enumerate(cfg) if c == key and np.isfinite(t_meas[i])]
+        if len(idx) < 2:
+            continue
+        cand = [i for i in idx if fits[i]] or idx
+        pick = min(cand, key=lambda i: pred_t[i])
+        per[key] = float(t_meas[pick] / min(t_meas[i] for i in idx) - 1.0)
+    vals = np.array(list(per.values()))
+    return {"configurations": len(per), "median": float(np.median(vals)) if vals.size else None,
+            "within_5pct": float(np.mean(vals <= 0.05)) if vals.size else None,
+            "per_configuration": {f"{k[0]} x {k[1]}": v for k, v in per.items()}}
+
+
+@dataclass
+class RunsFit:
+    base: Any
+    fitted: Any
+    parameters: dict[str, dict[str, float]]       # name -> {before, after}
+    runs: list[Run]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    generation: str | None
+    files: list[str] = field(default_factory=list)
+
+    def stack_dict(self, name: str) -> dict[str, Any]:
+        """The stack written by --out: extends the base with the fitted values and a record."""
+        out: dict[str, Any] = {"name": name, "extends": self.base.name,
+                               "description": f"{self.base.name} calibrated on {len(self.runs)} measured runs"}
+        for path, v in self.parameters.items():
+            node = out
+            parts = path.split(".")
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            old = self.base
+            for p in parts:
+                old = getattr(old, p)
+            node[parts[-1]] = {**old, (self.generation or "default"): round(v["after"], 6)} if isinstance(old, dict) \
+                else round(v["after"], 6)
+        out["fitted_on"] = [f"{len(self.runs)} runs from {', '.join(self.files) or 'the API'}"]
+        out["calibration"] = {
+            "date": datetime.date.today().isoformat(),
+            "method": "scipy.optimize.least_squares (trf, soft-L1 on log error, bounds, prior to the base values)",
+            "files": list(self.files),
+            "parameters": {k: {kk: round(vv, 6) for kk, vv in v.items()} for k, v in self.parameters.items()},
+            "error": self.summary,
+        }
+        return out
+
+
+def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict[str, Any]]:
+    rows = []
+    for i, r in enumerate(runs):
+        row = {"source": r.source, "model": r.model, "status": r.status, "layout": dict(r.layout),
+               "chosen": pred_after.pick[i],
+               "measured_step_time_s": float(t_meas[i]) if np.isfinite(t_meas[i]) else None,
+               "predicted_step_time_s_before": float(pred_before.step_time_s[i]),
+               "predicted_step_time_s_after": float(pred_after.step_time_s[i]),
+               "measured_memory_bytes": float(m_meas[i]) if np.isfinite(m_meas[i]) else None,
+               "predicted_memory_bytes_before": float(pred_before.memory_bytes[i]),
+               "predicted_memory_bytes_after": float(pred_after.memory_bytes[i]),
+               "predicted_fits_after": bool(pred_after.fits[i])}
+        if cv_t is not None:
+            row["predicted_step_time_s_cv"] = float(cv_t[i]) if np.isfinite(cv_t[i]) else None
+        rows.append(row)
+    return rows
+
+
+def speed_error(pred_t, t_meas):
+    """Throughput error: predicted / measured tokens/s - 1 = t_measured / t_predicted - 1."""
+    return t_meas / pred_t - 1.0
+
+
+def memory_error(pred_m, m_meas):
+    return pred_m / m_meas - 1.0
+
+
+def _summary(runs, pred, t_meas, m_meas) -> dict[str, Any]:
+    oom = np.array([r.status == "oom" for r in runs])
+    ok_mem = np.array([r.status == "ok" for r in runs])
+    verdicts = (ok_mem & pred.fits) | (oom & ~pred.fits)
+    judged = ok_mem | oom
+    return {"speed": error_stats(speed_error(pred.step_time_s, t_meas)),
+            "memory": error_stats(memory_error(pred.memory_bytes, m_meas)),
+            "fits_agreement": float(np.mean(verdicts[judged])) if judged.any() else None,
+            "regret": regret(runs, pred.step_time_s, t_meas, pred.fits)}
+
+
+def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] | None = None,
+             folds: int = 5, models: dict | None = None, files: list[str] | None = None,
+             check_only: bool = False) -> RunsFit:
+    """Fit ``parameters`` of ``stack`` (default: what the runs constrain) to ``runs``; report the
+    in-sample and cross-validated errors and the planner's regret. ``check_only``: no fit."""
+    from llmpar.specs import load_stack
+
+    stack = load_stack(stack)
+    runs, groups = prepare(runs, hardware=hardware, models=models)
+    gens = {g.hw.gpu.generation for g in groups}
+    if len(gens) > 1:
+        raise UserError(f"the runs span several GPU generations ({', '.join(sorted(map(str, gens)))}): "
+                        "calibrate one generation at a time")
+    generation = gens.pop()
+    names = list(parameters) if parameters is not None else default_parameters(runs)
+    unknown = [n for n in names if n not in PARAMETERS]
+    if unknown:
+        raise UserError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(PARAMETERS)}")
+    pred0 = predict(runs, groups, stack)
+    t_meas = measured_step_time(runs, pred0)
+    m_meas = measured_memory(runs)
+    use = np.ones(len(runs), dtype=bool)
+    x0 = base_values(stack, names, generation)
+    if check_only or not names:
+        summ = {"before": _summary(runs, pred0, t_meas, m_meas)}
+        return RunsFit(stack, stack, {}, runs, _rows(runs, pred0, pred0, t_meas, m_meas), summ, generation, files or [])
+    prob = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, use)
+    x = _solve(prob)
+    fitted = stack_with(stack, dict(zip(names, x)), generation)
+    pred1 = predict(runs, groups, fitted)
+    # k-fold over configurations: each fold fitted without its configurations predicts them
+    cfg = configurations(runs)
+    keys = sorted(set(cfg), key=str)
+    k = max(2, min(folds, len(keys))) if len(keys) >= 2 else 0
+    cv_t = np.full(len(runs), np.nan)
+    cv_m = np.full(len(runs), np.nan)
+    cv_fits = np.zeros(len(runs), dtype=bool)
+    for f in range(k):
+        held = {key for j, key in enumerate(keys) if j % k == f}
+        test = np.array([c in held for c in cfg])
+        sub = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, ~test)
+        xf = _solve(sub, start=x)   # warm start from the full fit: same optimum basin, a third of the work
+        pf = predict(runs, groups, stack_with(stack, dict(zip(names, xf)), generation))
+        cv_t[test], cv_m[test], cv_fits[test] = pf.step_time_s[test], pf.memory_bytes[test], pf.fits[test]
+    summ = {"before": _summary(runs, pred0, t_meas, m_meas), "after_in_sample": _summary(runs, pred1, t_meas, m_meas),
+            "folds": k}
+    if k:
+        cvp = dataclasses.replace(pred1, step_time_s=cv_t, memory_bytes=cv_m, fits=cv_fits)
+        summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
+    params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
+    return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,
+                   files or [])

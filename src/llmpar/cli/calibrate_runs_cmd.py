@@ -1,0 +1,149 @@
+"""`llmpar calibrate runs FILE...`: fit a stack to measured training runs, or check one against them
+(docs/calibration.md, "Stacks from your runs"; docs/runs-format.md for the inputs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from llmpar.cli.common import echo_json
+from llmpar.errors import CheckFailed, UserError
+
+
+def _tolerance(text: str | None) -> float | None:
+    if text is None:
+        return None
+    t = str(text).strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {text!r}") from None
+    if not 0 < value < 10:
+        raise UserError(f"--tolerance must be positive, got {text!r}")
+    return value
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:.1f} %"
+
+
+def _fmt_summary(name: str, s: dict) -> list[str]:
+    sp, mem, reg = s["speed"], s["memory"], s["regret"]
+    return [name, str(sp["runs"]), _pct(sp["median_abs"]), _pct(sp["mean_abs"]), _pct(sp["max_abs"]),
+            str(mem["runs"]), _pct(mem["median_abs"]), _pct(s["fits_agreement"]),
+            _pct(reg["median"]) + (f" ({reg['configurations']})" if reg["configurations"] else "")]
+
+
+def render(result, notes: list[str], check: bool, out: Path | None, show_rows: int) -> None:
+    from rich.table import Table
+
+    from llmpar.cli.render import console
+
+    con = console()
+    con.print(f"[bold]{len(result.runs)} runs[/bold] against stack [bold]{result.base.name}[/bold]"
+              + (f" (GPU generation {result.generation})" if result.generation else ""), highlight=False)
+    for n in notes[:20]:
+        con.print(f"note: {n}", highlight=False)
+    if len(notes) > 20:
+        con.print(f"note: ... and {len(notes) - 20} more (--json lists all)", highlight=False)
+    rows = Table(title="Per run: step time, measured vs predicted (error = predicted/measured tokens/s - 1)")
+    for col in ("source", "model", "layout", "measured", "before", "after", "error after", "memory meas.", "memory after"):
+        rows.add_column(col, justify="left" if col in ("source", "model", "layout") else "right")
+    for r in result.rows[:show_rows]:
+        lay = r["layout"]
+        layout = f"tp{lay.get('tp', 1)} pp{lay.get('pp', 1)} dp{lay.get('dp', '?')}" + (
+            f" z{lay['zero']}" if lay.get("zero") else "")
+        mt = r["measured_step_time_s"]
+        err = None if mt is None else mt / r["predicted_step_time_s_after"] - 1
+        mm = r["measured_memory_bytes"]
+        rows.add_row(r["source"][-40:], r["model"], layout, "-" if mt is None else f"{mt:.3f} s",
+                     f"{r['predicted_step_time_s_before']:.3f} s", f"{r['predicted_step_time_s_after']:.3f} s",
+                     _pct(err), "-" if mm is None else f"{mm / 2**30:.1f} GiB",
+                     f"{r['predicted_memory_bytes_after'] / 2**30:.1f} GiB")
+    con.print(rows)
+    if len(result.rows) > show_rows:
+        con.print(f"({len(result.rows) - show_rows} more runs: --json, or --rows N)")
+    summ = Table(title="Errors (absolute; speed = tokens/s, memory = peak; regret = the measured run of the layout "
+                       "llmpar ranks first vs the best measured, median over configurations)")
+    for col in ("", "speed runs", "median", "mean", "max", "memory runs", "median", "FITS/OOM agree", "regret"):
+        summ.add_column(col, justify="left" if not col else "right")
+    s = result.summary
+    summ.add_row(*_fmt_summary(f"{result.base.name} (before)", s["before"]))
+    if "after_in_sample" in s:
+        summ.add_row(*_fmt_summary("fitted, in-sample", s["after_in_sample"]))
+    if "after_cross_validated" in s:
+        summ.add_row(*_fmt_summary(f"fitted, {s['folds']}-fold cross-validated", s["after_cross_validated"]))
+    con.print(summ)
+    if result.parameters:
+        par = Table(title="Fitted parameters (bounded; the base values are the priors)")
+        for col in ("parameter", "before", "after"):
+            par.add_column(col, justify="left" if col == "parameter" else "right")
+        for k, v in result.parameters.items():
+            par.add_row(k, f"{v['before']:.4g}", f"{v['after']:.4g}")
+        con.print(par)
+    if out is not None:
+        con.print(f"wrote {out} (extends {result.base.name}; use it with --stack {out})", highlight=False)
+    elif not check:
+        con.print("(--out FILE.yaml writes the fitted stack)")
+
+
+@click.command("runs")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--stack", help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
+@click.option("--hardware", help="Hardware for runs that name none (name or YAML path).")
+@click.option("--model", help="Model for runs that name none (e.g. logs).")
+@click.option("--fit", "fit_names", help="Comma list of stack parameters to fit (default: what the runs constrain).")
+@click.option("--folds", type=click.IntRange(0, 50), default=5, show_default=True,
+              help="Cross-validation folds over configurations (model x GPU count); 0 = none.")
+@click.option("--check", is_flag=True, help="Report the stack's error on the runs; fit nothing.")
+@click.option("--tolerance", help="With --check: exit 1 if the median speed or memory error exceeds this (e.g. 10%).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the fitted stack here.")
+@click.option("--name", "out_name", help="Name of the written stack (default: the file name).")
+@click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, out, out_name, show_rows, as_json):
+    """Fit a stack's kernel efficiencies, overlaps, fixed costs and memory factors to measured runs.
+
+    \b
+    FILE: runs tables (CSV, JSONL, YAML; docs/runs-format.md) or Megatron-LM / NeMo / torchtitan logs.
+    Examples:
+      llmpar calibrate runs my-runs.csv --stack megatron-core --hardware h100-sxm --out my-stack.yaml
+      llmpar calibrate runs logs/*.log --model llama-3-8b --hardware h100-sxm --check --tolerance 10%
+    """
+    import yaml
+
+    from llmpar.calibrate.runs import fit_runs
+    from llmpar.calibrate.runs_io import read_runs
+
+    tol = _tolerance(tolerance)
+    if tol is not None and not check:
+        raise UserError("--tolerance goes with --check")
+    if check and out is not None:
+        raise UserError("--check fits nothing: drop --out")
+    defaults = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    read = read_runs(files, defaults=defaults)
+    if stack is None:
+        named = {r.stack for r in read.runs if r.stack}
+        stack = named.pop() if len(named) == 1 else "megatron-core"
+    names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
+    result = fit_runs(read.runs, stack, hardware=hardware, parameters=names, folds=folds, models=read.models,
+                      files=[str(f) for f in files], check_only=check)
+    if out is not None:
+        name = out_name or out.stem
+        try:
+            out.write_text(yaml.safe_dump(result.stack_dict(name), sort_keys=False), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if as_json:
+        echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
+                   "summary": result.summary, "rows": result.rows, "notes": read.notes,
+                   "out": str(out) if out else None})
+    else:
+        render(result, read.notes, check, out, show_rows)
+    if tol is not None:
+        before = result.summary["before"]
+        worst = max(v for v in (before["speed"]["median_abs"], before["memory"]["median_abs"]) if v is not None) \
+            if (before["speed"]["runs"] or before["memory"]["runs"]) else 0.0
+        if worst > tol:
+            raise CheckFailed(f"median error {worst * 100:.1f} % exceeds the tolerance {tol * 100:g} %")
