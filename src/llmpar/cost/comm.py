@@ -116,9 +116,11 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
     reduce-scattered after every micro-batch's backward (m times) + one all-gather of weights.
     ZeRO-3: all-gather weights for the forward and again for the backward of every micro-batch and
     reduce-scatter grads every micro-batch (Rajbhandari et al. 2019 §7: 3Ψ for m = 1).
-    Returns (seconds, bytes sent per GPU).
+    Returns (seconds, bytes sent per GPU, seconds of the ZeRO-1/2 weight all-gather): that
+    all-gather runs after the optimizer and can hide behind the next step's forward
+    (Megatron-Core --overlap-param-gather), so cost/step.py gives it its own window.
     """
-    out_t, out_b = 0.0, 0.0
+    out_t, out_b, out_ag = 0.0, 0.0, 0.0
     for key, nparam in (("dp", dense_params), ("edp", expert_params)):
         size, k = placement[key]
         g = nparam * grad_bytes
@@ -134,4 +136,5 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
         live = (size > 1) & (nparam > 0)   # no group, or nothing to sync (dense model: no experts)
         out_t = out_t + np.where(live, t, 0.0)
         out_b = out_b + np.where(live, b, 0.0)
-    return out_t, out_b
+        out_ag = out_ag + np.where(live & ((z == 1) | (z == 2)), t_ag, 0.0)
+    return out_t, out_b, out_ag

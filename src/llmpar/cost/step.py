@@ -174,16 +174,21 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
-    dp_t, dp_bytes = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_bytes)
-    # DP overlap: gradient sync (ZeRO 0-2) can hide behind the last micro-batch's backward, ZeRO-3's
-    # per-micro-batch gathers behind every micro-batch's compute (prefetch); settings.dp_overlap is
-    # the usable fraction of that window. The last layer's bucket is never hidden (its gradients
-    # are the last ones computed): at least dp_t / L_stage stays exposed.
+    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_bytes)
+    # DP overlap (the usable fraction f of a window; docs/time-model.md):
+    # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
+    #   Megatron-Core overlap_grad_reduce);
+    # - the ZeRO-1/2 weight all-gather behind the next step's forward (overlap_param_gather);
+    # - ZeRO-3's per-micro-batch gathers behind every micro-batch's compute (prefetch), with the
+    #   stack's overlap.zero3_prefetch (unless --dp-overlap is given).
+    # The last layer's bucket is never hidden (its gradients are the last computed): at least
+    # dp_t / L_stage stays exposed.
     z3 = np.asarray(par.zero) >= 3
-    window = np.where(z3, m * (t_f + t_b), t_b)
     frac = np.where(z3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
                     settings.dp_overlap)
-    hidden = frac * np.minimum(dp_t, window)
+    reduce_t = dp_t - dp_ag
+    hidden = np.where(z3, frac * np.minimum(dp_t, m * (t_f + t_b)),
+                      frac * (np.minimum(reduce_t, t_b) + np.minimum(dp_ag, t_f)))
     dp_exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / n_mid, dp_t))
 
     z = np.asarray(par.zero)
