@@ -504,8 +504,13 @@ def step(
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
-    notes.append(f"MFU counts attention {'causally (half of s²: what a causal model needs)' if out['mfu_convention'] == 'causal' else 'in full (s²)'}"
-                 f"; the papers' full-s² MFU is {float(out['mfu_full_attention']) * 100:.1f} %")
+    full = float(out["mfu_full_attention"])
+    if out["mfu_convention"] == "causal":
+        notes.append(f"MFU counts attention causally (half of s²: what a causal model needs, never more than the "
+                     f"kernel executes); counted in full as the papers do it is {full * 100:.1f} %"
+                     + (" - above 100 % because it counts the masked half the kernel skips" if full > 1 else ""))
+    else:
+        notes.append("MFU counts attention in full (s²): the stack's kernel computes the masked half too")
     if global_batch is None and microbatches is None:
         notes.append(f"batch: {int(par.global_batch)} sequences x {int(par.seq)} tokens = {int(par.tokens_per_step):,} "
                      "tokens per step (--global-batch to change)")
