@@ -29,6 +29,8 @@ EXPECTED_RUNS = {
     "llama3-405b-table4.yaml": 3,           # Llama 3 Table 4: 3 stages
     "deepseek-v3-h800.yaml": 1,             # DeepSeek-V3: the pre-training run
     "playbook-nanotron-h100.yaml": 1650,    # playbook grid: 808 runs of 1B + 842 of 3B
+    "torchtitan-h100-2024.yaml": 18,        # docs/performance.md Tables 1-6: 3 + 4 + 3 + 2 + 2 + 4
+    "nemo-long-context-h100-fp8.yaml": 15,  # 9 rows with CP + 6 without CP where the CP row has CP > 1
 }
 # The playbook grid's status counts (shared hf_playbook_runs_1b_3b.yaml): (model, status) -> runs
 PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
