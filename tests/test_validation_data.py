@@ -1,0 +1,156 @@
+"""The shipped published runs (validation/*.yaml) are well-formed data.
+
+Every file parses as plain YAML; every run names a model that exists (shipped, or inline in the
+file and valid as a ModelSpec); hardware and stack names are known; degrees multiply to the GPU
+count; measurements are finite and positive; each file holds the number of runs its source has.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmpar.specs.model import ModelSpec
+from llmpar.specs.registry import data_dir, load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+VALIDATION = ROOT / "validation"
+FILES = sorted(VALIDATION.glob("*.yaml"))
+
+# Runs per file, counted in the source:
+EXPECTED_RUNS = {
+    "narayanan2021-table1.yaml": 10,        # Table 1: 10 GPT models, 1.7B to 1T
+    "korthikanti2022-table5.yaml": 8,       # Table 5: 4 models x (full recompute, SP + selective)
+    "megatron-core-h100-2024.yaml": 9,      # README model_table.png: 9 models, 1.7B to 462B
+    "nemo-2407-h100-fp8.yaml": 12,          # NeMo 24.07 pretraining table: 12 rows
+    "llama3-405b-table4.yaml": 3,           # Llama 3 Table 4: 3 stages
+    "deepseek-v3-h800.yaml": 1,             # DeepSeek-V3: the pre-training run
+    "playbook-nanotron-h100.yaml": 1650,    # playbook grid: 808 runs of 1B + 842 of 3B
+    "torchtitan-h100-2024.yaml": 18,        # docs/performance.md Tables 1-6: 3 + 4 + 3 + 2 + 2 + 4
+    "nemo-long-context-h100-fp8.yaml": 15,  # 9 rows with CP + 6 without CP where the CP row has CP > 1
+}
+# The playbook grid's status counts (shared hf_playbook_runs_1b_3b.yaml): (model, status) -> runs
+PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
+                   ("playbook-3b", "ok"): 593, ("playbook-3b", "oom"): 249}
+
+TOP_KEYS = {"source", "url", "about", "hardware", "stack", "metric", "convention", "models", "common", "runs"}
+REQUIRED_TOP = TOP_KEYS - {"models", "common"}
+STACKS = {"megatron-2022", "megatron-core", "nanotron", "torchtitan", "deepspeed", "other"}
+METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
+LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
+          "microbatches", "seq", "schedule", "virtual_stages", "dtype"}
+MEASURES = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_allocated_bytes",
+            "peak_reserved_bytes"}
+RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "status", "note"}
+INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
+            "virtual_stages"}
+CHOICES = {"recompute": {"none", "selective", "full"},
+           "schedule": {"gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"},
+           "dtype": {"bf16", "fp16", "fp8"}, "status": {"ok", "oom", "crashed"}, "sp": {True, False}}
+
+
+def _hardware_names() -> set[str]:
+    return {yaml.safe_load(p.read_text())["name"] for p in data_dir("hardware").glob("*.yaml")}
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _runs(doc: dict) -> list[dict]:
+    common = doc.get("common") or {}
+    return [{**common, **r} for r in doc["runs"]]
+
+
+def test_every_expected_file_is_there():
+    assert {p.name for p in FILES} >= set(EXPECTED_RUNS), "a validation file is missing"
+    assert set(EXPECTED_RUNS) >= {p.name for p in FILES}, "a new validation file needs its expected run count"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_header(path):
+    doc = _load(path)
+    assert isinstance(doc, dict)
+    assert set(doc) <= TOP_KEYS, set(doc) - TOP_KEYS
+    assert REQUIRED_TOP <= set(doc), REQUIRED_TOP - set(doc)
+    for key in ("source", "url", "about", "convention"):
+        assert isinstance(doc[key], str) and doc[key].strip(), key
+    assert doc["url"].startswith("https://")
+    assert doc["hardware"] in _hardware_names()
+    assert doc["stack"] in STACKS
+    assert doc["metric"] in METRICS
+    assert set(doc.get("common") or {}) <= LAYOUT
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_inline_models_validate(path):
+    for name, spec in (_load(path).get("models") or {}).items():
+        assert spec.get("source"), f"{name}: give the source of the shapes"
+        ModelSpec.model_validate({"name": name, **spec})
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_runs(path):
+    doc = _load(path)
+    inline = doc.get("models") or {}
+    runs = _runs(doc)
+    assert len(runs) == EXPECTED_RUNS[path.name]
+    metric = doc["metric"]
+    for r in runs:
+        where = f"{path.name}: {r.get('row')}"
+        assert set(r) <= RUN_KEYS, (where, set(r) - RUN_KEYS)
+        assert r.get("row") and r.get("model"), where
+        if r["model"] not in inline:
+            load_model(r["model"])  # raises if not shipped
+        for k in INT_KEYS & set(r):
+            assert isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= (0 if k == "zero" else 1), (where, k)
+        for k, allowed in CHOICES.items():
+            if k in r:
+                assert r[k] in allowed, (where, k, r[k])
+        tp, pp, cp = r.get("tp", 1), r.get("pp", 1), r.get("cp", 1)
+        dp = r.get("dp", r["gpus"] // (tp * pp * cp))
+        assert tp * pp * cp * dp == r["gpus"], (where, "gpus != tp*cp*pp*dp")
+        if "ep" in r:
+            assert (dp * cp) % r["ep"] == 0, (where, "ep must divide dp*cp")
+        if {"global_batch", "micro_batch", "microbatches"} <= set(r):
+            assert r["global_batch"] == r["micro_batch"] * r["microbatches"] * dp, where
+        elif {"global_batch", "micro_batch"} <= set(r):
+            assert r["global_batch"] % (r["micro_batch"] * dp) == 0, (where, "global batch not a multiple of b*dp")
+        if r.get("virtual_stages", 1) > 1:
+            assert r.get("schedule") == "interleaved", where
+        measured = MEASURES & set(r)
+        for k in measured:
+            v = r[k]
+            assert isinstance(v, (int, float)) and not isinstance(v, bool), (where, k)
+            assert math.isfinite(v) and v > 0, (where, k, v)
+        if "mfu" in r:
+            assert r["mfu"] <= 1, (where, "mfu is a fraction")
+        if r.get("status", "ok") == "ok":
+            headline = {"peak_memory_bytes": {"peak_allocated_bytes", "peak_reserved_bytes"}}.get(metric, {metric})
+            assert headline & measured, (where, f"an ok run needs the file's metric {metric}")
+        else:
+            assert not measured, (where, "a run that did not complete has no measurement")
+
+
+def test_playbook_status_counts():
+    doc = _load(VALIDATION / "playbook-nanotron-h100.yaml")
+    counts: dict = {}
+    for r in doc["runs"]:
+        key = (r["model"], r.get("status", "ok"))
+        counts[key] = counts.get(key, 0) + 1
+    assert counts == PLAYBOOK_STATUS
+
+
+def test_playbook_file_is_what_the_script_makes():
+    src = ROOT.parent / "shared" / "validation" / "hf_playbook_runs_1b_3b.yaml"
+    if not src.is_file():
+        pytest.skip("shared playbook grid not beside the repository")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_playbook", ROOT / "scripts" / "convert_playbook.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.convert(src) == (VALIDATION / "playbook-nanotron-h100.yaml").read_text()
