@@ -9,8 +9,8 @@ priors.
 How:
 * Every run is evaluated through :func:`llmpar.cost.step.step_time` — the same code `llmpar step`
   and the planner use — as arrays, one call per (model, hardware, dtype) group. A knob a run does
-  not state (micro-batch, virtual stages) is searched and the fastest value kept: published and
-  production runs are tuned (DESIGN.md, FLOPs and MFU).
+  not state (micro-batch, virtual stages, ZeRO stage, recompute) is searched and the fastest value
+  that fits in memory kept: published and production runs are tuned (DESIGN.md, FLOPs and MFU).
 * Speed: residual log(t_predicted / t_measured) per run that ran, t the step time (from the
   measured step time, tokens/s, TFLOP/s under the row's FLOPs convention, or MFU).
 * Memory: log(predicted / measured peak) for runs that ran; for runs that ran out of memory a
@@ -84,6 +84,8 @@ class Run:
     peak_reserved_bytes: float | None = None
     convention: str = "full"          # how tflops_per_gpu / mfu count FLOPs (CONVENTIONS)
     mfu_peak_dtype: str = "bf16"      # the peak an MFU figure is relative to
+    metric: str | None = None         # which measured figure to compare when several are given
+    row: str | None = None            # where in a published source
 
     @property
     def has_speed(self) -> bool:
@@ -152,10 +154,14 @@ def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
     if seq is None:
         raise UserError(f"{where}: the run states no sequence length (seq)")
     gb, m_given, b_given = num("global_batch"), num("microbatches"), num("micro_batch")
-    rec = str(lay.get("recompute", "none"))
-    if rec not in RECOMPUTE:
-        raise UserError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {rec!r}")
-    zero = num("zero", 0)
+    rec_given = lay.get("recompute")
+    if rec_given is not None and str(rec_given) not in RECOMPUTE:
+        raise UserError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {rec_given!r}")
+    recs = [RECOMPUTE.index(str(rec_given))] if rec_given is not None else list(range(len(RECOMPUTE)))
+    zero_given = num("zero")
+    # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
+    # which stage their sharding amounts to)
+    zeros = [zero_given] if zero_given is not None else [0, 1, 2, 3]
     sp = lay.get("sp")
     sp = bool(tp > 1) if sp is None else bool(sp)
     sched = lay.get("schedule")
@@ -184,9 +190,11 @@ def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
                 continue
             if s_name not in SCHEDULES:
                 raise UserError(f"{where}: unknown schedule {s_name!r}")
-            out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=RECOMPUTE.index(rec),
-                            micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
-                            virtual_stages=v))
+            for zero in zeros:
+                for rec in recs:
+                    out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
+                                    micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
+                                    virtual_stages=v))
     if not out:
         raise UserError(f"{where}: no micro-batch divides the global batch {gb} over dp={dp}")
     return out
@@ -248,7 +256,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     """Every run through cost/step with ``stack`` (arrays; one call per group)."""
     from llmpar.cost import flops
     from llmpar.cost.step import step_time
-    from llmpar.parallel import Settings
+    from llmpar.parallel import RECOMPUTE, Settings
 
     n = len(runs)
     out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus")}
@@ -278,7 +286,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                 out["tok"][i] = float(par.tokens_per_step)
                 out["gpus"][i] = float(par.gpus)
                 fits[i] = bool(ok[j])
-                pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages)}
+                pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages),
+                           "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)]}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
                        out["gpus"], pick)
 
@@ -294,13 +303,17 @@ def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
         flops_of = {"full": pred.model_flops[i], "causal": pred.causal_flops[i], "hardware": pred.hardware_flops[i]}
         if r.convention not in flops_of:
             raise UserError(f"{r.source}: unknown FLOPs convention {r.convention!r}; one of {', '.join(CONVENTIONS)}")
-        if r.step_time_s is not None:
+        order = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+        if r.metric in order:
+            order = (r.metric,) + tuple(k for k in order if k != r.metric)
+        key = next((k for k in order if getattr(r, k) is not None), None)
+        if key == "step_time_s":
             t[i] = r.step_time_s
-        elif r.tokens_per_s_per_gpu is not None:
+        elif key == "tokens_per_s_per_gpu":
             t[i] = pred.tokens_per_step[i] / (r.tokens_per_s_per_gpu * pred.gpus[i])
-        elif r.tflops_per_gpu is not None:
+        elif key == "tflops_per_gpu":
             t[i] = flops_of[r.convention] / (r.tflops_per_gpu * 1e12 * pred.gpus[i])
-        elif r.mfu is not None:
+        elif key == "mfu":
             peak = load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype) if r.hardware else np.nan
             t[i] = flops_of[r.convention] / (r.mfu * peak * pred.gpus[i])
     return t

@@ -55,6 +55,7 @@ class MeasuredRun:
     mfu_peak_dtype: str = "bf16"  # the dense peak an MFU figure is relative to
     row: str | None = None       # where in a published source (validation/*.yaml 'row:')
     stack: str | None = None     # the framework the run used, when the table says (top-level 'stack:')
+    metric: str | None = None    # the headline measurement to compare (top-level 'metric:'), when several are given
 
 
 @dataclass
@@ -366,7 +367,7 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in measured.items():  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
-    extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "row", "stack") if k in meta}
+    extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "row", "stack", "metric") if k in meta}
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),
         layout={k: checked[k] for k in LAYOUT_KEYS if k in checked}, status=meta.get("status", "ok"),
@@ -476,7 +477,7 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple
         for key in data:
             if key in _HEADER_KEYS:
                 ctx.header[key] = data[key]
-            elif key not in ("runs", "common", "defaults", "source", "about", "description", "notes"):
+            elif key not in ("runs", "common", "defaults", "source", "about", "description", "notes", "left_out"):
                 notes.append(f"{name}: top-level key {key!r} not used")
     else:
         raise UserError(f"{name}:1: expected a mapping with a 'runs:' list")
@@ -492,7 +493,7 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple
 
 
 # top-level keys of a runs YAML (validation/README.md): defaults for every row, and a record of the source
-_HEADER_KEYS = ("hardware", "stack", "metric", "convention", "url", "models", "mfu_peak_dtype")
+_HEADER_KEYS = ("hardware", "stack", "metric", "convention", "flops_convention", "url", "models", "mfu_peak_dtype")
 
 
 def _inline_models(models: Any, name: str) -> dict[str, Any]:
@@ -601,13 +602,19 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
         head = ctx.header
         if "models" in head:
             result.models.update(_inline_models(head["models"], name))
-        file_defaults = {k: head[k] for k in ("hardware", "convention", "mfu_peak_dtype") if k in head}
+        # top-level 'convention' is the source's own words (a record); 'flops_convention' is the
+        # machine-readable default of the rows' 'convention' (full | causal | hardware)
+        file_defaults = {k: head[k] for k in ("hardware", "mfu_peak_dtype") if k in head}
+        if "flops_convention" in head:
+            file_defaults["convention"] = head["flops_convention"]
         result.files.append({"path": name, "source": ctx.source, **{k: head[k] for k in head if k != "models"}})
         for where, row in rows:
             merged = {**file_defaults, **common, **row}
             layout, measured, meta, notes = _read_row(merged, where, ctx)
             if head.get("stack") is not None:
                 meta["stack"] = str(head["stack"])
+            if head.get("metric") is not None:
+                meta["metric"] = str(head["metric"])
             if "log" in meta:
                 layout, measured = _merge_log(ctx, meta.pop("log"), where, layout, measured, meta, notes)
             run = _make_run(where, layout, measured, meta, notes, d_meta, d_layout)
