@@ -57,6 +57,7 @@ about: >-
 hardware: h100-sxm
 stack: nanotron
 metric: tokens_per_s_per_gpu
+flops_convention: full        # how tflops_per_gpu / mfu count FLOPs, machine-readable: full | causal | hardware (README)
 convention: "tokens/s per GPU and MFU as nanotron logs them; peak memory in bytes (nanotron's GiB x 2**30), see about"
 models:
   playbook-1b: {{source: "huggingface/nanotron scripts/scaling_benchmarks.py model_configs (inferred, see about)", family: llama, layers: 16, hidden: 2048, heads: 32, kv_heads: 32, ffn_hidden: 8192, ffn_type: swiglu, vocab: 32768, tied_embeddings: true, norm: rmsnorm, position: rope, max_seq: 4096, attention: flash}}
