@@ -284,6 +284,46 @@ def test_fit_then_check_real_log(name, base, tmp_path):
     out = F.write_profile(res, tmp_path / "cluster.yaml")
     after = C.check(logs, str(out), tolerance=0.05)
     assert after.passed, after.verdict()
+    # with margin: the largest median any of these logs reached over six seeds of the global search
+    # is 3.5 % (log 09; benchmarks/calibration_table.py prints the seed-independent figures of the doc)
+    assert after.summary["median_abs_error_ge_1MB"] < 0.04
     # what fit reported as "after" is what check measures on the written profile
     assert res.files[0]["after"]["median_abs_error_ge_1MB"] == pytest.approx(after.summary["median_abs_error_ge_1MB"],
                                                                              abs=1e-4)
+
+
+LOG_11 = "11-mi300x16-2node-roce-rccl-allreduce-oldstyle-devlines-hisohara.txt"
+
+
+@pytest.fixture(scope="module")
+def log11(tmp_path_factory):
+    if not (LOGS / LOG_11).is_file():
+        pytest.skip(f"{LOG_11} not present")
+    base = tmp_path_factory.mktemp("standin") / "mi300x-standin.yaml"
+    base.write_text(MI300X_STANDIN)
+    logs = parse_files([LOGS / LOG_11])
+    return logs, str(base), F.fit(logs, str(base)).files[0]["after"]["median_abs_error_ge_1MB"]
+
+
+@pytest.mark.parametrize("change", ["data", "seed"])
+def test_real_log_fit_is_robust(log11, change, monkeypatch):
+    # Issue 9: log 11 fitted to 2.3 % on one machine and 5.6 % on another - two basins of the
+    # objective, and the old search found one or the other depending on the last bits of the data.
+    # Moving every measured time by 1e-9 (relative), or seeding the global search differently (a
+    # far larger change than another machine's rounding), must land within 0.5 percentage point of
+    # the same answer (over six seeds the medians span 2.28 - 2.36 %) and well inside 5 %.
+    logs, base, ref = log11
+    assert ref < 0.03
+    if change == "data":
+        place = F.place
+
+        def moved(log, hw, algorithm=None):
+            pl = place(log, hw, algorithm)
+            pl.times = pl.times * (1 + 1e-9 * np.random.default_rng(3).standard_normal(pl.times.size))
+            return pl
+
+        monkeypatch.setattr(F, "place", moved)
+    else:
+        monkeypatch.setattr(F, "RANDOM_SEED", F.RANDOM_SEED + 1)
+    got = F.fit(logs, base).files[0]["after"]["median_abs_error_ge_1MB"]
+    assert got == pytest.approx(ref, abs=0.005)

@@ -58,6 +58,19 @@ def test_fit_with_measurement_noise():
     assert q["max_rel_error"] < 0.01
 
 
+def test_fit_is_deterministic_and_robust():
+    # same measurements, same curve, bit for bit; measurements moved by 1e-9 (relative) move the
+    # fitted parameters by about as much (one minimum; 1e-6 leaves room for the solver's tolerance)
+    m, n, k = _grid()
+    eff = gemm.efficiency_curve(_truth(), m, n, k) * (1 + np.random.default_rng(7).uniform(-0.002, 0.002, size=m.size))
+    a, _ = gemm.fit_curve(m, n, k, eff)
+    b, _ = gemm.fit_curve(m, n, k, eff)
+    assert a == b
+    c, _ = gemm.fit_curve(m, n, k, eff * (1 + 1e-9 * np.random.default_rng(1).standard_normal(m.size)))
+    for name in a:
+        assert c[name] == pytest.approx(a[name], rel=1e-6), name
+
+
 def test_curve_is_the_cost_models():
     # the fit evaluates llmpar.cost.compute.gemm_efficiency, so a profile with the fitted values
     # predicts exactly what the fit saw: H100 profile 0.80 * 64/(64+64) = 0.40 at d = 64

@@ -9,8 +9,9 @@ later change of the curve's form can be refitted without re-measuring).
 
 The curve itself lives in ONE place, :func:`llmpar.cost.compute.gemm_efficiency`, with its
 parameters in :class:`llmpar.specs.hardware.GemmEfficiency`. The fit here is generic: it fits every
-float field of ``GemmEfficiency`` (bounds from the field's constraints) by Levenberg-Marquardt
-least squares on the relative error, evaluating the curve through that function. If the lead
+float field of ``GemmEfficiency`` (bounds from the field's constraints) by least squares on the
+relative error (``scipy.optimize.least_squares`` from several starts, some from a seeded
+``differential_evolution``; :func:`fit_curve`), evaluating the curve through that function. If the lead
 changes the curve's form, only those two places change.
 
 torch is imported inside functions only. Nothing here prints.
@@ -30,6 +31,10 @@ import numpy as np
 
 from llmpar.errors import UserError
 
+RANDOM_SEED = 20240605   # the global phase of fit_curve is seeded: same measurements, same curve
+DE_GENERATIONS = 100     # differential evolution generations (fit_curve's global phase)
+DE_POP_PER_PARAM = 10    # its population per curve parameter
+DE_POLISH = 3            # local descents from its best members
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 
 
@@ -191,16 +196,27 @@ def efficiency_curve(params: dict[str, float], m, n, k):
 
 def fit_curve(m, n, k, eff, start: dict[str, float] | None = None,
               curve: Callable[..., Any] = efficiency_curve) -> tuple[dict[str, float], dict[str, float]]:
-    """Least squares on relative error, sum((curve(p; m, n, k) / eff - 1)^2), by Levenberg-Marquardt
-    with a numerical Jacobian, within the parameters' bounds. Returns (params, quality)."""
+    """Least squares on relative error, sum((curve(p; m, n, k) / eff - 1)^2), within the parameters'
+    bounds (in transformed parameters u: logit where both bounds are finite, log above a lower bound).
+
+    ``scipy.optimize.least_squares`` (trust-region reflective, box bounds on u) descends from the
+    start values, from a data-driven guess, from starts that try a parameter at its lower bound over
+    a few decades, and from the best members of a seeded ``differential_evolution`` over the box those
+    starts span; the lowest cost wins. Seeded and single-threaded: same measurements, same curve.
+    Returns (params, quality)."""
     names, bounds = curve_parameters()
     m, n, k, y = (np.asarray(v, dtype=float) for v in (m, n, k, eff))
     if y.size < len(names):
         raise UserError(f"need at least {len(names)} GEMM measurements to fit {', '.join(names)}; got {y.size}")
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise UserError("GEMM efficiencies must be positive and finite")
+    from scipy.optimize import differential_evolution, least_squares   # lazily: `llmpar --help` stays cheap
+
     lo = np.array([bounds[x][0] for x in names])
     hi = np.array([bounds[x][1] for x in names])
+    # the box of u: logit +-30 where both bounds are finite, else lo + exp(u) for u in [-50, 50]
+    ulo = np.where(np.isfinite(hi), -30.0, -50.0)
+    uhi = -ulo
 
     # Parameters differ by many decades (an efficiency ~0.8, a dimension ~100, a FLOP count ~1e9):
     # fit u with p = lo + exp(u) (lower bound only) or lo + (hi - lo) * sigmoid(u) (both bounds).
@@ -219,35 +235,26 @@ def fit_curve(m, n, k, eff, start: dict[str, float] | None = None,
     def resid(p):
         return curve(dict(zip(names, p)), m, n, k) / y - 1.0
 
-    def solve(p0):
-        u = to_u(p0)
-        r = resid(to_p(u))
-        cost, lam = float(r @ r), 1e-3
-        for _ in range(300):
-            J = np.empty((r.size, u.size))
-            for j in range(u.size):
-                q = u.copy()
-                q[j] += 1e-6
-                J[:, j] = (resid(to_p(q)) - r) / 1e-6
-            A, g = J.T @ J, J.T @ r
-            try:
-                step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-15), -g)
-            except np.linalg.LinAlgError:
-                lam *= 10
-                continue
-            q = u + step
-            rq = resid(to_p(q))
-            cq = float(rq @ rq)
-            if np.isfinite(cq) and cq < cost:
-                done = np.max(np.abs(step)) < 1e-10 or cost - cq < 1e-14 * max(cost, 1e-30)
-                u, r, cost, lam = q, rq, cq, max(lam / 3, 1e-12)
-                if done:
-                    break
-            else:
-                lam *= 4
-                if lam > 1e12:
-                    break
-        return to_p(u), cost
+    def cost(U):
+        """Sum of squared residuals for each row of U (S x parameters): the curve evaluated once for
+        all rows where it is array-polymorphic in its parameters (cost.compute's is), else row by row."""
+        P = to_p(np.atleast_2d(U))
+        try:
+            r = curve({x: P[:, j:j + 1] for j, x in enumerate(names)}, m[None, :], n[None, :], k[None, :]) / y - 1.0
+            r = np.broadcast_to(r, (P.shape[0], y.size))
+        except (TypeError, ValueError):
+            r = np.array([resid(p) for p in P])
+        c = np.sum(r**2, axis=1)
+        return np.where(np.isfinite(c), c, np.inf)
+
+    def solve(u0):
+        """One local descent: scipy's trust-region reflective least squares in u, within the box."""
+        u0 = np.clip(u0, ulo, uhi)
+        if not np.isfinite(cost(u0)[0]):
+            return u0, math.inf
+        res = least_squares(lambda u: resid(to_p(u)), u0, method="trf", bounds=(ulo, uhi), x_scale=1.0,
+                            ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=300)
+        return res.x, float(cost(res.x)[0])
 
     from llmpar.specs.hardware import GemmEfficiency
 
@@ -268,8 +275,22 @@ def fit_curve(m, n, k, eff, start: dict[str, float] | None = None,
         for dec in (1e0, 1e3, 1e6, 1e9, 1e12):
             if at_bound:
                 starts.append({**s0, **{x: bounds[x][0] + dec for x in at_bound}})
-    best = min((solve([s0[x] for x in names]) for s0 in starts), key=lambda t: t[1])
-    p, _ = best
+    U0 = [to_u(np.array([s0[x] for x in names])) for s0 in starts]
+    # global phase: a seeded differential evolution over the box the starts span (+- 5 in u: x/÷ 150
+    # around them), no polish, one process; its best members are starts like the others
+    pts = np.array(U0)
+    dlo, dhi = np.maximum(pts.min(axis=0) - 5.0, ulo), np.minimum(pts.max(axis=0) + 5.0, uhi)
+    de = differential_evolution(lambda U: cost(U.T), list(zip(dlo, dhi)), seed=RANDOM_SEED, strategy="rand1bin",
+                                maxiter=DE_GENERATIONS, popsize=DE_POP_PER_PARAM, tol=0.0, polish=False,
+                                x0=np.clip(U0[0], dlo, dhi), vectorized=True, updating="deferred", workers=1)
+    pop = getattr(de, "population", None)
+    U0 += [de.x] if pop is None else [pop[i] for i in np.argsort(de.population_energies, kind="stable")[:DE_POLISH]]
+    best = (U0[0], math.inf)
+    for u0 in U0:                           # the lowest cost wins, the earliest start on a tie
+        got = solve(u0)
+        if got[1] < best[1]:
+            best = got
+    p = to_p(best[0])
     rel = resid(p)
     params = {x: float(v) for x, v in zip(names, p)}
     quality = {"rms_rel_error": float(np.sqrt(np.mean(rel**2))), "max_rel_error": float(np.max(np.abs(rel))),
