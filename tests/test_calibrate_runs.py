@@ -22,7 +22,7 @@ LAYOUTS = [  # model, gpus, tp, pp, global batch, seq
 
 def synthetic_runs(truth):
     runs = [R.Run(source=f"syn:{i}", model=m, hardware="h100-sxm",
-                  layout=dict(gpus=g, tp=tp, pp=pp, global_batch=gb, seq=s, micro_batch=1))
+                  layout=dict(gpus=g, tp=tp, pp=pp, global_batch=gb, seq=s, micro_batch=1, zero=1, recompute="none"))
             for i, (m, g, tp, pp, gb, s) in enumerate(LAYOUTS)]
     rs, groups = R.prepare(runs)
     pred = R.predict(rs, groups, truth)
@@ -100,7 +100,8 @@ def test_cli_fit_writes_a_stack_that_reproduces_the_fit(cli, tmp_path):
     assert mine.value("kernels.gemm_efficiency", "hopper") == pytest.approx(0.7, rel=0.01)
     # the written stack runs: llmpar step with it gives the fitted prediction for the first run
     r0 = runs[0]
-    step = cli("step", r0.model, "--stack", str(out), "--gpus", "8", "--global-batch", "64", "--seq", "8192", "--json")
+    step = cli("step", r0.model, "--stack", str(out), "--gpus", "8", "--global-batch", "64", "--seq", "8192", "--zero", "1",
+               "--json")
     assert step.code == 0, step.err
     assert step.json()["step_time_s"] == pytest.approx(r0.step_time_s, rel=0.01)
     assert step.json()["settings"]["stack"] == "mine"

@@ -121,7 +121,7 @@ class _Group:
     par: Any                     # Parallel of arrays, one entry per candidate
 
 
-def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
+def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[str, int]]:
     from llmpar.cost.pipeline import stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
@@ -161,7 +161,7 @@ def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
     zero_given = num("zero")
     # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
     # which stage their sharding amounts to)
-    zeros = [zero_given] if zero_given is not None else [0, 1, 2, 3]
+    zeros = [zero_given] if zero_given is not None else list(zero_stages)
     sp = lay.get("sp")
     sp = bool(tp > 1) if sp is None else bool(sp)
     sched = lay.get("schedule")
@@ -200,7 +200,8 @@ def _layout_candidates(run: Run, model) -> list[dict[str, int]]:
     return out
 
 
-def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None) -> tuple[list[Run], list[_Group]]:
+def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None,
+            zero_stages=(0, 1, 2, 3)) -> tuple[list[Run], list[_Group]]:
     """Resolve models and hardware and expand every run's candidate layouts into array groups."""
     from llmpar.parallel import Parallel
     from llmpar.specs import load_hardware, load_model
@@ -225,7 +226,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
             raise UserError(f"{r.source}: the run names no hardware; give --hardware")
         dtype = str(r.layout.get("dtype", "bf16"))
         key = (r.model, str(hw_name), dtype)
-        for cand in _layout_candidates(r, model_of(r.model)):
+        for cand in _layout_candidates(r, model_of(r.model), zero_stages):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
     for (mname, hw_name, dtype), items in buckets.items():
@@ -531,7 +532,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     from llmpar.specs import load_stack
 
     stack = load_stack(stack)
-    runs, groups = prepare(runs, hardware=hardware, models=models)
+    runs, groups = prepare(runs, hardware=hardware, models=models, zero_stages=stack.zero_stages)
     gens = {g.hw.gpu.generation for g in groups}
     if len(gens) > 1:
         raise UserError(f"the runs span several GPU generations ({', '.join(sorted(map(str, gens)))}): "

@@ -233,7 +233,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     dps = spec.allowed.get("dp")
     bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
         spec.allowed["micro_batch"])
-    zs = _allowed(spec, "zero", (0, 1, 2, 3))
+    zs = _allowed(spec, "zero", tuple(settings.stack.zero_stages))   # the stages the framework implements
     rs = _allowed(spec, "recompute", range(len(RECOMPUTE)))
     sps = _allowed(spec, "sp", (False, True))
     scheds = _allowed(spec, "schedule", DEFAULT_SCHEDULES)
