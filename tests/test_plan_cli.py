@@ -96,14 +96,14 @@ def test_plan_fix_via_layout_options_and_fix(cli):
 
 
 def test_plan_objective_memory_and_explain_rank(cli):
-    res = cli("plan", "llama-3-8b", "--gpus", "8", "--objective", "memory", "--explain-rank", "3")
+    res = cli("plan", "llama-3-8b", "--gpus", "8", "--objective", "memory", "--explain-rank", "2")
     assert res.code == 0, res.err
     assert "Top 10 layouts by memory" in res.out
     # the smallest footprint on one node: tp=8, dp=1. With dp*cp = 1 ZeRO has nothing to shard
-    # over, so ZeRO-0, 1 and 2 need exactly the same memory: #1 and #3 tie, and the layouts
-    # differ only in the ZeRO stage.
-    assert "#1 and #3 tie exactly on memory per GPU" in res.out
-    assert "layout: zero 0 vs 2" in res.out
+    # over, so ZeRO-0 and 1 (the default stack has no ZeRO-2) need exactly the same memory: #1 and
+    # #2 tie, and the layouts differ only in the ZeRO stage.
+    assert "#1 and #2 tie exactly on memory per GPU" in res.out
+    assert "layout: zero 0 vs 1" in res.out
 
 
 def test_nothing_fits_exits_1_and_says_why(cli):
