@@ -58,7 +58,11 @@ def _step_of(row, model, hardware):
     return api.step(model, hardware=hardware, gpus=row.gpus, tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"],
                     zero=d["zero"], sp=d["sp"], recompute=d["recompute"], micro_batch=d["micro_batch"],
                     global_batch=d["global_batch"], seq=d["seq"], schedule=d["schedule"],
-                    virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None)
+                    virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None,
+                    # plan()'s Python default grad dtype is bf16 (plan/search.py); api.step follows the stack
+                    # (megatron-core: fp32 main grads): compare like with like
+                    grad_dtype=row.settings.get("grad_dtype", "bf16") if isinstance(getattr(row, "settings", None), dict)
+                    else "bf16")
 
 
 def _assert_same(row, st):

@@ -69,7 +69,16 @@ def _attention_dims(model: ModelSpec) -> dict[str, int]:
     return {"q": a * d, "k": kv * d, "v": kv * d, "o": a * d}
 
 
-def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: str = "bf16") -> list[ActTerm]:
+def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[ActTerm]:
+    """:func:`activation_terms` with the saved set of ``settings.stack`` (memory.activations,
+    memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one."""
+    mem = settings.stack.memory
+    return activation_terms(model, moe_layer, settings.attention, settings.dtype,
+                            saved=mem.activations, norm_kernel=mem.norm_kernel)
+
+
+def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: str = "bf16", *,
+                     saved: str = "fused", norm_kernel: str | None = None) -> list[ActTerm]:
     """The tensors one transformer layer saves for backward, as named terms.
 
     GPT block (LayerNorm, GeLU 4h, dropout, standard attention) reproduces Korthikanti Table 2:
@@ -80,7 +89,15 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
     size expert_ffn, shared experts. MLA: the compressed latents and the decompressed K/V.
     With ``dtype='fp8'`` the inputs of linear layers are saved in fp8 (1 byte), as Transformer
     Engine does; everything else stays 16-bit.
+
+    ``saved='eager'``: the PyTorch-eager set of the same block (:mod:`llmpar.cost.activations_eager`);
+    ``norm_kernel`` overrides the norms' set alone (None: as ``saved``).
     """
+    if saved == "eager" or norm_kernel == "eager":
+        from llmpar.cost.activations_eager import eager_terms
+
+        fused = activation_terms(model, moe_layer, attention, dtype)
+        return eager_terms(fused, model, block=saved == "eager", norms=(norm_kernel or saved) == "eager")
     h, a = model.hidden, model.heads
     std = attention == "standard"
     drop = bool(model.dropout)
@@ -240,18 +257,36 @@ def first_stage_extra_terms(model: ModelSpec) -> list[ActTerm]:
     return T
 
 
-def last_stage_extra_terms(model: ModelSpec) -> list[ActTerm]:
+SRC_LOGITS_GRAD = ("PyTorch log_softmax / Megatron vocab_parallel_cross_entropy backward: the fp32 gradient of "
+                   "the logits is allocated while the saved fp32 softmax is alive (nanotron: the fp32 cast copy "
+                   "beside it in the forward)")
+
+
+def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
     """Per micro-batch on the last stage (Korthikanti §4.3, 4sbh/t·(1 + V/h)): final-norm input,
-    LM-head input, and the fp32 logits of the vocab-parallel cross-entropy (4·s·b·V/t; for a
-    128K vocabulary these outweigh a layer)."""
+    LM-head input, and the logits of the vocab-parallel cross-entropy (fp32: 4·s·b·V/t; for a
+    128K vocabulary these outweigh a layer). ``mem`` (a stack's memory block, None = Korthikanti's
+    accounting): ``fp32_logits`` False keeps 16-bit logits (2 B); ``logits_grad`` adds the logits'
+    fp32 gradient, live at the same time (2x); ``activations``/``norm_kernel`` 'eager' gives the
+    final RMSNorm the eager saved set."""
     h = model.hidden
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
-    return [
+    fp32 = True if mem is None else bool(mem.fp32_logits)
+    nb = 4.0 if fp32 else 2.0
+    T = [
         ActTerm(f"final {norm} input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
         ActTerm("LM-head input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
-        ActTerm("logits (fp32, vocab-parallel cross-entropy)", 4.0, model.vocab, "V", tp=True, sp=False,
-                selective=True, source=SRC_KORTH_EXTRA),
+        ActTerm(f"logits ({'fp32' if fp32 else '16-bit'}, vocab-parallel cross-entropy)", nb, model.vocab, "V",
+                tp=True, sp=False, selective=True, source=SRC_KORTH_EXTRA),
     ]
+    if mem is not None and mem.logits_grad:
+        T.append(ActTerm("gradient of the logits (fp32, live with them)", 4.0, model.vocab, "V", tp=True, sp=False,
+                         selective=True, source=SRC_LOGITS_GRAD))
+    if mem is not None and (mem.norm_kernel or mem.activations) == "eager":
+        from llmpar.cost.activations_eager import eager_terms
+
+        T = eager_terms(T, model, block=False, norms=True)
+    return T
 
 
 def _extra_bytes(terms: list[ActTerm], par: Parallel):

@@ -14,7 +14,7 @@ from llmpar.cost.activations import _attention_dims
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, stage_span
 from llmpar.cost.states import INFERENCE_WEIGHT_BYTES, KV_BYTES, embedding_shard, head_shard, layer_shard
-from llmpar.cost.runtime import _capacity
+from llmpar.cost.runtime import _capacity, communicators, runtime_bytes, verdict_code, verdict_name
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
@@ -88,7 +88,13 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
         rows.append({"params_per_gpu": params, "weights_bytes": wb * params, "kv_cache_bytes": kv_per_seq * B,
                      "activations_bytes": work_fixed + logits_per_seq * B,
                      "per_seq": kv_per_seq + logits_per_seq, "work_fixed": work_fixed})
-    totals = [r["weights_bytes"] + r["kv_cache_bytes"] + r["activations_bytes"] + res for r in rows]
+    mem = settings.stack.memory
+    oh = mem.allocator_overhead
+    # serving: tp, pp and cp groups (dp replicas are independent) + the world of one replica
+    n_comm = np.asarray(communicators(par.tp, p, 1, par.cp, 1)) + np.zeros_like(t)
+    runtime = np.asarray(runtime_bytes(mem.cuda_context_bytes, mem.nccl_bytes_per_communicator, n_comm, res))
+    allocs = [r["weights_bytes"] + r["kv_cache_bytes"] + r["activations_bytes"] for r in rows]
+    totals = [a * (1.0 + oh) + runtime for a in allocs]
     pick = _argmax(totals)
 
     def choose(key):
@@ -96,11 +102,20 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
 
     out = {k: choose(k) for k in ("weights_bytes", "activations_bytes", "kv_cache_bytes", "params_per_gpu")}
     zero = np.zeros_like(out["weights_bytes"])
-    out.update(gradients_bytes=zero, optimizer_bytes=zero, reserved_bytes=zero + res, capacity_bytes=zero + cap)
+    out.update(gradients_bytes=zero, optimizer_bytes=zero, buffers_bytes=zero, capacity_bytes=zero + cap)
+    out["allocated_bytes"] = _choose(pick, allocs)
+    out["reserved_bytes"] = out["allocated_bytes"] * (1.0 + oh)
+    out["allocator_overhead_bytes"] = out["reserved_bytes"] - out["allocated_bytes"]
+    out["runtime_bytes"] = zero + runtime
+    out["communicators"] = (zero + n_comm).astype(int)
     out["total_bytes"] = _choose(pick, totals)
+    out["margin_bytes"] = cap - out["total_bytes"]
     out["fits"] = out["total_bytes"] <= cap
+    out["verdict_code"] = np.asarray(verdict_code(out["total_bytes"], cap, mem.uncertainty))
     out["max_micro_batch"] = np.min(np.stack(np.broadcast_arrays(*[
-        _max_by(r["weights_bytes"] + r["work_fixed"] + res, r["per_seq"], cap) for r in rows])), axis=0)
+        _max_by(r["weights_bytes"] + r["work_fixed"], r["per_seq"], (cap - runtime) / (1.0 + oh)) for r in rows])), axis=0)
     out["stage"] = _choose(pick, cands).astype(int)
     out["activation_bytes_per_layer"] = T * per_layer_tok
-    return {k: _out(v) for k, v in out.items()}
+    result = {k: _out(v) for k, v in out.items()}
+    result["verdict"] = verdict_name(out["verdict_code"])
+    return result

@@ -39,7 +39,7 @@ import numpy as np
 
 from llmpar.cost.activations import *  # noqa: F401,F403  (re-exported: names other modules import from here)
 from llmpar.cost.activations import (
-    ActTerm, _extra_bytes, activation_terms, aggregate, checkpoint_term, first_stage_extra_terms,
+    _extra_bytes, aggregate, stack_activation_terms, checkpoint_term, first_stage_extra_terms,
     last_stage_extra_terms, layer_activation_bytes,
 )
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
@@ -51,7 +51,10 @@ from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
     head_shard, layer_shard,
 )
-from llmpar.cost.runtime import SRC_RESERVE, _capacity
+from llmpar.cost.runtime import *  # noqa: F401,F403
+from llmpar.cost.runtime import (
+    _capacity, communicators, reserved_bytes, runtime_bytes, verdict_code, verdict_name,
+)
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
@@ -61,14 +64,13 @@ from llmpar.specs.model import ModelSpec
 # ============================================================================ the stage model
 
 def _layer_coeffs(model: ModelSpec, settings: Settings):
-    attn = settings.attention
     ckpt = checkpoint_term(model)
-    dense = aggregate(activation_terms(model, False, attn, settings.dtype), ckpt)
-    moe = aggregate(activation_terms(model, True, attn, settings.dtype), ckpt) if model.moe else dense
+    dense = aggregate(stack_activation_terms(model, False, settings), ckpt)
+    moe = aggregate(stack_activation_terms(model, True, settings), ckpt) if model.moe else dense
     return dense, moe
 
 
-def _stage_common(model: ModelSpec, par: Parallel, coeffs) -> dict[str, Any]:
+def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -> dict[str, Any]:
     """The parts of :func:`_stage_eval` that do not depend on the stage: computed once when
     several stages of the same layouts are evaluated (the planner's arrays), same numbers."""
     c_dense, c_moe = coeffs
@@ -80,9 +82,20 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs) -> dict[str, Any]:
         "act": (act_d, none_d, act_m, none_m), "zero_div": _zero_divisors(par),
         "first_x": np.asarray(_extra_bytes(first_stage_extra_terms(model), par)) *
         np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, 0)),
-        "last_x": np.asarray(_extra_bytes(last_stage_extra_terms(model), par)) *
+        "last_x": np.asarray(_extra_bytes(last_stage_extra_terms(model, settings.stack.memory), par)) *
         np.asarray(logits_in_flight(par.schedule, p, par.microbatches)),
     }
+
+
+def grad_buffer_bytes(mem, par: Parallel, params_on_gpu):
+    """Gradient-reduction buffers of a stack, when the data-parallel group (dp·cp) has > 1 rank:
+    the stack's bucket (``memory.grad_bucket_bytes``: DeepSpeed's reduce bucket, 5e8 elements x
+    2 B) and, for torch DDP without gradient_as_bucket_view (``memory.ddp_bucket_copy``), a flat
+    16-bit copy of every gradient of this GPU (PyTorch DDP docs: gradient_as_bucket_view "saves
+    memory equal to the total gradients size")."""
+    n = np.asarray(par.dp) * np.asarray(par.cp)
+    copy = 2.0 * np.asarray(params_on_gpu, dtype=float) if mem.ddp_bucket_copy else 0.0
+    return _out(np.where(n > 1, mem.grad_bucket_bytes + copy, 0.0))
 
 
 def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: BytesPerParam, shard: LayerShard,
@@ -93,7 +106,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     activations are p+1 micro-batches of one stage's layers. ``common``: :func:`_stage_common`
     of the same layouts, if already computed.
     """
-    cm = common if common is not None else _stage_common(model, par, coeffs)
+    cm = common if common is not None else _stage_common(model, par, coeffs, settings)
     L = model.layers
     p = np.asarray(par.pp)
     i = np.asarray(stage)
@@ -132,7 +145,10 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     recompute_ws = np.where(rec == 0, 0.0, peak_none - peak_kept)
     first_x = np.where(is_first, cm["first_x"], 0.0)
     last_x = np.where(is_last, cm["last_x"], 0.0)
-    act = layers_act + recompute_ws + first_x + last_x
+    mem = settings.stack.memory
+    act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor
+    buffers = np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + np.zeros_like(np.asarray(w, dtype=float))
+    n_comm = np.asarray(communicators(par.tp, p, par.dp, par.cp, par.ep, embedding=is_first | is_last))
     return {
         "stage": i, "layers": nd + nm, "dense_layers": nd, "moe_layers": nm,
         "params_per_gpu": ne + ex, "params_nonexpert": ne, "params_expert": ex,
@@ -140,11 +156,23 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         "activations_bytes": act, "in_flight": fl,
         "act_layers_bytes": layers_act, "act_recompute_bytes": recompute_ws,
         "act_first_extra_bytes": first_x, "act_last_extra_bytes": last_x,
-        "zero3_buffer_bytes": bw + bg,
+        "zero3_buffer_bytes": bw + bg, "buffers_bytes": buffers, "communicators": n_comm,
     }
 
 
-MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")
+MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes")
+
+
+def _stage_totals(e: dict, settings: Settings, reserve):
+    """(allocated, reserved, runtime, total) of one evaluated stage: the allocator's pool is
+    allocated·(1 + overhead); the runtime is the stack's context + NCCL per communicator, or
+    the explicit ``reserve`` (--reserve) in its place."""
+    mem = settings.stack.memory
+    allocated = sum(np.asarray(e[k], dtype=float) for k in MEMORY_KEYS)
+    reserved = np.asarray(reserved_bytes(allocated, mem.allocator_overhead))
+    runtime = np.asarray(runtime_bytes(mem.cuda_context_bytes, mem.nccl_bytes_per_communicator, e["communicators"],
+                                       reserve)) + np.zeros_like(allocated)
+    return allocated, reserved, runtime, reserved + runtime
 
 
 def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> dict[str, Any]:
@@ -152,41 +180,76 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
 
     Evaluates the :func:`candidate_stages` (0, 1, p−1 and the centre) and keeps the one with the
     largest total; the others are never larger (see :func:`stage_span`). Returns a dict of numbers or arrays:
-    weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes (0),
-    reserved_bytes, total_bytes (including the reserve), capacity_bytes (HBM), fits,
-    max_micro_batch (largest b that fits, from the linear dependence of activations on b),
-    params_per_gpu (parameters of this GPU's TP/PP/EP shard, before ZeRO), stage,
+    weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes, buffers_bytes (gradient
+    buckets), kv_cache_bytes (0); allocated_bytes (their sum: the peak the framework allocates),
+    reserved_bytes (the caching allocator's pool, allocated·(1 + overhead)), allocator_overhead_bytes
+    (reserved − allocated), runtime_bytes (CUDA context + NCCL buffers, or ``reserve``),
+    communicators, total_bytes (reserved + runtime), capacity_bytes (HBM), margin_bytes
+    (capacity − total), fits (total ≤ capacity), verdict ('fits' | 'tight' | 'does_not_fit'
+    within the stack's memory.uncertainty; verdict_code 0/1/2), max_micro_batch (largest b that
+    fits), params_per_gpu (this GPU's TP/PP/EP shard, before ZeRO), stage,
     activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind).
     """
     prec = bytes_per_param(settings, par.zero)
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
     cands = candidate_stages(par.pp)
-    common = _stage_common(model, par, coeffs)
+    common = _stage_common(model, par, coeffs, settings)
     evals = [_stage_eval(model, par, settings, prec, shard, coeffs, s, common) for s in cands]
     cap, res = _capacity(hw, reserve)
-    totals = [sum(np.asarray(e[k]) for k in MEMORY_KEYS) + res for e in evals]
+    parts = [_stage_totals(e, settings, res) for e in evals]
+    totals = [x[3] for x in parts]
     pick = _argmax(totals)
 
     def choose(key):
         return _choose(pick, [e[key] for e in evals])
 
+    mem = settings.stack.memory
     out = {k: choose(k) for k in MEMORY_KEYS}
     out["kv_cache_bytes"] = np.zeros_like(out["weights_bytes"])
-    out["reserved_bytes"] = np.full_like(out["weights_bytes"], res)
-    out["total_bytes"] = _choose(pick, totals)
+    for n, key in enumerate(("allocated_bytes", "reserved_bytes", "runtime_bytes", "total_bytes")):
+        out[key] = _choose(pick, [x[n] for x in parts])
+    out["allocator_overhead_bytes"] = out["reserved_bytes"] - out["allocated_bytes"]
+    out["communicators"] = choose("communicators").astype(int)
     out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
+    out["margin_bytes"] = cap - out["total_bytes"]
     out["fits"] = out["total_bytes"] <= cap
+    out["verdict_code"] = np.asarray(verdict_code(out["total_bytes"], cap, mem.uncertainty))
     b = np.asarray(par.micro_batch, dtype=float)
+    # total = (fixed + b·per_b)(1 + overhead) + runtime <= cap  <=>  fixed + b·per_b <= (cap - runtime)/(1 + overhead)
     out["max_micro_batch"] = np.min(np.stack(np.broadcast_arrays(*[
-        _max_by(t - np.asarray(e["activations_bytes"]), np.asarray(e["activations_bytes"]) / b, cap)
-        for t, e in zip(totals, evals)])), axis=0)
+        _max_by(x[0] - np.asarray(e["activations_bytes"]), np.asarray(e["activations_bytes"]) / b,
+                (cap - x[2]) / (1.0 + mem.allocator_overhead))
+        for x, e in zip(parts, evals)])), axis=0)
     out["params_per_gpu"] = choose("params_per_gpu")
     out["stage"] = _choose(pick, cands).astype(int)
     c_dense, c_moe = coeffs
     typical = c_moe if model.moe_layers >= model.dense_layers else c_dense
-    out["activation_bytes_per_layer"] = np.asarray(layer_activation_bytes(typical, par)[0], dtype=float)
-    return {k: _out(v) for k, v in out.items()}
+    out["activation_bytes_per_layer"] = (np.asarray(layer_activation_bytes(typical, par)[0], dtype=float)
+                                         * mem.activation_factor)
+    result = {k: _out(v) for k, v in out.items()}
+    result["verdict"] = verdict_name(out["verdict_code"])
+    return result
+
+
+def memory_totals(allocated, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> dict[str, Any]:
+    """Allocator overhead, runtime, total and verdict of an ``allocated`` peak (the bare-count
+    path, which has no stages): the same rules as :func:`memory_per_gpu`."""
+    mem = settings.stack.memory
+    cap, res = _capacity(hw, reserve)
+    alloc = np.asarray(allocated, dtype=float)
+    n_comm = np.asarray(communicators(par.tp, par.pp, par.dp, par.cp, par.ep))
+    reserved = np.asarray(reserved_bytes(alloc, mem.allocator_overhead))
+    runtime = np.asarray(runtime_bytes(mem.cuda_context_bytes, mem.nccl_bytes_per_communicator, n_comm, res))
+    total = reserved + runtime
+    code = verdict_code(total, cap, mem.uncertainty)
+    out = {"allocated_bytes": alloc, "allocator_overhead_bytes": reserved - alloc, "reserved_bytes": reserved,
+           "runtime_bytes": runtime + np.zeros_like(alloc), "communicators": n_comm, "total_bytes": total,
+           "capacity_bytes": cap + np.zeros_like(alloc), "margin_bytes": cap - total, "fits": total <= cap,
+           "verdict_code": code}
+    out = {k: _out(v) for k, v in out.items()}
+    out["verdict"] = verdict_name(code)
+    return out
 
 
 def memory_per_stage(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> list[dict]:
@@ -201,11 +264,10 @@ def memory_per_stage(model: ModelSpec, hw: Hardware, par: Parallel, settings: Se
         row = {k: _out(np.asarray(e[k])) for k in ("stage", "layers", "params_per_gpu", *MEMORY_KEYS, "in_flight")}
         row["stage"] = i
         row["layers"] = int(row["layers"])
-        row["total_bytes"] = sum(row[k] for k in MEMORY_KEYS) + res
+        allocated, reserved, runtime, total = (float(x) for x in _stage_totals(e, settings, res))
+        row.update(allocated_bytes=allocated, reserved_bytes=reserved, runtime_bytes=runtime, total_bytes=total)
         rows.append(row)
     return rows
-
-
 
 from llmpar.cost.inference import *  # noqa: E402,F401,F403
 from llmpar.cost.inference import inference_memory_per_gpu, kv_cache_per_token_layer  # noqa: E402,F401

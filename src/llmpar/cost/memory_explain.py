@@ -13,7 +13,7 @@ import numpy as np
 
 from llmpar.cost import params as P
 from llmpar.cost.activations import (
-    CHECKPOINT_SOURCE, ActTerm, activation_terms, checkpoint_term, first_stage_extra_terms, last_stage_extra_terms,
+    CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, first_stage_extra_terms, last_stage_extra_terms,
     term_bytes,
 )
 from llmpar.cost.inflight import in_flight_on_stage, logits_in_flight, stage_span
@@ -24,8 +24,14 @@ from llmpar.cost.states import (
     bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard,
 )
 from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
-from llmpar.cost.runtime import SRC_RESERVE, _capacity
+from llmpar.cost.runtime import (
+    SRC_ALLOC, SRC_CONTEXT, SRC_GROUPS, SRC_NCCL, SRC_RESERVE, _capacity, communicators,
+)
 from llmpar.parallel import Parallel, Settings
+
+SRC_BUCKET = ("DeepSpeed config docs: reduce_bucket_size (5e8 elements), contiguous_gradients; "
+              "PyTorch DDP bucket_cap_mb")
+SRC_DDP = "PyTorch DistributedDataParallel docs, gradient_as_bucket_view (False: buckets copy every gradient)"
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 
@@ -95,8 +101,9 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
         terms.append(Term("params", "parameters per GPU", shard, "Ψ / (tp·pp)",
                           f"{_g(params)} / ({int(par.tp)}·{int(par.pp)})", "even split of a bare count"))
         terms += state_terms(shard, 0.0, shard if prec.fp8_cache else 0.0, 0.0, prec, par, settings)
-        terms.append(Term("reserved", "reserve", res, "profile or --reserve", _g(res), SRC_RESERVE))
-        return terms
+        allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer"))
+        n_comm = int(communicators(par.tp, par.pp, par.dp, par.cp, par.ep))
+        return terms + runtime_terms(allocated, settings, n_comm, res)
     if stage is None:
         stage = int(memory_per_gpu(model, hw, par, settings, reserve)["stage"])
     shard = layer_shard(model, par)
@@ -145,38 +152,74 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
                               SRC_ZERO3_BUF))
             terms.append(Term("gradients", "ZeRO-3 unsharded layer gradient", float(bg), "bytes_g × layer params/GPU",
                               f"{_g(prec.gradients)} × {_g(float(bg) / float(prec.gradients))}", SRC_ZERO3_BUF))
-    # activations
+    # activations (× the stack's fitted activation_factor, when it is not 1)
+    mem = settings.stack.memory
+    fac = float(mem.activation_factor)
+    fdesc = " × activation_factor" if fac != 1 else ""
+    fval = f" × {fac:g} (stack {settings.stack.name})" if fac != 1 else ""
     fl = float(e["in_flight"])
     rec = int(par.recompute)
     for kind, n, moe_layer in (("dense", nd, False), ("MoE", nm, True)):
         if not n:
             continue
-        tt = activation_terms(model, moe_layer, settings.attention, settings.dtype)
+        tt = stack_activation_terms(model, moe_layer, settings)
         kept = [x for x in tt if rec == 0 or (rec == 1 and x.selective)] if rec < 2 else [checkpoint_term(model)]
         dual = int(par.schedule) == DUALPIPE and int(par.pp) > 1
         n_eff = n / 2.0 if dual else n
         for x in kept:
             per = float(term_bytes(x, par))
-            terms.append(Term("activations", f"{kind} layer: {x.name}", per * n_eff * fl,
-                              _act_formula(x) + " × layers × in-flight",
-                              f"{_g(per)} B/layer × {_g(n_eff)} × {_g(fl)}", x.source))
+            terms.append(Term("activations", f"{kind} layer: {x.name}", per * n_eff * fl * fac,
+                              _act_formula(x) + " × layers × in-flight" + fdesc,
+                              f"{_g(per)} B/layer × {_g(n_eff)} × {_g(fl)}" + fval, x.source))
     if float(e["act_recompute_bytes"]):
         terms.append(Term("activations", "recompute working set (one layer rematerialised in backward)",
-                          float(e["act_recompute_bytes"]), "one layer's activations without recompute − kept",
-                          f"{_g(e['act_recompute_bytes'])}", CHECKPOINT_SOURCE))
+                          float(e["act_recompute_bytes"]) * fac, "one layer's activations without recompute − kept" + fdesc,
+                          f"{_g(e['act_recompute_bytes'])}" + fval, CHECKPOINT_SOURCE))
     for flag, key, tlist, inflight in (
         ("first", "act_first_extra_bytes", first_stage_extra_terms(model),
          in_flight_on_stage(par.schedule, par.pp, par.microbatches, par.virtual_stages, 0)),
-        ("last", "act_last_extra_bytes", last_stage_extra_terms(model), logits_in_flight(par.schedule, par.pp, par.microbatches)),
+        ("last", "act_last_extra_bytes", last_stage_extra_terms(model, mem),
+         logits_in_flight(par.schedule, par.pp, par.microbatches)),
     ):
         if not float(e[key]):
             continue
         for x in tlist:
             per = float(term_bytes(x, par))
-            terms.append(Term("activations", f"{flag} stage: {x.name}", per * float(inflight),
-                              _act_formula(x) + " × in-flight", f"{_g(per)} × {_g(inflight)}", x.source))
-    terms.append(Term("reserved", "reserve", res, "profile or --reserve", _g(res), SRC_RESERVE))
-    return terms
+            terms.append(Term("activations", f"{flag} stage: {x.name}", per * float(inflight) * fac,
+                              _act_formula(x) + " × in-flight" + fdesc, f"{_g(per)} × {_g(inflight)}" + fval, x.source))
+    buf = float(e["buffers_bytes"])
+    if buf:
+        n = int(par.dp) * int(par.cp)
+        if mem.grad_bucket_bytes:
+            terms.append(Term("buffers", "gradient-reduction bucket", float(mem.grad_bucket_bytes),
+                              "memory.grad_bucket_bytes (dp·cp > 1)", f"{_g(mem.grad_bucket_bytes)} (dp·cp = {n})",
+                              SRC_BUCKET))
+        if mem.ddp_bucket_copy:
+            terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - float(mem.grad_bucket_bytes),
+                              "2 B × Ψ_gpu (dp·cp > 1)", f"2 × {_g(e['params_per_gpu'])}", SRC_DDP))
+    allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    return terms + runtime_terms(allocated, settings, int(e["communicators"]), res)
+
+
+def runtime_terms(allocated: float, settings: Settings, n_comm: int, reserve) -> list[Term]:
+    """The allocator's overhead over ``allocated`` and the runtime (CUDA context + NCCL buffers per
+    communicator, or the explicit --reserve in their place): the same arithmetic as
+    :func:`llmpar.cost.runtime.reserved_bytes` and :func:`~llmpar.cost.runtime.runtime_bytes`."""
+    mem = settings.stack.memory
+    name = settings.stack.name
+    oh = float(mem.allocator_overhead)
+    out = [Term("allocator", "caching-allocator overhead (reserved − allocated)", allocated * oh,
+                "allocated × allocator_overhead", f"{_g(allocated)} × {oh:g} (stack {name})", SRC_ALLOC)]
+    if reserve is not None:
+        out.append(Term("runtime", "runtime reserve (--reserve: replaces CUDA context + NCCL)", float(reserve),
+                        "--reserve", _g(reserve), SRC_RESERVE))
+        return out
+    out.append(Term("runtime", "CUDA context + library workspaces", float(mem.cuda_context_bytes),
+                    "memory.cuda_context_bytes", f"{_g(mem.cuda_context_bytes)} (stack {name})", SRC_CONTEXT))
+    out.append(Term("runtime", f"NCCL buffers ({n_comm} communicators)", float(mem.nccl_bytes_per_communicator) * n_comm,
+                    "nccl_bytes_per_communicator × communicators (tp, pp, dp, cp, ep, world, embedding; size > 1)",
+                    f"{_g(mem.nccl_bytes_per_communicator)} × {n_comm}", SRC_NCCL + "; " + SRC_GROUPS))
+    return out
 
 
 def _is_dual_end(par: Parallel, stage: int, end: int) -> bool:
@@ -218,5 +261,4 @@ def inference_terms(model: ModelSpec, hw: Hardware, par: Parallel, settings: Set
         Term("activations", "working activations (one prefill + last-position logits)", float(r["activations_bytes"]),
              "T/c·[4h + max(attn/t, mlp/t)] + B·4V/t (last stage)", f"T={_g(T)}, B={batch}",
              "llmpar estimate (docs/memory.md, Inference)"),
-        Term("reserved", "reserve", res, "profile or --reserve", _g(res), SRC_RESERVE),
-    ]
+    ] + runtime_terms(float(r["allocated_bytes"]), settings, int(r["communicators"]), res)
