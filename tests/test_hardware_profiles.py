@@ -21,7 +21,8 @@ def test_all_shipped_profiles_load():
     assert EXPECTED <= names
     for name in names:
         hw = load_hardware(name)
-        assert hw.reserve < hw.gpu.memory
+        # the runtime reserve moved to the stacks (docs/design-notes.md): no shipped profile sets it
+        assert hw.reserve is None
         assert hw.tiers[-1].domain_size is None
         assert hw.source and hw.description
 

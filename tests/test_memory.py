@@ -20,11 +20,18 @@ from llmpar.specs.model import ModelSpec
 from conftest import SHARED
 
 HW = load_hardware("h100-sxm")
+GIB = 2**30
 LLAMA70 = load_model("llama-3-70b")
 GPT22 = load_model("megatron-gpt-22b")
 MIXTRAL = load_model("mixtral-8x7b")
 DSV3 = load_model("deepseek-v3")
 S1F1B, SGPIPE, SINTER, SZB, SDUAL = (SCHEDULES.index(s) for s in ("1f1b", "gpipe", "interleaved", "zb-h1", "dualpipe"))
+
+
+# The ZeRO paper (Rajbhandari et al. 2019 §3.1) counts 16-bit gradients: 2 + 2 + K = 16 B/param. That is
+# the paper's accounting, not a framework's default (the default stack, megatron-core, keeps fp32 main
+# grads: 18 B/param), so the tests that reproduce the paper say so with grad_dtype="bf16".
+ZERO_PAPER = {"grad_dtype": "bf16"}
 
 
 def states(count, **kw):
@@ -38,17 +45,21 @@ def states(count, **kw):
 
 @pytest.mark.parametrize("kw,expected", [
     # ZeRO §3.1: bf16 weight 2 + bf16 grad 2 + Adam K = 12 (fp32 master, m, v) = 16
-    (dict(), (2, 2, 12)),
-    (dict(optimizer="adamw"), (2, 2, 12)),
+    (dict(ZERO_PAPER), (2, 2, 12)),
+    (dict(ZERO_PAPER, optimizer="adamw"), (2, 2, 12)),
+    # the default stack (megatron-core) keeps fp32 main grads: 2 + 4 + 12 = 18
+    (dict(), (2, 4, 12)),
+    # a stack without an fp32 main-grad buffer (DeepSpeed: bf16 gradients) gets 16
+    (dict(stack="deepspeed"), (2, 2, 12)),
     # SGD with momentum: fp32 master 4 + momentum 4 = 8
-    (dict(optimizer="sgd"), (2, 2, 8)),
+    (dict(ZERO_PAPER, optimizer="sgd"), (2, 2, 8)),
     # 8-bit Adam: fp32 master 4 + 8-bit m 1 + 8-bit v 1 = 6
-    (dict(optimizer="adam-8bit"), (2, 2, 6)),
+    (dict(ZERO_PAPER, optimizer="adam-8bit"), (2, 2, 6)),
     (dict(grad_dtype="fp32"), (2, 4, 12)),
     # Megatron: fp32 main grads: 2 + 4 + 12 = 18 (theoretical_memory_usage.py)
     (dict(convention="megatron"), (2, 4, 12)),
     # fp8 (Transformer Engine) keeps the bf16 primary weight: still 2 (+ a separate fp8 cache)
-    (dict(dtype="fp8"), (2, 2, 12)),
+    (dict(ZERO_PAPER, dtype="fp8"), (2, 2, 12)),
 ])
 def test_bytes_per_param(kw, expected):
     b = M.bytes_per_param(Settings(**kw))
@@ -67,7 +78,7 @@ def test_deepspeed_bytes_depend_on_stage():
 def test_zero_figure1_7_5b_on_64():
     # ZeRO paper Fig. 1 / DESIGN.md: Ψ = 7.5B, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0..3
     # stage 0: 16Ψ = 120 GB; 1: (4 + 12/64)Ψ = 31.41; 2: (2 + 14/64)Ψ = 16.64; 3: 16Ψ/64 = 1.875
-    got = [states(7.5e9, dp=64, zero=z)[0] / 1e9 for z in range(4)]
+    got = [states(7.5e9, dp=64, zero=z, **ZERO_PAPER)[0] / 1e9 for z in range(4)]
     assert got == pytest.approx([120.0, 31.40625, 16.640625, 1.875], rel=1e-12)
     assert [round(g, 1) for g in got] == [120.0, 31.4, 16.6, 1.9]
 
@@ -85,7 +96,7 @@ ZERO_TABLE1_7_5B = {
 @pytest.mark.parametrize("n", [1, 4, 16, 64, 256, 1024])
 def test_zero_table1(zero, n):
     printed = ZERO_TABLE1_7_5B[zero][n]
-    got = states(7.5e9, dp=n, zero=zero)[0] / 1e9
+    got = states(7.5e9, dp=n, zero=zero, **ZERO_PAPER)[0] / 1e9
     decimals = len(str(printed).split(".")[1]) if "." in str(printed) else 0
     # the paper rounds half up (41.25 -> 41.3; 15.41 -> 15.4): compare at its printed precision
     assert abs(got - printed) <= 0.5 * 10 ** -decimals + 1e-9, (zero, n, got, printed)
@@ -99,7 +110,7 @@ def test_zero_table1_against_public_yaml():
     size = {"7.5B": 7.5e9, "128B": 128e9, "1T": 1e12}
     checked = 0
     for row in rows:
-        got = states(size[row["model"]], dp=row["dp_degree"], zero=stage[row["stage"]])[0] / 1e9
+        got = states(size[row["model"]], dp=row["dp_degree"], zero=stage[row["stage"]], **ZERO_PAPER)[0] / 1e9
         printed = float(row["memory_gb"])
         # the table prints 2-4 significant figures: within 0.5 % or half a unit of the last printed digit
         assert got == pytest.approx(printed, rel=5e-3, abs=0.006), row
@@ -109,10 +120,12 @@ def test_zero_table1_against_public_yaml():
 
 def test_seed_004_zero3_70b_on_8_is_140_not_280():
     # 70B x 16 B = 1.12 TB of states; ZeRO-3 over 8 GPUs: 1.12e12 / 8 = 140 GB (seed 004 says ~280)
-    assert states(70e9, zero=0)[0] == pytest.approx(1.12e12, rel=1e-12)
-    assert states(70e9, dp=8, zero=3)[0] == pytest.approx(140e9, rel=1e-12)
+    assert states(70e9, zero=0, **ZERO_PAPER)[0] == pytest.approx(1.12e12, rel=1e-12)
+    assert states(70e9, dp=8, zero=3, **ZERO_PAPER)[0] == pytest.approx(140e9, rel=1e-12)
     # seed 004's "TP=2 + ZeRO-2": 8 GPUs, tp=2, dp=4, 16 B/param: 35e9 x (2 + 14/4) = 192.5 GB (DESIGN.md)
-    assert states(70e9, tp=2, dp=4, zero=2)[0] == pytest.approx(192.5e9, rel=1e-12)
+    assert states(70e9, tp=2, dp=4, zero=2, **ZERO_PAPER)[0] == pytest.approx(192.5e9, rel=1e-12)
+    # the same with the default stack's fp32 main grads (18 B/param): 35e9 x (2 + 4/4 + 12/4) = 210 GB
+    assert states(70e9, tp=2, dp=4, zero=2)[0] == pytest.approx(210e9, rel=1e-12)
 
 
 def test_megatron_convention_bare():
@@ -206,11 +219,12 @@ def test_zero_over_dp_times_cp_and_zero3_buffer():
     r = M.memory_per_gpu(LLAMA70, HW, par, Settings())
     psi = r["params_per_gpu"]
     assert r["optimizer_bytes"] == pytest.approx(12 * psi / 8)
-    assert r["weights_bytes"] == pytest.approx(2 * psi) and r["gradients_bytes"] == pytest.approx(2 * psi)
-    # ZeRO-3 (llmpar): 2Ψ/N + two gathered layers (2 x 2 B x 106,971,136) ; grads 2Ψ/N + one layer
+    # the default stack (megatron-core) keeps fp32 main grads, unsharded under ZeRO-1: 4Ψ
+    assert r["weights_bytes"] == pytest.approx(2 * psi) and r["gradients_bytes"] == pytest.approx(4 * psi)
+    # ZeRO-3 (llmpar): 2Ψ/N + two gathered layers (2 x 2 B x 106,971,136) ; fp32 grads 4Ψ/N + one layer (4 B)
     r3 = M.memory_per_gpu(LLAMA70, HW, par.replace(zero=3), Settings())
     assert r3["weights_bytes"] == pytest.approx(2 * psi / 8 + 4 * 106_971_136)
-    assert r3["gradients_bytes"] == pytest.approx(2 * psi / 8 + 2 * 106_971_136)
+    assert r3["gradients_bytes"] == pytest.approx(4 * psi / 8 + 4 * 106_971_136)
 
 
 def test_expert_sharding_mixtral():
@@ -457,12 +471,20 @@ def test_max_micro_batch_is_the_largest_that_fits(model, par):
     assert not M.memory_per_gpu(model, HW, par.replace(micro_batch=bmax + 1), s)["fits"]
 
 
-def test_reserve_counts_against_capacity():
+def test_runtime_allocator_and_reserve_override():
+    # megatron-core (docs/stacks-memory.md): overhead 0.10, context 0.6 GiB, NCCL 0.25 GiB per communicator.
+    # tp=8, pp=2, dp=4 (64 GPUs): tp, pp, dp, world + the embedding group on the first/last stage = 5
     par = Parallel(tp=8, pp=2, dp=4, zero=1, sp=True, seq=8192, microbatches=16)
     a = M.memory_per_gpu(LLAMA70, HW, par, Settings())
+    assert a["communicators"] == 5
+    assert a["runtime_bytes"] == pytest.approx(0.6 * GIB + 5 * 0.25 * GIB)
+    assert a["reserved_bytes"] == pytest.approx(1.10 * a["allocated_bytes"])
+    assert a["total_bytes"] == pytest.approx(a["reserved_bytes"] + a["runtime_bytes"])
+    assert a["margin_bytes"] == pytest.approx(80 * GIB - a["total_bytes"])
+    # --reserve replaces the runtime (context + NCCL) and leaves the allocator overhead alone
     b = M.memory_per_gpu(LLAMA70, HW, par, Settings(), reserve=10e9)
-    assert a["reserved_bytes"] == 4 * 2**30   # h100-sxm profile: 4 GiB
-    assert b["total_bytes"] - a["total_bytes"] == pytest.approx(10e9 - 4 * 2**30)
+    assert b["runtime_bytes"] == 10e9 and b["reserved_bytes"] == a["reserved_bytes"]
+    assert b["total_bytes"] - a["total_bytes"] == pytest.approx(10e9 - a["runtime_bytes"])
     assert a["capacity_bytes"] == 80 * 2**30
 
 
@@ -509,7 +531,8 @@ def test_tiny_model_spec_roundtrip():
     m = ModelSpec(name="tiny", layers=2, hidden=64, heads=4, ffn_hidden=256, ffn_type="gelu", vocab=100,
                   max_seq=128, norm="layernorm", linear_bias=True, dropout=True, attention="standard",
                   position="learned", family="gpt")
-    r = M.memory_per_gpu(m, HW, Parallel(seq=128), Settings(attention="standard"))
+    # Korthikanti's accounting (stack megatron-2022: fp32 logits counted once, no runtime)
+    r = M.memory_per_gpu(m, HW, Parallel(seq=128), Settings(attention="standard", stack="megatron-2022"))
     # activations: 2 layers x sbh(34 + 5as/h) = 2·128·64·(34 + 5·4·128/64) = 1,212,416
     # + token ids 8·128 + embedding dropout mask 128·64 + final LN input, head input 2·2·128·64
     # + fp32 logits 4·128·100 = 1,024 + 8,192 + 32,768 + 51,200
@@ -519,8 +542,8 @@ def test_tiny_model_spec_roundtrip():
 
 def test_seed_000_zero1_and_ddp():
     # seed 000: DDP (4 + K)Ψ and ZeRO-1 (4 + K/N)Ψ; K = 12, Ψ = 70B, N = 8: 1120 GB and 385 GB
-    assert states(70e9, dp=8, zero=0)[0] == pytest.approx(1120e9)
-    assert states(70e9, dp=8, zero=1)[0] == pytest.approx(385e9)
+    assert states(70e9, dp=8, zero=0, **ZERO_PAPER)[0] == pytest.approx(1120e9)
+    assert states(70e9, dp=8, zero=1, **ZERO_PAPER)[0] == pytest.approx(385e9)
 
 
 def test_seed_inference_example_tp2():
@@ -532,12 +555,14 @@ def test_seed_inference_example_tp2():
     # working set per token: 4h + max((Q+K+V+O)·2/t, 6f/t) = 32,768 + max(18,432, 86,016)
     work = 4096 * (4 * h + 6 * f / 2)
     logits_seq = 4 * V / 2
-    r = M.inference_memory_per_gpu(LLAMA70, HW, Parallel(tp=2), Settings(), 1, 4096)
+    # stack megatron-2022 (no allocator overhead) and an explicit 4 GiB runtime reserve
+    r = M.inference_memory_per_gpu(LLAMA70, HW, Parallel(tp=2), Settings(stack="megatron-2022", attention="flash"), 1,
+                                   4096, 4 * 2**30)
     assert r["params_per_gpu"] == pytest.approx(params)
     assert r["weights_bytes"] == pytest.approx(2 * params)
     assert r["kv_cache_bytes"] == pytest.approx(kv_seq)
     assert r["activations_bytes"] == pytest.approx(work + logits_seq)
-    fixed = 2 * params + work + 4 * 2**30                                 # + the profile's 4 GiB reserve
+    fixed = 2 * params + work + 4 * 2**30                                 # + the explicit 4 GiB reserve
     assert r["max_micro_batch"] == (80 * 2**30 - fixed) // (kv_seq + logits_seq)
 
 
@@ -554,11 +579,12 @@ def test_invariants(tp, pp, dp, b, sched, m):
     s = Settings()
     st_ = [M.memory_per_gpu(LLAMA70, HW, par.replace(zero=z), s) for z in range(4)]
     # each ZeRO stage shards more: model states never grow from one stage to the next, except by
-    # ZeRO-3's gathered-layer buffers (two layers' weights and one layer's gradient, below)
+    # ZeRO-3's gathered-layer buffers (two layers' 2-B weights and one layer's gradient in the
+    # default stack's fp32: 2·2 + 4 = 8 B per layer parameter, below)
     states_ = [x["weights_bytes"] + x["gradients_bytes"] + x["optimizer_bytes"] for x in st_]
     assert states_[0] >= states_[1] >= states_[2]
     layer = float(M.layer_shard(LLAMA70, par).dense)
-    assert states_[3] <= states_[2] + 6 * layer + 1
+    assert states_[3] <= states_[2] + 8 * layer + 1
     # recompute none >= selective >= full (activations only)
     act = [M.memory_per_gpu(LLAMA70, HW, par.replace(recompute=r), s)["activations_bytes"] for r in range(3)]
     assert act[0] >= act[1] >= act[2] > 0

@@ -24,7 +24,8 @@ from llmpar.specs.model import ModelSpec
 from llmpar.units import parse_bytes, parse_count
 
 MEMORY_COMPONENTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                     "kv_cache_bytes", "reserved_bytes", "total_bytes")
+                     "buffers_bytes", "kv_cache_bytes", "allocated_bytes", "allocator_overhead_bytes",
+                     "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes")
 
 
 # ------------------------------------------------------------------------------ spec loading
@@ -57,8 +58,12 @@ def load_hardware_spec(hardware: str | Hardware) -> Hardware:
     return registry.load_hardware(hardware)
 
 
-def parse_reserve(reserve, hw: Hardware) -> float:
-    """--reserve as bytes (default: the profile's); must leave room on the GPU."""
+def parse_reserve(reserve, hw: Hardware) -> float | None:
+    """--reserve as bytes: an explicit override of the runtime memory (CUDA context + NCCL buffers),
+    or None = the stack's runtime model (a legacy ``reserve`` in a user's hardware profile counts
+    as --reserve). Must leave room on the GPU."""
+    if reserve is None and getattr(hw, "reserve", None) is None:
+        return None
     value = float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)
     if value >= hw.gpu.memory:
         raise UserError(f"--reserve {reserve} is not smaller than the {hw.gpu.memory / 1e9:.2f} GB of GPU memory")
@@ -119,6 +124,7 @@ class MemoryResult:
     most_loaded_stage: int
     bytes_per_param: dict[str, Any]
     assumptions: list[str] = field(default_factory=list)
+    communicators: int = 0
     stages: list[dict] | None = None
     terms: list[Any] | None = None
     inference: dict[str, Any] | None = None
@@ -129,7 +135,21 @@ class MemoryResult:
 
     @property
     def usable_bytes(self) -> float:
-        return self.capacity_bytes - self.memory["reserved_bytes"]
+        """HBM left for the allocator's pool: capacity − runtime (CUDA context + NCCL, or --reserve)."""
+        return self.capacity_bytes - self.memory["runtime_bytes"]
+
+    @property
+    def verdict(self) -> str:
+        """'fits' | 'tight' | 'does_not_fit' (cost.runtime.verdict_code: within the stack's
+        memory.uncertainty of the capacity on either side is 'tight')."""
+        from llmpar.cost.runtime import verdict_code, verdict_name
+
+        return verdict_name(verdict_code(self.memory["total_bytes"], self.capacity_bytes,
+                                         self.settings.stack.memory.uncertainty))
+
+    @property
+    def margin_bytes(self) -> float:
+        return self.capacity_bytes - self.memory["total_bytes"]
 
     @property
     def model_states_bytes(self) -> float:
@@ -153,6 +173,10 @@ class MemoryResult:
             "capacity_bytes": self.capacity_bytes,
             "usable_bytes": self.usable_bytes,
             "fits": self.fits,
+            "verdict": self.verdict,
+            "margin_bytes": self.margin_bytes,
+            "uncertainty": self.settings.stack.memory.uncertainty,
+            "communicators": self.communicators,
             "max_micro_batch": self.max_micro_batch,
             "most_loaded_stage": self.most_loaded_stage,
             "assumptions": list(self.assumptions),
@@ -252,17 +276,18 @@ def memory(
             raise UserError("--per-stage needs a model's layers; --params splits the count evenly over tp·pp")
         count = parse_count(params, "--params")
         text = str(params).strip()
-        settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, stack=stack,
-                                 convention=convention, attention=attention)
+        settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
+                                 convention=convention, attention=attention, stack=stack)
         M.check_convention(settings, zero)
         stub = _bare_spec(count, text, tp, pp, seq)
         r = resolve(stub, hw, settings=settings, **layout)
         par = r.parallel
         states = M.model_states_for_count(count, par, settings)
         mem = {"weights_bytes": float(states["weights_bytes"]), "gradients_bytes": float(states["gradients_bytes"]),
-               "optimizer_bytes": float(states["optimizer_bytes"]), "activations_bytes": 0.0, "kv_cache_bytes": 0.0,
-               "reserved_bytes": res_bytes}
-        mem["total_bytes"] = sum(mem.values())
+               "optimizer_bytes": float(states["optimizer_bytes"]), "activations_bytes": 0.0, "buffers_bytes": 0.0,
+               "kv_cache_bytes": 0.0}
+        tot = M.memory_totals(sum(mem.values()), hw, par, settings, res_bytes)
+        mem.update({k: float(tot[k]) for k in MEMORY_COMPONENTS if k in tot})
         notes = [a for a in r.assumptions if "one node" in a]
         notes.append(f"--params {text}: model states only (no shapes, so no activations), split evenly over "
                      f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
@@ -273,8 +298,9 @@ def memory(
         return MemoryResult(
             model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
             mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
-            activation_bytes_per_layer=None, capacity_bytes=cap, fits=mem["total_bytes"] <= cap, max_micro_batch=None,
-            most_loaded_stage=0, bytes_per_param=_bpp(prec), assumptions=notes,
+            activation_bytes_per_layer=None, capacity_bytes=cap, fits=bool(tot["fits"]), max_micro_batch=None,
+            most_loaded_stage=0, bytes_per_param=_bpp(prec), assumptions=notes + _runtime_notes(settings, res_bytes),
+            communicators=int(tot["communicators"]),
             terms=M.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,
         )
 
@@ -319,7 +345,8 @@ def memory(
             most_loaded_stage=int(out["stage"]),
             bytes_per_param={"weights": M.INFERENCE_WEIGHT_BYTES[settings.dtype], "gradients": 0.0, "optimizer": 0.0,
                              "fp8_weight_cache": 0.0},
-            assumptions=notes, inference={"batch": b, "context": T, "kv_dtype": settings.kv_dtype},
+            assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(out["communicators"]),
+            inference={"batch": b, "context": T, "kv_dtype": settings.kv_dtype},
             terms=M.inference_terms(spec, hw, par, settings, b, T, res_bytes) if explain else None,
         )
 
@@ -340,10 +367,19 @@ def memory(
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]), memory=mem,
         activation_bytes_per_layer=float(out["activation_bytes_per_layer"]), capacity_bytes=float(out["capacity_bytes"]),
         fits=bool(out["fits"]), max_micro_batch=_int_or_none(out["max_micro_batch"]), most_loaded_stage=stage,
-        bytes_per_param=_bpp(prec), assumptions=notes,
+        bytes_per_param=_bpp(prec), assumptions=notes + _runtime_notes(settings, res_bytes),
+        communicators=int(out["communicators"]),
         stages=M.memory_per_stage(spec, hw, par, settings, res_bytes) if per_stage else None,
         terms=M.memory_terms(spec, hw, par, settings, res_bytes, stage=stage) if explain else None,
     )
+
+
+def _runtime_notes(settings: Settings, reserve) -> list[str]:
+    mem = settings.stack.memory
+    if reserve is not None:
+        return [f"--reserve {reserve / 2**30:.2f} GiB replaces the stack's runtime (CUDA context + NCCL buffers); "
+                f"the allocator overhead ({mem.allocator_overhead:g}) still applies"]
+    return []
 
 
 def _bpp(prec) -> dict[str, Any]:

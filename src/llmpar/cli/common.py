@@ -37,13 +37,14 @@ _PRECISION_OPTIONS = [
     click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True),
     click.option("--stack", default=None,
                  help="Framework profile: shipped name (see `llmpar stacks`) or a YAML path (default megatron-core)."),
-    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES), default=None,
-                 help="Gradient accumulation dtype (default: the stack's; fp32 with a main-grad buffer)."),
+    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES),
+                 help="Gradient dtype (default: the stack's: fp32 when it keeps an fp32 main-grad buffer, else bf16)."),
     click.option("--convention", type=click.Choice(CONVENTIONS), default="llmpar", show_default=True,
                  help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
     click.option("--attention", type=click.Choice(ATTENTION),
                  help="standard (s² scores in HBM) or flash (default: the stack's attention kernel)."),
-    click.option("--reserve", help="Memory held back (CUDA context, NCCL, fragmentation), e.g. 6GiB (default: profile)."),
+    click.option("--reserve", help="Runtime memory held back, e.g. 6GiB: replaces the stack's CUDA context + NCCL buffers "
+                                   "(the allocator overhead still applies)."),
 ]
 
 _OUTPUT_OPTIONS = [

@@ -49,7 +49,9 @@ def memory(model, **kw):
 
 _LABELS = {
     "weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer states",
-    "activations_bytes": "activations", "kv_cache_bytes": "KV cache", "reserved_bytes": "reserve",
+    "activations_bytes": "activations", "kv_cache_bytes": "KV cache", "buffers_bytes": "gradient buckets",
+    "allocated_bytes": "allocated (peak)", "allocator_overhead_bytes": "allocator overhead",
+    "runtime_bytes": "runtime (CUDA context + NCCL)",
 }
 
 
@@ -64,7 +66,10 @@ def _notes(r) -> dict[str, str]:
         "weights_bytes": f"{bpp['weights']:g} B/param" + (" + fp8 cache" if bpp.get("fp8_weight_cache") else ""),
         "gradients_bytes": f"{bpp['gradients']:g} B/param",
         "optimizer_bytes": f"{bpp['optimizer']:g} B/param ({r.settings.optimizer})",
-        "reserved_bytes": "CUDA context, NCCL buffers, fragmentation",
+        "allocator_overhead_bytes": f"allocated x {r.settings.stack.memory.allocator_overhead:g} (caching allocator)",
+        "runtime_bytes": (f"{r.communicators} NCCL communicators + CUDA context"
+                          if not any(a.startswith("--reserve") for a in r.assumptions) else "--reserve (override)"),
+        "buffers_bytes": "DDP / ZeRO reduction buckets",
         "kv_cache_bytes": "",
     }
     if z >= 3 and r.mode == "training":
@@ -90,10 +95,12 @@ def _notes(r) -> dict[str, str]:
 def _verdict_text(r, fmt, unit) -> str:
     total, cap = r.memory["total_bytes"], r.capacity_bytes
     what = "batch" if r.mode == "inference" else "micro-batch"
+    u = r.settings.stack.memory.uncertainty
+    tag = f"(within ±{u:.0%} of the limit) " if r.verdict == "tight" else ""
     if r.fits:
-        head = f"{fmt(total)} {unit} per GPU of {fmt(cap)} {unit} HBM ({fmt(cap - total)} {unit} free)"
+        head = f"{tag}{fmt(total)} {unit} per GPU of {fmt(cap)} {unit} HBM (margin {fmt(cap - total)} {unit})"
     else:
-        head = f"{fmt(total)} {unit} per GPU > {fmt(cap)} {unit} HBM ({fmt(total - cap)} {unit} over)"
+        head = f"{tag}{fmt(total)} {unit} per GPU > {fmt(cap)} {unit} HBM (margin −{fmt(total - cap)} {unit})"
     if r.max_micro_batch is None:
         return head
     if r.max_micro_batch == 0:
@@ -112,7 +119,7 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     par = r.parallel
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
     layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
-    con.print(R.header(name, [("on", r.hardware), ("gpus", f"{r.gpus} ({layout})")]))
+    con.print(R.header(name, [("on", r.hardware), ("stack", r.settings.stack.name), ("gpus", f"{r.gpus} ({layout})")]))
     pairs = []
     if r.mode == "inference":
         pairs += [("dtype", r.settings.dtype), ("kv cache", r.settings.kv_dtype)]
@@ -134,19 +141,24 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     R.print_assumptions(con, r.assumptions)
 
     notes = _notes(r)
-    keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes", "reserved_bytes"]
+    tail = ["allocator_overhead_bytes", "runtime_bytes"]
     if r.mode == "inference":
-        keys = ["weights_bytes", "kv_cache_bytes", "activations_bytes", "reserved_bytes"]
+        keys = ["weights_bytes", "kv_cache_bytes", "activations_bytes"] + tail
     elif r.mode == "training":
-        keys.remove("kv_cache_bytes")
+        keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes"]
+        keys += ["buffers_bytes"] if r.memory.get("buffers_bytes") else []
+        keys += tail
     else:
-        keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "reserved_bytes"]
+        keys = ["weights_bytes", "gradients_bytes", "optimizer_bytes"] + tail
     rows = [(_LABELS[k], r.memory[k], notes.get(k, "")) for k in keys]
     con.print()
     con.print(R.breakdown_table(
         rows, title=f"Memory per GPU ({unit} = {'1e9' if unit == 'GB' else '2^30'} bytes)", value_header=unit, fmt=fmt,
         total=r.memory["total_bytes"], total_note=f"of {fmt(r.capacity_bytes)} {unit} HBM",
     ))
+    con.print(f"allocated (the framework's peak): {fmt(r.memory['allocated_bytes'])} {unit}; allocator pool "
+              f"(reserved): {fmt(r.memory['reserved_bytes'])} {unit}; runtime: {fmt(r.memory['runtime_bytes'])} {unit}",
+              highlight=False)
     if r.mode == "model_states":
         tb = f" ({r.model_states_bytes / 1e12:.2f} TB)" if r.model_states_bytes >= 1e12 else ""
         con.print(f"model states: {fmt(r.model_states_bytes)} {unit}{tb} per GPU", highlight=False)
@@ -164,4 +176,5 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
         con.print(R.terms_table(r.terms, fmt, value_header=unit, title="How each term is computed",
                                 formats={"params": lambda v: f"{fmt_count(v)} params"}))
     con.print()
-    con.print(R.verdict(r.fits, _verdict_text(r, fmt, unit)))
+    word = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT"}[r.verdict]
+    con.print(R.verdict(r.fits, _verdict_text(r, fmt, unit), ok_word=word, bad_word=word))

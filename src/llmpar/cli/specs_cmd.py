@@ -269,7 +269,8 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
     for dtype, tf in result["peak_tflops"].items():
         gpu.add_row(f"peak {dtype} (dense)", f"{tf:g} TFLOP/s")
     gpu.add_row("GPUs per node", str(result["gpus_per_node"]))
-    gpu.add_row("reserve", f"{result['reserve_bytes'] / scale:.1f} {unit}")
+    if result["reserve_bytes"] is not None:
+        gpu.add_row("reserve", f"{result['reserve_bytes'] / scale:.1f} {unit} (legacy; acts as --reserve)")
     if hw.extends:
         gpu.add_row("extends", hw.extends)
     if hw.source:

@@ -6,6 +6,8 @@ the planner, calibration and validation all call the same function. Functions th
 parallel degrees take them from a :class:`llmpar.parallel.Parallel`, whose fields may be Python
 ints or numpy arrays, so the planner can evaluate every candidate layout at once.
 
-Modules: ``params`` (exact parameter counts per component), ``memory``, ``flops``, ``compute``,
+Modules: ``params`` (exact parameter counts per component), ``memory`` (per-stage assembly; built
+from ``states``, ``activations``, ``inflight``, ``runtime``, with ``inference`` and ``memory_explain``),
+``flops``, ``compute``,
 ``collectives``, ``topology``, ``comm``, ``pipeline``, ``step``.
 """

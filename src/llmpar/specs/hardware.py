@@ -141,7 +141,10 @@ class Hardware(BaseModel):
     extends: str | None = None
     gpu: Accelerator
     gpus_per_node: int = Field(gt=0)
-    reserve: Bytes = Field(description="memory not available to the model: CUDA context, NCCL buffers, allocator fragmentation")
+    reserve: Bytes | None = Field(
+        None, description="legacy: a flat runtime reserve; the stack's memory block (CUDA context, NCCL buffers, "
+                          "allocator overhead) replaces it. When a user profile sets it, it acts as --reserve "
+                          "(docs/design-notes.md)")
     tiers: list[Tier] = Field(min_length=1)
     calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
 
@@ -155,7 +158,7 @@ class Hardware(BaseModel):
             raise ValueError("only the last tier may have domain_size: null")
         if inner != sorted(inner):
             raise ValueError("tiers must be ordered from the smallest domain to the largest")
-        if self.reserve >= self.gpu.memory:
+        if self.reserve is not None and self.reserve >= self.gpu.memory:
             raise ValueError("reserve must be smaller than the GPU memory")
         return self
 

@@ -113,11 +113,17 @@ class MemoryModel(_Strict):
     activations: Literal["fused", "eager"] = Field(
         "fused", description="fused: the Megatron/TE saved set (Korthikanti §4.1 terms); eager: PyTorch autograd "
                              "saves every op's inputs (norm and SwiGLU intermediates, fp32 norm statistics)")
+    norm_kernel: Literal["fused", "eager"] | None = Field(
+        None, description="the RMSNorm's saved set when it differs from `activations` (nanotron: a fused Triton "
+                          "RMSNorm inside an otherwise eager block); None = as `activations`")
     activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
     fp32_logits: bool = Field(True, description="the logits are upcast to fp32 for the loss (4 B per element)")
     logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
     grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")
+    ddp_bucket_copy: bool = Field(
+        False, description="torch DDP without gradient_as_bucket_view: its buckets hold a flat 16-bit copy of every "
+                           "gradient (data parallelism > 1)")
     allocator_overhead: float = Field(
         0.0, ge=0, le=1, description="reserved/allocated - 1 at the peak (caching-allocator fragmentation)")
     cuda_context_bytes: MEMORY_BYTES = Field(0.0, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")

@@ -1,0 +1,296 @@
+"""Saved activations as tables of named terms (docs/memory.md, Activations).
+
+A term is one tensor a layer saves for its backward, per token: Korthikanti et al. 2022's
+§4.1 accounting generalised to Llama blocks, MoE and MLA (the ``fused`` Megatron/TE set), and
+the PyTorch-eager set (:mod:`llmpar.cost.activations_eager`). The tables aggregate into a few
+per-token sums that the vectorised core multiplies by b·s/c and divides by t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmpar.cost.arrays import scalar_out as _out
+from llmpar.cost.states import SRC_MEGATRON_CONV
+from llmpar.parallel import Parallel
+from llmpar.specs.model import ModelSpec
+
+SRC_KORTH = "Korthikanti et al. 2022 (arXiv:2205.05198) §4.1, Table 2"
+SRC_KORTH_EXTRA = "Korthikanti et al. 2022 §4.3 (embedding dropout, final norm, output layer, fp32 logits)"
+SRC_FLASH = "Dao et al. 2022 (FlashAttention, arXiv:2205.14135) §3.1: saves O and the softmax statistics"
+SRC_SWIGLU = "Shazeer 2020 (arXiv:2002.05202) eq. 6; Megatron-LM bias_swiglu saves [gate, up]"
+SRC_MOE = "Lepikhin et al. 2020 (GShard); Megatron-Core MoE alltoall dispatcher (tokens gathered over TP, k copies per token)"
+SRC_MLA = "DeepSeek-V2 (arXiv:2405.04434) §2.1.2-2.1.3; Megatron-Core MLA (down-projections replicated over TP)"
+
+
+@dataclass(frozen=True)
+class ActTerm:
+    """One tensor a layer saves for its backward, per token (Korthikanti 2022 §4.1 style).
+
+    bytes per layer per micro-batch = coef · dim · b · (s/c) [· s for s² terms] ÷ t if ``tp``
+    (÷ t if ``sp`` and sequence parallelism is on). ``selective``: kept under selective
+    recompute (Korthikanti §5 recomputes the attention core: the s² terms and softmax stats).
+    """
+
+    name: str
+    coef: float          # bytes per element
+    dim: int             # elements per token (s² terms: per token per key position)
+    unit: str            # symbolic per-token size: 'h', 'f', 'a·d', 'a·s', ...
+    tp: bool
+    sp: bool
+    selective: bool
+    s2: bool = False
+    source: str = SRC_KORTH
+
+    @property
+    def per_token(self) -> float:
+        return self.coef * self.dim
+
+
+CHECKPOINT_SOURCE = "Korthikanti et al. 2022 §5 / Table 2 (full recompute keeps the layer input, 2sbh)"
+
+
+def checkpoint_term(model: ModelSpec) -> ActTerm:
+    """Full recompute: only the layer input survives (Table 2: 2sbh; with SP, Megatron keeps the
+    sequence-parallel shard, 2sbh/t)."""
+    return ActTerm("layer input (full-recompute checkpoint)", 2.0, model.hidden, "h",
+                   tp=False, sp=True, selective=True, source=CHECKPOINT_SOURCE)
+
+
+def _attention_dims(model: ModelSpec) -> dict[str, int]:
+    a = model.heads
+    if model.mla is not None:
+        mla = model.mla
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        return {"q": a * qk, "k": a * qk, "v": a * mla.v_head_dim, "o": a * mla.v_head_dim}
+    d, kv = model.d_head, model.n_kv_heads
+    return {"q": a * d, "k": kv * d, "v": kv * d, "o": a * d}
+
+
+def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[ActTerm]:
+    """:func:`activation_terms` with the saved set of ``settings.stack`` (memory.activations,
+    memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one."""
+    mem = settings.stack.memory
+    return activation_terms(model, moe_layer, settings.attention, settings.dtype,
+                            saved=mem.activations, norm_kernel=mem.norm_kernel)
+
+
+def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: str = "bf16", *,
+                     saved: str = "fused", norm_kernel: str | None = None) -> list[ActTerm]:
+    """The tensors one transformer layer saves for backward, as named terms.
+
+    GPT block (LayerNorm, GeLU 4h, dropout, standard attention) reproduces Korthikanti Table 2:
+    attention 11sbh + 5as²b, MLP 19sbh, norms 4sbh = sbh(34 + 5as/h). Llama blocks: RMSNorm,
+    SwiGLU (gate and up outputs 4sbf, product 2sbf), GQA's smaller K and V, no dropout; flash
+    attention drops the s² terms and keeps only the softmax statistics (fp32, per query and
+    head). MoE blocks: router probabilities, k dispatched copies per token through experts of
+    size expert_ffn, shared experts. MLA: the compressed latents and the decompressed K/V.
+    With ``dtype='fp8'`` the inputs of linear layers are saved in fp8 (1 byte), as Transformer
+    Engine does; everything else stays 16-bit.
+
+    ``saved='eager'``: the PyTorch-eager set of the same block (:mod:`llmpar.cost.activations_eager`);
+    ``norm_kernel`` overrides the norms' set alone (None: as ``saved``).
+    """
+    if saved == "eager" or norm_kernel == "eager":
+        from llmpar.cost.activations_eager import eager_terms
+
+        fused = activation_terms(model, moe_layer, attention, dtype)
+        return eager_terms(fused, model, block=saved == "eager", norms=(norm_kernel or saved) == "eager")
+    h, a = model.hidden, model.heads
+    std = attention == "standard"
+    drop = bool(model.dropout)
+    dims = _attention_dims(model)
+    g = 1.0 if dtype == "fp8" else 2.0     # bytes of a saved linear-layer input
+    gsrc = SRC_KORTH + ("; fp8 GEMM input (Transformer Engine)" if dtype == "fp8" else "")
+    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    T: list[ActTerm] = []
+    add = T.append
+    # --- attention block
+    add(ActTerm(f"{norm} 1 input", 2.0, h, "h", tp=False, sp=True, selective=True))
+    if model.mla is None:
+        add(ActTerm("QKV projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
+    else:
+        mla = model.mla
+        add(ActTerm("MLA down-projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
+        if mla.q_lora_rank is not None:
+            add(ActTerm("MLA query latent c_Q (norm input)", 2.0, mla.q_lora_rank, "d_c'", tp=False, sp=False,
+                        selective=True, source=SRC_MLA))
+            add(ActTerm("MLA query latent, normalised (up-projection input)", g, mla.q_lora_rank, "d_c'",
+                        tp=False, sp=False, selective=True, source=SRC_MLA))
+        add(ActTerm("MLA KV latent c_KV + rope key (norm input)", 2.0, mla.kv_lora_rank + mla.qk_rope_head_dim,
+                    "d_c+d_R", tp=False, sp=False, selective=True, source=SRC_MLA))
+        add(ActTerm("MLA KV latent, normalised (up-projection input)", g, mla.kv_lora_rank, "d_c",
+                    tp=False, sp=False, selective=True, source=SRC_MLA))
+    qsrc = SRC_KORTH if model.mla is None else SRC_MLA
+    add(ActTerm("Q", 2.0, dims["q"], "a·d", tp=True, sp=False, selective=True, source=qsrc))
+    add(ActTerm("K", 2.0, dims["k"], "kv·d" if model.mla is None else "a·d", tp=True, sp=False, selective=True, source=qsrc))
+    add(ActTerm("V", 2.0, dims["v"], "kv·d" if model.mla is None else "a·d_v", tp=True, sp=False, selective=True, source=qsrc))
+    if std:
+        add(ActTerm("softmax output (QKᵀ scores)", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
+        if drop:
+            add(ActTerm("attention-dropout mask", 1.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
+            add(ActTerm("attention-dropout output", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
+    else:
+        add(ActTerm("softmax statistics (fp32 logsumexp)", 4.0, a, "a", tp=True, sp=False, selective=False,
+                    source=SRC_FLASH))
+    add(ActTerm("attention output (output-projection input)", g, dims["o"], "a·d", tp=True, sp=False,
+                selective=True, source=gsrc if std else gsrc + "; " + SRC_FLASH))
+    if drop:
+        add(ActTerm("attention residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
+    # --- MLP / MoE block
+    add(ActTerm(f"{norm} 2 input", 2.0, h, "h", tp=False, sp=True, selective=True))
+    swiglu = model.ffn_type == "swiglu"
+
+    def ffn_terms(label: str, f: int, unit: str, mult: int = 1, src: str = SRC_KORTH):
+        if swiglu:
+            add(ActTerm(f"{label} gate and up outputs (SwiGLU input)", 2.0, 2 * f * mult, f"2{unit}",
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src))
+            add(ActTerm(f"{label} SwiGLU output (down-projection input)", g, f * mult, unit,
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src))
+        else:
+            add(ActTerm(f"{label} GeLU input (FC1 output)", 2.0, f * mult, unit, tp=True, sp=False, selective=True,
+                        source=src))
+            add(ActTerm(f"{label} GeLU output (FC2 input)", g, f * mult, unit, tp=True, sp=False, selective=True,
+                        source=src))
+
+    if moe_layer and model.moe:
+        moe = model.moe
+        k = moe.top_k
+        add(ActTerm("router and dispatch input", g, h, "h", tp=False, sp=True, selective=True, source=SRC_MOE))
+        add(ActTerm("router probabilities (fp32)", 4.0, moe.experts, "E", tp=False, sp=True, selective=True,
+                    source=SRC_MOE))
+        add(ActTerm(f"expert inputs ({k} dispatched copies per token)", g, k * h, "k·h", tp=False, sp=False,
+                    selective=True, source=SRC_MOE))
+        ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE)
+        add(ActTerm("expert outputs (for the routing-weight gradient)", 2.0, k * h, "k·h", tp=False, sp=True,
+                    selective=True, source=SRC_MOE))
+        if moe.shared_experts:
+            ffn_terms("shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE)
+    else:
+        add(ActTerm("MLP input (FC1 input)", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
+        ffn_terms("MLP", model.ffn_hidden, "f")
+    if drop:
+        add(ActTerm("MLP residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
+    return T
+
+
+@dataclass(frozen=True)
+class ActCoeffs:
+    """Per-token byte sums of a term table by how they split: the vectorised form of the table."""
+
+    rep: float
+    sp: float
+    tp: float
+    sel_rep: float
+    sel_sp: float
+    sel_tp: float
+    s2: float
+    ckpt_rep: float
+    ckpt_sp: float
+
+
+def aggregate(terms: list[ActTerm], ckpt: ActTerm) -> ActCoeffs:
+    def total(pred):
+        return float(sum(t.per_token for t in terms if pred(t)))
+
+    return ActCoeffs(
+        rep=total(lambda t: not t.s2 and not t.tp and not t.sp),
+        sp=total(lambda t: not t.s2 and not t.tp and t.sp),
+        tp=total(lambda t: not t.s2 and t.tp),
+        sel_rep=total(lambda t: t.selective and not t.s2 and not t.tp and not t.sp),
+        sel_sp=total(lambda t: t.selective and not t.s2 and not t.tp and t.sp),
+        sel_tp=total(lambda t: t.selective and not t.s2 and t.tp),
+        s2=total(lambda t: t.s2),
+        ckpt_rep=ckpt.per_token if not ckpt.sp else 0.0,
+        ckpt_sp=ckpt.per_token if ckpt.sp else 0.0,
+    )
+
+
+def _split(par: Parallel):
+    t = np.asarray(par.tp, dtype=float)
+    sp_div = np.where(np.asarray(par.sp, dtype=bool), t, 1.0)
+    return t, sp_div
+
+
+def _tokens(par: Parallel):
+    """Tokens of one micro-batch on one GPU: b · s/c (context parallelism divides the sequence)."""
+    return np.asarray(par.micro_batch, dtype=float) * np.asarray(par.seq, dtype=float) / np.asarray(par.cp, dtype=float)
+
+
+def layer_activation_bytes(c: ActCoeffs, par: Parallel, recompute=None):
+    """Bytes one layer keeps for one micro-batch on one GPU (Korthikanti 2022 Table 2, generalised).
+
+    none:      b·s/c · (rep + sp/t_sp + tp/t) + b·s/c · s · s2/t
+    selective: b·s/c · (sel_rep + sel_sp/t_sp + sel_tp/t)
+    full:      b·s/c · (ckpt_rep + ckpt_sp/t_sp)
+    with t_sp = t when sequence parallelism is on, else 1.
+    """
+    t, sp_div = _split(par)
+    tok = _tokens(par)
+    s = np.asarray(par.seq, dtype=float)
+    none = tok * (c.rep + c.sp / sp_div + c.tp / t) + tok * s * c.s2 / t
+    sel = tok * (c.sel_rep + c.sel_sp / sp_div + c.sel_tp / t)
+    full = tok * (c.ckpt_rep + c.ckpt_sp / sp_div)
+    rec = np.asarray(par.recompute if recompute is None else recompute)
+    return _out(np.where(rec == 0, none, np.where(rec == 1, sel, full))), _out(none)
+
+
+def term_bytes(term: ActTerm, par: Parallel):
+    """Bytes of one term for one layer and one micro-batch on one GPU."""
+    t, sp_div = _split(par)
+    div = t if term.tp else (sp_div if term.sp else 1.0)
+    x = _tokens(par) * term.per_token / div
+    if term.s2:
+        x = x * np.asarray(par.seq, dtype=float)
+    return _out(x)
+
+
+def first_stage_extra_terms(model: ModelSpec) -> list[ActTerm]:
+    """Per micro-batch on the first stage: token ids (int64, Megatron theoretical_memory_usage.py)
+    and the embedding-dropout mask (Korthikanti §4.3), when the model has dropout."""
+    T = [ActTerm("token ids (int64)", 8.0, 1, "1", tp=False, sp=False, selective=True, source=SRC_MEGATRON_CONV)]
+    if model.dropout:
+        T.append(ActTerm("embedding dropout mask", 1.0, model.hidden, "h", tp=False, sp=True, selective=True,
+                         source=SRC_KORTH_EXTRA))
+    return T
+
+
+SRC_LOGITS_GRAD = ("PyTorch log_softmax / Megatron vocab_parallel_cross_entropy backward: the fp32 gradient of "
+                   "the logits is allocated while the saved fp32 softmax is alive (nanotron: the fp32 cast copy "
+                   "beside it in the forward)")
+
+
+def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
+    """Per micro-batch on the last stage (Korthikanti §4.3, 4sbh/t·(1 + V/h)): final-norm input,
+    LM-head input, and the logits of the vocab-parallel cross-entropy (fp32: 4·s·b·V/t; for a
+    128K vocabulary these outweigh a layer). ``mem`` (a stack's memory block, None = Korthikanti's
+    accounting): ``fp32_logits`` False keeps 16-bit logits (2 B); ``logits_grad`` adds the logits'
+    fp32 gradient, live at the same time (2x); ``activations``/``norm_kernel`` 'eager' gives the
+    final RMSNorm the eager saved set."""
+    h = model.hidden
+    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    fp32 = True if mem is None else bool(mem.fp32_logits)
+    nb = 4.0 if fp32 else 2.0
+    T = [
+        ActTerm(f"final {norm} input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
+        ActTerm("LM-head input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
+        ActTerm(f"logits ({'fp32' if fp32 else '16-bit'}, vocab-parallel cross-entropy)", nb, model.vocab, "V",
+                tp=True, sp=False, selective=True, source=SRC_KORTH_EXTRA),
+    ]
+    if mem is not None and mem.logits_grad:
+        T.append(ActTerm("gradient of the logits (fp32, live with them)", 4.0, model.vocab, "V", tp=True, sp=False,
+                         selective=True, source=SRC_LOGITS_GRAD))
+    if mem is not None and (mem.norm_kernel or mem.activations) == "eager":
+        from llmpar.cost.activations_eager import eager_terms
+
+        T = eager_terms(T, model, block=False, norms=True)
+    return T
+
+
+def _extra_bytes(terms: list[ActTerm], par: Parallel):
+    total = 0.0
+    for term in terms:
+        total = total + np.asarray(term_bytes(term, par))
+    return total

@@ -1,0 +1,264 @@
+"""The explain layer of per-GPU memory (``--explain``): every term of one scalar layout with
+its bytes, formula, substituted values and source. It calls the same private helpers as the
+vectorised core (cost/memory.py, cost/inference.py), so the two cannot disagree; tests check
+that the terms add up to the core's components.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmpar.cost import params as P
+from llmpar.cost.activations import (
+    CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, first_stage_extra_terms, last_stage_extra_terms,
+    term_bytes,
+)
+from llmpar.cost.inflight import in_flight_on_stage, logits_in_flight, stage_span
+from llmpar.cost.pipeline import DUALPIPE
+from llmpar.cost.states import (
+    INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV, SRC_MEGATRON_PP, SRC_MEGATRON_TP,
+    SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _word_embedding, _zero3_buffers, _zero_divisors,
+    bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard,
+)
+from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
+from llmpar.cost.runtime import (
+    SRC_ALLOC, SRC_CONTEXT, SRC_GROUPS, SRC_NCCL, SRC_RESERVE, _capacity, communicators,
+)
+from llmpar.parallel import Parallel, Settings
+
+SRC_BUCKET = ("DeepSpeed config docs: reduce_bucket_size (5e8 elements), contiguous_gradients; "
+              "PyTorch DDP bucket_cap_mb")
+SRC_DDP = "PyTorch DistributedDataParallel docs, gradient_as_bucket_view (False: buckets copy every gradient)"
+from llmpar.specs.hardware import Hardware
+from llmpar.specs.model import ModelSpec
+
+
+@dataclass
+class Term:
+    """One line of ``--explain``: component, name, bytes, formula, substituted values, source."""
+
+    component: str
+    name: str
+    bytes: float
+    formula: str
+    values: str
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"component": self.component, "name": self.name, "bytes": self.bytes,
+                "formula": self.formula, "values": self.values, "source": self.source}
+
+
+def _g(x) -> str:
+    x = float(x)
+    if x == int(x) and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:.4g}"
+
+
+def _zero_desc(div_w, div_g, div_o) -> tuple[str, str, str]:
+    return tuple("" if float(d) == 1 else f" / {_g(d)}" for d in (div_w, div_g, div_o))
+
+
+def state_terms(params_ne, params_e, lin_ne, lin_e, prec: BytesPerParam, par: Parallel, settings: Settings) -> list[Term]:
+    """Weights, gradients and optimizer terms of a scalar layout (the same arithmetic as :func:`_states`)."""
+    (wd, gd, od), (wde, gde, ode) = _zero_divisors(par)
+    z = int(par.zero)
+    src = {"llmpar": SRC_ZERO, "megatron": SRC_MEGATRON_CONV, "deepspeed": SRC_DS2 if z < 3 else SRC_DS3}[prec.convention]
+    zdesc = f"ZeRO-{z} over dp·cp = {_g(np.asarray(par.dp) * np.asarray(par.cp))}" if z else "ZeRO-0 (replicated over dp)"
+    out = []
+    for comp, nb, (d, de) in (("weights", prec.weights, (wd, wde)), ("gradients", prec.gradients, (gd, gde)),
+                              ("optimizer", prec.optimizer, (od, ode))):
+        val = float(nb) * (float(params_ne) / float(d) + float(params_e) / float(de))
+        if float(params_e):
+            formula = f"{prec.describe[comp].split(':')[0]}: {_g(nb)} B × (Ψ_gpu/{'N' if float(d) > 1 else '1'} + Ψ_exp/{'N_e' if float(de) > 1 else '1'})"
+            values = f"{_g(nb)} × ({_g(params_ne)}/{_g(d)} + {_g(params_e)}/{_g(de)})"
+        else:
+            formula = f"{_g(nb)} B/param × Ψ_gpu{' / N' if float(d) > 1 else ''}"
+            values = f"{_g(nb)} × {_g(params_ne)}{'' if float(d) == 1 else ' / ' + _g(d)}"
+        out.append(Term(comp, f"{comp} ({prec.describe[comp]})", val, formula, f"{values}; {zdesc}", src))
+    if prec.fp8_cache and (float(lin_ne) or float(lin_e)):
+        val = prec.fp8_cache * (float(lin_ne) / float(wd) + float(lin_e) / float(wde))
+        out.append(Term("weights", "fp8 weight cache (copy + transpose of linear weights)", val,
+                        "2 B × linear params", f"2 × ({_g(lin_ne)}/{_g(wd)} + {_g(lin_e)}/{_g(wde)})", SRC_TE_FP8))
+    return out
+
+
+def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings: Settings, reserve=None, *,
+                 stage: int | None = None, params: float | None = None) -> list[Term]:
+    """Every term of one scalar layout's memory on ``stage`` (default: the most-loaded stage).
+
+    Sums per component equal :func:`memory_per_gpu`'s (or :func:`model_states_for_count`'s)."""
+    from llmpar.cost.memory import _layer_coeffs, _stage_eval, memory_per_gpu   # memory re-exports this module
+    prec = bytes_per_param(settings, par.zero)
+    cap, res = _capacity(hw, reserve)
+    terms: list[Term] = []
+    if model is None:
+        shard = float(params) / (int(par.tp) * int(par.pp))
+        terms.append(Term("params", "parameters per GPU", shard, "Ψ / (tp·pp)",
+                          f"{_g(params)} / ({int(par.tp)}·{int(par.pp)})", "even split of a bare count"))
+        terms += state_terms(shard, 0.0, shard if prec.fp8_cache else 0.0, 0.0, prec, par, settings)
+        allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer"))
+        n_comm = int(communicators(par.tp, par.pp, par.dp, par.cp, par.ep))
+        return terms + runtime_terms(allocated, settings, n_comm, res)
+    if stage is None:
+        stage = int(memory_per_gpu(model, hw, par, settings, reserve)["stage"])
+    shard = layer_shard(model, par)
+    coeffs = _layer_coeffs(model, settings)
+    e = _stage_eval(model, par, settings, prec, shard, coeffs, stage)
+    nd, nm = int(e["dense_layers"]), int(e["moe_layers"])
+    t = int(par.tp)
+    # parameters on this GPU
+    emb = float(embedding_shard(model, par)) if (stage == 0 or _is_dual_end(par, stage, 0)) else 0.0
+    head = float(head_shard(model, par)) if (stage == int(par.pp) - 1 or _is_dual_end(par, stage, int(par.pp) - 1)) else 0.0
+    src_shard = SRC_MEGATRON_TP + "; " + SRC_MEGATRON_PP
+    if nd:
+        terms.append(Term("params", f"{nd} dense layer(s)", nd * float(shard.dense),
+                          "L_stage × [(attn − attn_rep)/t + attn_rep + (mlp − b_row)/t + b_row + norms]",
+                          f"{nd} × {_g(shard.dense)} (t={t})", src_shard))
+    if nm:
+        terms.append(Term("params", f"{nm} MoE layer(s), non-expert", nm * float(shard.moe),
+                          "L_stage × [(attn)/t + shared/t + router + norms]", f"{nm} × {_g(shard.moe)} (t={t})", src_shard))
+        terms.append(Term("params", f"{nm} MoE layer(s), routed experts", nm * float(shard.experts),
+                          "L_stage × E·expert / (ep·t)",
+                          f"{nm} × {model.moe.experts}·{_g(P.expert_params(model))} / ({int(par.ep)}·{t})", src_shard))
+    if emb:
+        terms.append(Term("params", "embedding (vocab-parallel)", emb, "V·h/t + positions",
+                          f"{model.vocab}·{model.hidden}/{t} + {_g(P.embedding_params(model) - _word_embedding(model))}",
+                          SRC_MEGATRON_TP))
+    if head:
+        tied = model.tied_embeddings and int(par.pp) > 1
+        terms.append(Term("params", "LM head (vocab-parallel) + final norm" + (" (tied copy, pp > 1)" if tied else ""), head,
+                          "V·h/t + final norm" if (P.head_params(model) or tied) else "final norm (tied, counted once)",
+                          f"{_g(P.head_params(model) or (_word_embedding(model) if tied else 0))}/{t} + {P.final_norm_params(model)}",
+                          SRC_MEGATRON_PP))
+    terms += state_terms(e["params_nonexpert"], e["params_expert"],
+                         nd * float(shard.dense_linear) + nm * float(shard.moe_linear), nm * float(shard.experts_linear),
+                         prec, par, settings)
+    if float(e["zero3_buffer_bytes"]):
+        bw, bg = _zero3_buffers(model, par, prec, shard, True)
+        if prec.convention == "deepspeed":
+            big = float(largest_layer_params(model, par))
+            terms.append(Term("weights", "ZeRO-3 largest-layer buffer (weights)", float(bw), "2 × largest_layer",
+                              f"2 × {_g(big)}", SRC_DS3))
+            terms.append(Term("gradients", "ZeRO-3 largest-layer buffer (gradients)", float(bg), "2 × largest_layer",
+                              f"2 × {_g(big)}", SRC_DS3))
+        else:
+            terms.append(Term("weights", "ZeRO-3 gathered layers (current + prefetch)", float(bw),
+                              "2 × bytes_w × layer params/GPU", f"2 × {_g(prec.weights)} × {_g(float(bw) / (2 * prec.weights))}",
+                              SRC_ZERO3_BUF))
+            terms.append(Term("gradients", "ZeRO-3 unsharded layer gradient", float(bg), "bytes_g × layer params/GPU",
+                              f"{_g(prec.gradients)} × {_g(float(bg) / float(prec.gradients))}", SRC_ZERO3_BUF))
+    # activations (× the stack's fitted activation_factor, when it is not 1)
+    mem = settings.stack.memory
+    fac = float(mem.activation_factor)
+    fdesc = " × activation_factor" if fac != 1 else ""
+    fval = f" × {fac:g} (stack {settings.stack.name})" if fac != 1 else ""
+    fl = float(e["in_flight"])
+    rec = int(par.recompute)
+    for kind, n, moe_layer in (("dense", nd, False), ("MoE", nm, True)):
+        if not n:
+            continue
+        tt = stack_activation_terms(model, moe_layer, settings)
+        kept = [x for x in tt if rec == 0 or (rec == 1 and x.selective)] if rec < 2 else [checkpoint_term(model)]
+        dual = int(par.schedule) == DUALPIPE and int(par.pp) > 1
+        n_eff = n / 2.0 if dual else n
+        for x in kept:
+            per = float(term_bytes(x, par))
+            terms.append(Term("activations", f"{kind} layer: {x.name}", per * n_eff * fl * fac,
+                              _act_formula(x) + " × layers × in-flight" + fdesc,
+                              f"{_g(per)} B/layer × {_g(n_eff)} × {_g(fl)}" + fval, x.source))
+    if float(e["act_recompute_bytes"]):
+        terms.append(Term("activations", "recompute working set (one layer rematerialised in backward)",
+                          float(e["act_recompute_bytes"]) * fac, "one layer's activations without recompute − kept" + fdesc,
+                          f"{_g(e['act_recompute_bytes'])}" + fval, CHECKPOINT_SOURCE))
+    for flag, key, tlist, inflight in (
+        ("first", "act_first_extra_bytes", first_stage_extra_terms(model),
+         in_flight_on_stage(par.schedule, par.pp, par.microbatches, par.virtual_stages, 0)),
+        ("last", "act_last_extra_bytes", last_stage_extra_terms(model, mem),
+         logits_in_flight(par.schedule, par.pp, par.microbatches)),
+    ):
+        if not float(e[key]):
+            continue
+        for x in tlist:
+            per = float(term_bytes(x, par))
+            terms.append(Term("activations", f"{flag} stage: {x.name}", per * float(inflight) * fac,
+                              _act_formula(x) + " × in-flight" + fdesc, f"{_g(per)} × {_g(inflight)}" + fval, x.source))
+    buf = float(e["buffers_bytes"])
+    if buf:
+        n = int(par.dp) * int(par.cp)
+        if mem.grad_bucket_bytes:
+            terms.append(Term("buffers", "gradient-reduction bucket", float(mem.grad_bucket_bytes),
+                              "memory.grad_bucket_bytes (dp·cp > 1)", f"{_g(mem.grad_bucket_bytes)} (dp·cp = {n})",
+                              SRC_BUCKET))
+        if mem.ddp_bucket_copy:
+            terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - float(mem.grad_bucket_bytes),
+                              "2 B × Ψ_gpu (dp·cp > 1)", f"2 × {_g(e['params_per_gpu'])}", SRC_DDP))
+    allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    return terms + runtime_terms(allocated, settings, int(e["communicators"]), res)
+
+
+def runtime_terms(allocated: float, settings: Settings, n_comm: int, reserve) -> list[Term]:
+    """The allocator's overhead over ``allocated`` and the runtime (CUDA context + NCCL buffers per
+    communicator, or the explicit --reserve in their place): the same arithmetic as
+    :func:`llmpar.cost.runtime.reserved_bytes` and :func:`~llmpar.cost.runtime.runtime_bytes`."""
+    mem = settings.stack.memory
+    name = settings.stack.name
+    oh = float(mem.allocator_overhead)
+    out = [Term("allocator", "caching-allocator overhead (reserved − allocated)", allocated * oh,
+                "allocated × allocator_overhead", f"{_g(allocated)} × {oh:g} (stack {name})", SRC_ALLOC)]
+    if reserve is not None:
+        out.append(Term("runtime", "runtime reserve (--reserve: replaces CUDA context + NCCL)", float(reserve),
+                        "--reserve", _g(reserve), SRC_RESERVE))
+        return out
+    out.append(Term("runtime", "CUDA context + library workspaces", float(mem.cuda_context_bytes),
+                    "memory.cuda_context_bytes", f"{_g(mem.cuda_context_bytes)} (stack {name})", SRC_CONTEXT))
+    out.append(Term("runtime", f"NCCL buffers ({n_comm} communicators)", float(mem.nccl_bytes_per_communicator) * n_comm,
+                    "nccl_bytes_per_communicator × communicators (tp, pp, dp, cp, ep, world, embedding; size > 1)",
+                    f"{_g(mem.nccl_bytes_per_communicator)} × {n_comm}", SRC_NCCL + "; " + SRC_GROUPS))
+    return out
+
+
+def _is_dual_end(par: Parallel, stage: int, end: int) -> bool:
+    return int(par.schedule) == DUALPIPE and int(par.pp) > 1 and int(par.pp) - 1 - stage == end
+
+
+def _act_formula(x: ActTerm) -> str:
+    coef = f"{x.coef:g}" if x.coef != 1 else ""
+    seq = "b·(s/c)·s" if x.s2 else "b·(s/c)"
+    div = " / t" if x.tp else (" / t_sp" if x.sp else "")
+    return f"{coef}·{seq}·{x.unit}{div}".lstrip("·")
+
+
+def inference_terms(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, batch, context,
+                    reserve=None) -> list[Term]:
+    """Terms of :func:`inference_memory_per_gpu` for one scalar layout."""
+    from llmpar.cost.inference import inference_memory_per_gpu
+    r = inference_memory_per_gpu(model, hw, par, settings, batch, context, reserve)
+    stage = int(r["stage"])
+    _, n = stage_span(model.layers, par.pp, stage)
+    kv_tok = float(kv_cache_per_token_layer(model, par, settings.kv_dtype))
+    T = float(context) / int(par.cp)
+    wb = INFERENCE_WEIGHT_BYTES[settings.dtype]
+    cap, res = _capacity(hw, reserve)
+    if model.mla is not None:
+        kvf = "L_stage·(d_c + d_R)·T/c·B·bytes"
+        kvv = f"{int(n)}·({model.mla.kv_lora_rank}+{model.mla.qk_rope_head_dim})·{_g(T)}·{batch}·{KV_BYTES[settings.kv_dtype]:g}"
+        kvs = SRC_KV_MLA
+    else:
+        kvf = "2·L_stage·kv_heads·d_head·T/c·B·bytes / t"
+        kvv = (f"2·{int(n)}·{model.n_kv_heads}·{model.d_head}·{_g(T)}·{batch}·{KV_BYTES[settings.kv_dtype]:g} / {int(par.tp)}")
+        kvs = SRC_KV
+    return [
+        Term("params", "parameters on this GPU", float(r["params_per_gpu"]), "stage layers + embedding/head, ÷ t, ep",
+             _g(r["params_per_gpu"]), SRC_MEGATRON_TP),
+        Term("weights", f"weights ({settings.dtype}, {wb:g} B/param)", float(r["weights_bytes"]), "bytes × Ψ_gpu",
+             f"{wb:g} × {_g(r['params_per_gpu'])}", SRC_MEGATRON_TP),
+        Term("kv_cache", f"KV cache ({settings.kv_dtype})", float(r["kv_cache_bytes"]), kvf, kvv + f" (= {_g(kv_tok)} B/token/layer)", kvs),
+        Term("activations", "working activations (one prefill + last-position logits)", float(r["activations_bytes"]),
+             "T/c·[4h + max(attn/t, mlp/t)] + B·4V/t (last stage)", f"T={_g(T)}, B={batch}",
+             "llmpar estimate (docs/memory.md, Inference)"),
+    ] + runtime_terms(float(r["allocated_bytes"]), settings, int(r["communicators"]), res)

@@ -1,0 +1,313 @@
+"""Model states per GPU: bytes per parameter, TP/PP/EP shards, ZeRO divisors (docs/memory.md).
+
+Split out of cost/memory.py (one concept per module). Sources:
+
+* Rajbhandari et al. 2019, "ZeRO", arXiv:1910.02054, §3.1 (2 + 2 + K bytes per parameter,
+  K = 12 for mixed-precision Adam) and §5 (P_os, P_os+g, P_os+g+p), Fig. 1, Table 1.
+* Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 (column/row-parallel matrices,
+  vocab-parallel embedding); Narayanan et al. 2021, arXiv:2104.04473, §2.2-2.3; Megatron
+  conventions: NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py.
+* DeepSpeed: stage_1_and_2.py estimate_zero2_model_states_mem_needs and stage3.py
+  estimate_zero3_model_states_mem_needs (non-offload branches).
+* fp8: NVIDIA Transformer Engine (bf16 primary weights + cached fp8 copy and transpose).
+
+Array-polymorphic in every degree of a :class:`~llmpar.parallel.Parallel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmpar.cost import params as P
+from llmpar.cost.arrays import scalar_out as _out
+from llmpar.cost.params import _linear, _mlp_bias, _out_bias
+from llmpar.errors import UserError
+from llmpar.parallel import Parallel, Settings
+from llmpar.specs.model import ModelSpec
+
+SRC_ZERO = "Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054) §3.1, §5, Fig. 1"
+SRC_MEGATRON_TP = "Shoeybi et al. 2019 (Megatron-LM, arXiv:1909.08053) §3"
+SRC_MEGATRON_PP = "Narayanan et al. 2021 (arXiv:2104.04473) §2.2; Megatron-LM theoretical_memory_usage.py"
+SRC_MEGATRON_CONV = "Megatron-LM megatron/training/theoretical_memory_usage.py (18 B/param; 6 + 12/d with the distributed optimizer)"
+SRC_DS2 = "DeepSpeed stage_1_and_2.py estimate_zero2_model_states_mem_needs: 2Ψ + 18Ψ/N"
+SRC_DS3 = "DeepSpeed stage3.py estimate_zero3_model_states_mem_needs: 4·largest_layer + 18Ψ/N"
+SRC_TE_FP8 = "NVIDIA Transformer Engine fp8_autocast: bf16 primary weights + cached fp8 weight and transpose"
+SRC_ZERO3_BUF = "PyTorch FSDP / DeepSpeed ZeRO-3: one layer gathered + one prefetched; its full gradient before reduce-scatter"
+
+
+# =========================================================================== bytes per parameter
+
+OPTIMIZER_BYTES = {
+    # Adam/AdamW: fp32 master weight + first moment m + second moment v (ZeRO §3.1, K = 12)
+    "adam": 12.0,
+    "adamw": 12.0,
+    # SGD with momentum: fp32 master weight + momentum
+    "sgd": 8.0,
+    # 8-bit Adam (Dettmers et al. 2021, arXiv:2110.02861): fp32 master (4) + m and v in 8 bits (1 + 1)
+    "adam-8bit": 6.0,
+}
+OPTIMIZER_DOC = {
+    "adam": "fp32 master 4 + m 4 + v 4", "adamw": "fp32 master 4 + m 4 + v 4",
+    "sgd": "fp32 master 4 + momentum 4", "adam-8bit": "fp32 master 4 + 8-bit m 1 + 8-bit v 1",
+}
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0}   # fp8 training keeps bf16 primary weights (TE)
+FP8_CACHE_BYTES = 2.0      # TE fp8 copy of each linear weight + its transpose (Hopper TN-only fp8 GEMMs)
+INFERENCE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}  # serving fp8 checkpoints store 1 B/param
+KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes per parameter of each model-state copy (ZeRO §3.1's 2 + 2 + K, generalised).
+
+    ``gradients`` may be an array (the DeepSpeed convention counts 6 B under ZeRO-2 and 4 B under
+    ZeRO-3). ``fp8_cache`` applies to linear-layer weights only.
+    """
+
+    weights: float
+    gradients: Any
+    optimizer: float
+    fp8_cache: float
+    convention: str
+    describe: dict[str, str] = field(default_factory=dict)
+
+
+def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
+    """Bytes per parameter for weights, gradients and optimizer states (docs/memory.md table).
+
+    llmpar (default): weights 2 (bf16/fp16; fp8 keeps bf16 primaries and adds a 2-byte fp8 cache
+    of linear weights, as Transformer Engine does), gradients per ``--grad-dtype`` (2 or 4),
+    optimizer per ``--optimizer`` (adam/adamw 12, sgd 8, adam-8bit 6). 2 + 2 + 12 = 16 (ZeRO §3.1).
+    megatron: fp32 main gradients (4): 2 + 4 + 12 = 18 (theoretical_memory_usage.py).
+    deepspeed: DeepSpeed's estimators: ZeRO-2 2 + (2 + 4 + 4 + 8)/N = 2 + 18/N, split here as
+    weights 2, gradients 6 (bf16 + fp32), optimizer 12 (fp32 master + m + v); ZeRO-3 18/N split
+    as weights 2, gradients 4 (fp32), optimizer 12 (plus 4·largest layer, see model states).
+    """
+    conv = settings.convention
+    w = WEIGHT_BYTES[settings.dtype]
+    fp8 = FP8_CACHE_BYTES if settings.dtype == "fp8" else 0.0
+    k = OPTIMIZER_BYTES[settings.optimizer]
+    if conv == "megatron":
+        g = 4.0
+        gdoc = "fp32 main gradients 4 (Megatron)"
+    elif conv == "deepspeed":
+        g = _out(np.where(np.asarray(zero) >= 3, 4.0, 6.0))
+        k = 12.0
+        gdoc = "ZeRO-2: bf16 2 + fp32 4; ZeRO-3: fp32 4 (DeepSpeed estimators)"
+    else:
+        g = GRAD_BYTES[settings.grad_dtype]
+        gdoc = f"{settings.grad_dtype} gradients {g:g}"
+    wdoc = f"{settings.dtype} weights {w:g}"
+    if fp8:
+        wdoc += f" + fp8 copy and transpose of linear weights {fp8:g} (Transformer Engine)"
+    return BytesPerParam(
+        weights=w, gradients=g, optimizer=k, fp8_cache=fp8, convention=conv,
+        describe={"weights": wdoc, "gradients": gdoc,
+                  "optimizer": f"{settings.optimizer}: {OPTIMIZER_DOC[settings.optimizer]} = {k:g}"
+                  if conv != "deepspeed" else "fp32 master 4 + Adam m, v 8 = 12 (DeepSpeed)"},
+    )
+
+
+def convention_allows(settings: Settings, zero):
+    """Mask of ZeRO stages a convention defines: megatron 0 and 1, deepspeed 2 and 3, llmpar all."""
+    z = np.asarray(zero)
+    if settings.convention == "megatron":
+        return _out(z <= 1)
+    if settings.convention == "deepspeed":
+        return _out(z >= 2)
+    return _out(np.ones_like(z, dtype=bool))
+
+
+def check_convention(settings: Settings, zero: int) -> None:
+    """One-line UserError for (convention, zero, optimizer) combinations a convention does not define."""
+    if settings.convention == "megatron" and int(zero) > 1:
+        raise UserError(
+            f"--convention megatron covers ZeRO 0 (18 B/param) and 1 (distributed optimizer, 6 + 12/d), "
+            f"not --zero {int(zero)}; use --convention llmpar or deepspeed"
+        )
+    if settings.convention == "deepspeed":
+        if int(zero) < 2:
+            raise UserError(
+                f"--convention deepspeed reproduces DeepSpeed's ZeRO-2/3 estimators only, not --zero {int(zero)}; "
+                "use --zero 2 or 3, or --convention llmpar"
+            )
+        if settings.optimizer not in ("adam", "adamw"):
+            raise UserError(f"--convention deepspeed assumes Adam (its estimators count 12 B of optimizer state), "
+                            f"not --optimizer {settings.optimizer}")
+
+
+# ================================================================= parameters per GPU (sharding)
+
+def _tp_replicated_attention(model: ModelSpec) -> int:
+    """Attention parameters that Megatron replicates over TP ranks instead of splitting.
+
+    Row-parallel output bias (added after the all-reduce, Shoeybi 2019 §3); MLA's down-projections
+    W_DQ, W_DKV(+W_KR) and their norms (Megatron-Core MLA builds them as duplicated linears).
+    Norms of width h are counted separately (norm_params_per_layer).
+    """
+    h = model.hidden
+    rep = h if _out_bias(model) else 0
+    if model.mla is not None:
+        mla = model.mla
+        if mla.q_lora_rank is not None:
+            rep += _linear(h, mla.q_lora_rank, model.linear_bias or model.qkv_bias) + P.norm_params(model, mla.q_lora_rank)
+        rep += _linear(h, mla.kv_lora_rank + mla.qk_rope_head_dim, model.linear_bias or model.qkv_bias)
+        rep += P.norm_params(model, mla.kv_lora_rank)
+    return rep
+
+
+def _row_bias(model: ModelSpec) -> int:
+    """The row-parallel (second/down) FFN bias, replicated over TP; 0 without FFN biases."""
+    return model.hidden if _mlp_bias(model) else 0
+
+
+@dataclass(frozen=True)
+class LayerShard:
+    """Parameters of one transformer layer held by one GPU after TP/EP (before ZeRO).
+
+    ``dense``/``moe``: non-expert parameters of a dense / MoE layer; ``experts``: routed-expert
+    parameters of a MoE layer (sharded by ep x expert-TP); ``*_linear``: the part in linear
+    layers (for the fp8 weight cache). Values may be arrays (one per candidate tp/ep).
+    """
+
+    dense: Any
+    moe: Any
+    experts: Any
+    dense_linear: Any
+    moe_linear: Any
+    experts_linear: Any
+
+
+def layer_shard(model: ModelSpec, par: Parallel) -> LayerShard:
+    """Megatron sharding of one layer (Shoeybi 2019 §3): QKV/FC1 column-parallel and proj/FC2
+    row-parallel split by t with their column biases; norms, row biases and MLA down-projections
+    replicated. MoE: routed experts split over ep ranks and expert-TP = t; shared experts like a
+    dense FFN; router replicated."""
+    t = np.asarray(par.tp, dtype=float)
+    ep = np.asarray(par.ep, dtype=float)
+    attn = P.attention_params(model)
+    attn_rep = _tp_replicated_attention(model)
+    norms = P.norm_params_per_layer(model)
+    attn_gpu = (attn - attn_rep) / t + attn_rep
+    mlp = P.dense_mlp_params(model)
+    mlp_gpu = (mlp - _row_bias(model)) / t + _row_bias(model)
+    dense = attn_gpu + mlp_gpu + norms
+    moe = np.zeros_like(t)
+    experts = np.zeros_like(t)
+    moe_lin = np.zeros_like(t)
+    exp_lin = np.zeros_like(t)
+    if model.moe:
+        shared = P.shared_expert_params(model)
+        shared_rep = model.moe.shared_experts * _row_bias(model)
+        shared_gpu = (shared - shared_rep) / t + shared_rep
+        router = P.router_params(model)
+        moe = attn_gpu + shared_gpu + router + norms
+        one = P.expert_params(model)
+        experts = model.moe.experts * ((one - _row_bias(model)) / t + _row_bias(model)) / ep
+        moe_lin = attn_gpu + shared_gpu
+        exp_lin = experts
+    return LayerShard(
+        dense=_out(dense), moe=_out(moe), experts=_out(experts),
+        dense_linear=_out(attn_gpu + mlp_gpu), moe_linear=_out(moe_lin), experts_linear=_out(exp_lin),
+    )
+
+
+def _word_embedding(model: ModelSpec) -> int:
+    """V x h word embedding (the vocab-parallel part); the rest of embedding_params are positions."""
+    return model.vocab * model.hidden
+
+
+def embedding_shard(model: ModelSpec, par: Parallel):
+    """First stage: vocab-parallel word embedding V·h/t (Shoeybi 2019 §3) + learned positions (replicated)."""
+    word = _word_embedding(model)
+    pos = P.embedding_params(model) - word
+    return _out(word / np.asarray(par.tp, dtype=float) + pos)
+
+
+def head_shard(model: ModelSpec, par: Parallel):
+    """Last stage: LM head V·h/t (vocab-parallel) + final norm; tied embeddings get a copy of the
+    word embedding on the last stage when pp > 1 (Megatron keeps one there and all-reduces its
+    gradient with the first stage), and are counted once when pp = 1."""
+    t = np.asarray(par.tp, dtype=float)
+    p = np.asarray(par.pp)
+    head = P.head_params(model)
+    tied_copy = np.where((p > 1) & bool(model.tied_embeddings), _word_embedding(model), 0)
+    return _out((head + tied_copy) / t + P.final_norm_params(model))
+
+
+def largest_layer_params(model: ModelSpec, par: Parallel):
+    """DeepSpeed's ``largest_layer_params``: the largest single module's own parameters (the
+    word embedding or LM head for every shipped model), ÷ t for a TP shard."""
+    h = model.hidden
+    cands = [_word_embedding(model), h * model.ffn_hidden, model.heads * model.d_head * h]
+    if model.moe:
+        cands.append(h * model.moe.expert_ffn_hidden)
+    if model.mla is not None:
+        mla = model.mla
+        cands.append(model.heads * mla.v_head_dim * h)
+        cands.append((mla.q_lora_rank or h) * model.heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim))
+    return _out(max(cands) / np.asarray(par.tp, dtype=float))
+
+
+
+# ============================================================================ model states
+
+def _zero_divisors(par: Parallel):
+    """(weights, gradients, optimizer) divisors for non-expert and expert parameters.
+
+    ZeRO (Rajbhandari 2019 §5) shards over the data-parallel group: dp·cp ranks (Megatron shards
+    the distributed optimizer over the data-parallel-with-context-parallel group); expert
+    parameters over the expert-data-parallel group dp·cp/ep. Stage 1 shards optimizer states,
+    stage 2 also gradients, stage 3 also weights.
+    """
+    z = np.asarray(par.zero)
+    n = np.asarray(par.dp, dtype=float) * np.asarray(par.cp, dtype=float)
+    ne = n / np.asarray(par.ep, dtype=float)
+    one = np.ones_like(n)
+    return (
+        (np.where(z >= 3, n, one), np.where(z >= 2, n, one), np.where(z >= 1, n, one)),
+        (np.where(z >= 3, ne, one), np.where(z >= 2, ne, one), np.where(z >= 1, ne, one)),
+    )
+
+
+def _states(ne, ex, lin_ne, lin_ex, prec: BytesPerParam, par: Parallel, div=None):
+    """weights, gradients, optimizer bytes of ``ne`` non-expert + ``ex`` expert parameters
+    (``div``: :func:`_zero_divisors` of ``par``, if already computed)."""
+    (wd, gd, od), (wde, gde, ode) = div if div is not None else _zero_divisors(par)
+    w = prec.weights * (ne / wd + ex / wde) + prec.fp8_cache * (lin_ne / wd + lin_ex / wde)
+    g = np.asarray(prec.gradients) * (ne / gd + ex / gde)
+    o = prec.optimizer * (ne / od + ex / ode)
+    return w, g, o
+
+
+def _zero3_buffers(model: ModelSpec, par: Parallel, prec: BytesPerParam, shard: LayerShard, has_layers):
+    """Transient ZeRO-3 memory: llmpar/megatron: two layers' bf16 weights gathered (current +
+    prefetched) and one layer's unsharded gradient; deepspeed: 4·largest_layer (2 B weight + 2 B
+    gradient of the largest module, DeepSpeed's estimator). Returns (weights part, gradient part)."""
+    z3 = np.asarray(par.zero) >= 3
+    if prec.convention == "deepspeed":
+        big = np.asarray(largest_layer_params(model, par))
+        return np.where(z3, 2.0 * big, 0.0), np.where(z3, 2.0 * big, 0.0)
+    layer = np.maximum(np.asarray(shard.dense), np.asarray(shard.moe) + np.asarray(shard.experts))
+    layer = np.where(np.asarray(has_layers), layer, 0.0)
+    return (np.where(z3, 2.0 * prec.weights * layer, 0.0),
+            np.where(z3, np.asarray(prec.gradients) * layer, 0.0))
+
+
+
+# ====================================================================== bare parameter count
+
+def model_states_for_count(params, par: Parallel, settings: Settings) -> dict[str, Any]:
+    """Model states of a bare parameter count Ψ (``--params 7.5B``), split evenly over tp·pp,
+    ZeRO over dp·cp (Rajbhandari 2019 §5, Table 1). No shapes: no activations, and the DeepSpeed
+    ZeRO-3 largest-layer term is 0. Array-polymorphic."""
+    prec = bytes_per_param(settings, par.zero)
+    shard = np.asarray(params, dtype=float) / (np.asarray(par.tp, dtype=float) * np.asarray(par.pp, dtype=float))
+    lin = shard if prec.fp8_cache else 0.0
+    w, g, o = _states(shard, 0.0, lin, 0.0, prec, par)
+    return {"params_per_gpu": _out(shard), "weights_bytes": _out(w), "gradients_bytes": _out(g),
+            "optimizer_bytes": _out(o)}

@@ -1,0 +1,98 @@
+"""Stack memory physics: eager saved set, logits, runtime, verdict (docs/memory.md, docs/stacks-memory.md).
+Each expected number is derived by hand beside it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from llmpar.cost import memory as M
+from llmpar.cost.runtime import communicators, fits_with_margin, verdict_code, verdict_name
+from llmpar.parallel import Parallel, Settings
+from llmpar.specs import load_hardware, load_model
+
+HW = load_hardware("h100-sxm")
+LLAMA7 = load_model("llama-2-7b")
+LLAMA70 = load_model("llama-3-70b")
+GIB = 2**30
+
+
+def _layer(model, stack, par):
+    c = M.aggregate(M.stack_activation_terms(model, False, Settings(stack=stack, attention="flash")),
+                    M.checkpoint_term(model))
+    return M.layer_activation_bytes(c, par)[0]
+
+
+def test_eager_llama7b_layer_by_hand():
+    # Llama-2-7B: h = 4096, f = 11008, a = kv = 32, d = 128; b = 1, s = 4096, t = 1, flash attention.
+    # fused (Korthikanti-style) per token: norm1 in 2h, QKV in 2h, Q K V 6h, lse 4a, out 2h,
+    #   norm2 in 2h, MLP in 2h, gate+up 4f, SwiGLU out 2f = 16h + 6f + 4a = 65,536 + 66,048 + 128 = 131,712
+    # eager (HF LlamaDecoderLayer): each RMSNorm input 2h -> fp32 upcast 4h + rstd 4 + normalised 2h
+    #   (+4h + 4 per norm, two norms: +32,776), SwiGLU + silu(gate) 2f (+22,016) = 186,504 B/token
+    par = Parallel(seq=4096)
+    assert _layer(LLAMA7, "megatron-core", par) == 131_712 * 4096
+    assert _layer(LLAMA7, "deepspeed", par) == 186_504 * 4096
+    # nanotron: fused Triton RMSNorm, eager SwiGLU: 131,712 + 22,016 = 153,728 B/token
+    assert _layer(LLAMA7, "nanotron", par) == 153_728 * 4096
+
+
+def test_logits_and_their_gradient_on_the_last_stage():
+    # megatron-2022: fp32 logits once 4·s·V; megatron-core: + their fp32 gradient 4·s·V (Llama-3 V = 128,256)
+    par = Parallel(seq=4096)
+    a = M.last_stage_extra_terms(LLAMA70, Settings(stack="megatron-2022").stack.memory)
+    b = M.last_stage_extra_terms(LLAMA70, Settings(stack="megatron-core").stack.memory)
+    ta = sum(M.term_bytes(x, par) for x in a)
+    tb = sum(M.term_bytes(x, par) for x in b)
+    assert tb - ta == 4 * 4096 * 128_256
+
+
+@pytest.mark.parametrize("kw,n", [
+    (dict(tp=1, pp=1, dp=1, cp=1, ep=1), 0),          # one GPU: no group at all
+    (dict(tp=8, pp=1, dp=1, cp=1, ep=1), 2),          # tp + world
+    (dict(tp=8, pp=2, dp=4, cp=1, ep=1), 5),          # tp, pp, dp, world + embedding group
+    (dict(tp=4, pp=4, dp=8, cp=2, ep=8), 7),          # tp, pp, dp, cp, ep, world, embedding
+])
+def test_communicators(kw, n):
+    assert communicators(**kw) == n
+    # middle stages are not in the embedding group
+    if kw["pp"] > 1:
+        assert communicators(**kw, embedding=False) == n - 1
+
+
+def test_verdict_thresholds():
+    cap, u = 100.0, 0.05
+    # FITS when total·1.05 < 100 (total < 95.24); DOES NOT FIT when total·0.95 > 100 (total > 105.26)
+    assert verdict_name(verdict_code(95.0, cap, u)) == "fits"
+    assert verdict_name(verdict_code(96.0, cap, u)) == "tight"
+    assert verdict_name(verdict_code(105.0, cap, u)) == "tight"
+    assert verdict_name(verdict_code(106.0, cap, u)) == "does_not_fit"
+    assert list(verdict_name(verdict_code(np.array([95.0, 100.0, 106.0]), cap, u))) == ["fits", "tight", "does_not_fit"]
+    assert fits_with_margin(95.0, cap, 0.05) and not fits_with_margin(96.0, cap, 0.05) and fits_with_margin(100.0, cap)
+
+
+def test_megatron_2022_has_no_runtime():
+    r = M.memory_per_gpu(LLAMA70, HW, Parallel(tp=8, pp=2, dp=4, seq=4096, microbatches=8, sp=True),
+                         Settings(stack="megatron-2022"))
+    assert r["runtime_bytes"] == 0 and r["reserved_bytes"] == r["allocated_bytes"] == r["total_bytes"]
+
+
+def test_ddp_bucket_copy_nanotron():
+    # nanotron (torch DDP, no gradient_as_bucket_view): + 2 B x params on this GPU when dp > 1, none at dp = 1
+    s = Settings(stack="nanotron")
+    one = M.memory_per_gpu(LLAMA7, HW, Parallel(seq=4096), s)
+    two = M.memory_per_gpu(LLAMA7, HW, Parallel(dp=2, seq=4096), s)
+    assert one["buffers_bytes"] == 0 and two["buffers_bytes"] == 2 * two["params_per_gpu"]
+
+
+@hsettings(max_examples=25, deadline=None, derandomize=True)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 8]),
+       b=st.integers(1, 4), stack=st.sampled_from(["megatron-core", "nanotron", "deepspeed", "megatron-2022"]))
+def test_total_is_pool_plus_runtime_and_eager_ge_fused(tp, pp, dp, b, stack):
+    par = Parallel(tp=tp, pp=pp, dp=dp, sp=tp > 1, micro_batch=b, microbatches=8, seq=4096)
+    s = Settings(stack=stack)
+    r = M.memory_per_gpu(LLAMA70, HW, par, s)
+    oh = s.stack.memory.allocator_overhead
+    assert r["total_bytes"] == pytest.approx(r["allocated_bytes"] * (1 + oh) + r["runtime_bytes"], rel=1e-12)
+    assert r["fits"] == (r["margin_bytes"] >= 0)
+    assert _layer(LLAMA70, "deepspeed", par) >= _layer(LLAMA70, "nanotron", par) >= _layer(LLAMA70, "megatron-core", par)
