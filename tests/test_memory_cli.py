@@ -46,8 +46,8 @@ def test_readme_job_json(cli):
     # 4·8192·128256 + final-norm and head inputs 2·2·8192·8192 + ids 8·8192
     act = 80 * 274_688 * 8192 + 2 * 4 * 8192 * 128256 + 4 * 8192 * 8192 + 8 * 8192
     assert mem["activations_bytes"] == pytest.approx(act)
-    # megatron-core: allocator pool 1.10 x allocated; runtime 0.6 GiB + 0.25 GiB x (dp, world) communicators
-    assert mem["reserved_bytes"] == pytest.approx(1.10 * mem["allocated_bytes"])
+    # megatron-core: allocator pool 1.03 x allocated (overhead 0.03); runtime 0.6 GiB + 0.25 GiB x (dp, world) communicators
+    assert mem["reserved_bytes"] == pytest.approx(1.03 * mem["allocated_bytes"])
     assert mem["runtime_bytes"] == pytest.approx(0.6 * GIB + 2 * 0.25 * GIB)
     parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes")
     assert mem["allocated_bytes"] == pytest.approx(sum(mem[k] for k in parts))

@@ -131,15 +131,15 @@ def test_tp_overlap_hides_behind_the_gemms_inside_a_node_only():
 
 
 def test_dp_overlap_uses_the_backward_window():
-    # dp=8 on one DGX A100, ZeRO-0: one all-reduce of the bf16 gradients of every parameter on the
-    # GPU. dp_overlap 0 exposes all of it; dp_overlap f hides f x min(t_dp, t_b) behind the last
+    # dp=8 on one DGX A100, ZeRO-0: one all-reduce of the gradients of every parameter on the
+    # GPU, in fp32 (the default stack reduces in fp32: overlap.grad_reduce_dtype). dp_overlap 0 exposes all of it; dp_overlap f hides f x min(t_dp, t_b) behind the last
     # micro-batch's backward t_b, but never the last layer's bucket: exposed >= t_dp / L_stage.
     hw = load_hardware("a100-80gb")
     par = Parallel(tp=1, pp=1, dp=8, micro_batch=1, microbatches=1, seq=2048)
     from llmpar.cost.params import total_params
 
     n = total_params(TINY)
-    t_ar = collective_time(hw, "all_reduce", n * 2.0, 8, 8)
+    t_ar = collective_time(hw, "all_reduce", n * 4.0, 8, 8)
     none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="bf16"), with_memory=False)
     assert none["breakdown_s"]["dp"] == pytest.approx(t_ar, rel=1e-12)
     half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="bf16"), with_memory=False)

@@ -62,7 +62,7 @@ MEMORY_DEFAULT = ("memory.activation_factor", "memory.allocator_overhead")
 PRIOR_WEIGHT = 0.05      # residual units per prior-scale of departure from the base value
 SOFT_L1_SCALE = 0.05     # log-error beyond which the loss grows linearly (one odd run is one run)
 CONVENTIONS = ("full", "causal", "hardware")
-MICRO_BATCHES = (1, 2, 4, 8)
+MICRO_BATCHES = (1, 2, 4, 8, 16)
 
 
 # ------------------------------------------------------------------------------------ the runs
@@ -171,7 +171,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
     if v_given:
         vs = [v_given]
     elif sched in (None, "interleaved") and pp > 1:
-        vs = [1] + [v for v in range(2, per_stage + 1) if per_stage % v == 0][:6]
+        vs = [1] + [v for v in range(2, per_stage + 1) if per_stage % v == 0]
     else:
         vs = [1]
     out = []

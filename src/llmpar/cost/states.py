@@ -89,7 +89,11 @@ def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
     """
     conv = settings.convention
     w = WEIGHT_BYTES[settings.dtype]
-    fp8 = FP8_CACHE_BYTES if settings.dtype == "fp8" else 0.0
+    # fp8: the stack's recipe says how many bytes of fp8 copies a linear weight keeps (weight +
+    # transpose: 2) and whether they are the primary weights (Megatron-Core --fp8-param-gather /
+    # TE fp8_model_init: no bf16 copy of linear weights, so the cache replaces its 2 bytes)
+    rec = settings.stack.kernels.fp8
+    fp8 = (rec.weight_copy_bytes_per_param - (w if rec.primary_weights else 0.0)) if settings.dtype == "fp8" else 0.0
     k = OPTIMIZER_BYTES[settings.optimizer]
     if conv == "megatron":
         g = 4.0
@@ -102,8 +106,10 @@ def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
         g = GRAD_BYTES[settings.grad_dtype]
         gdoc = f"{settings.grad_dtype} gradients {g:g}"
     wdoc = f"{settings.dtype} weights {w:g}"
-    if fp8:
-        wdoc += f" + fp8 copy and transpose of linear weights {fp8:g} (Transformer Engine)"
+    if settings.dtype == "fp8":
+        wdoc += (f"; linear weights as fp8 primaries (weight + transpose {rec.weight_copy_bytes_per_param:g}, no "
+                 f"{w:g}-byte copy)" if rec.primary_weights else
+                 f" + fp8 copy and transpose of linear weights {fp8:g} (Transformer Engine)")
     return BytesPerParam(
         weights=w, gradients=g, optimizer=k, fp8_cache=fp8, convention=conv,
         describe={"weights": wdoc, "gradients": gdoc,

@@ -172,9 +172,13 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         shard.moe, dtype=float) + ends
     w_bytes = DTYPE_BYTES["bf16"]
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
+    # bytes per gradient the DP reduction moves: fp32 (Megatron-Core grad_reduce_in_fp32) or the
+    # 16-bit model dtype (Megatron-LM 2021 fp16: reduced before the copy into the fp32 main grads;
+    # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype
+    g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
-    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_bytes)
+    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_comm)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
     #   Megatron-Core overlap_grad_reduce);

@@ -69,6 +69,9 @@ class Fp8Recipe(_Strict):
         3.0, ge=0, description="extra HBM bytes per FP8 GEMM operand element (cast: read 2 B, write 1 B; amax fused)")
     weight_copy_bytes_per_param: float = Field(
         2.0, ge=0, description="FP8 weight (+ transposed) copies kept per FP8-GEMM parameter, bytes")
+    primary_weights: bool = Field(
+        False, description="the FP8 copies are the primary linear weights (no BF16 copy: Megatron-Core "
+                           "--fp8-param-gather, TE fp8_model_init)")
 
 
 class AttentionKernel(_Strict):
@@ -97,6 +100,9 @@ class Kernels(_Strict):
 class Overlap(_Strict):
     """Fractions (0..1) of a collective's time hidden behind the compute that can cover it."""
 
+    grad_reduce_dtype: Literal["fp32", "model"] = Field(
+        "fp32", description="dtype of the data-parallel gradient reduction: fp32 (Megatron-Core grad_reduce_in_fp32, "
+                            "nanotron's fp32 accumulation buffer) or the 16-bit model dtype (Megatron-LM 2021 fp16, DeepSpeed)")
     tp_mode: Literal["none", "async", "userbuffers"] = Field(
         "none", description="how TP communication is overlapped (informational: its effect is overlap.tp)")
     tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
