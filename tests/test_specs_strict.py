@@ -148,3 +148,11 @@ def test_hf_first_k_dense_covering_every_layer_is_refused(tmp_path, cli):
     cfg["first_k_dense_replace"] = 3
     path.write_text(json.dumps(cfg))
     assert load_hf_config(path).moe_layers == 1
+
+
+def test_hf_model_type_not_a_string(tmp_path):
+    # found by tests/test_fuzz_specs.py: "model_type": [] raised TypeError (unhashable) on main
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": []}))
+    with pytest.raises(UserError, match="unsupported model_type"):
+        load_hf_config(path)

@@ -252,7 +252,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     model_type = data.get("model_type")
     if model_type is None:
         raise UserError(f"{path}: missing key 'model_type' (supported: {', '.join(SUPPORTED)})")
-    if model_type not in _BUILDERS:
+    if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
     spec = _BUILDERS[model_type](_Config(data, path, model_type))
     spec.update(
