@@ -391,7 +391,8 @@ def test_bad_input_is_a_user_error(kw, needle):
 def test_gpu_count_no_layout_can_use():
     # Llama-3-8B on 37 GPUs (a prime): tp = 37 exceeds its 32 heads, cp = 37 does not divide
     # seq 8192, pp = 37 exceeds its 32 layers, and dp = 37 does not divide 512 sequences.
-    with pytest.raises(UserError, match="no layout of 37 GPUs"):
+    # A valid request with nothing feasible is a failed check (exit 1), not bad input (issue 9, item 6).
+    with pytest.raises(CheckFailed, match="no layout of 37 GPUs"):
         plan("llama-3-8b", gpus=37)
 
 

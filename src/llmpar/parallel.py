@@ -171,49 +171,143 @@ class Resolved:
     assumptions: list[str] = field(default_factory=list)
 
 
-def _pos_int(value, what: str) -> int:
+# Bounds on what llmpar models (issue 9, item 7): beyond them a formula is asked about a machine or a
+# job that does not exist, and integer products would leave int64. One line says so (exit 2).
+MAX_GPUS = 2**22            # 4,194,304 GPUs (a 1,048,576-GPU cluster is 4x below it)
+MAX_SEQ = 2**24             # 16,777,216 tokens per sequence
+MAX_BATCH = 2**32           # sequences per step, micro-batches per step, sequences per micro-batch
+MAX_TOKENS_PER_STEP = 2**40 # ~1.1e12 tokens per step (a 4M-token batch is 2^22)
+# The default batch (DESIGN.md: 4,194,304 tokens / seq sequences) is capped at this many sequences
+# (what 4M tokens give at seq 1024): at seq 1 the uncapped default is 4.19 M one-token sequences,
+# and a step of 4.19 M micro-batches reads as a broken model, not as an odd batch (issue 9, item 9).
+DEFAULT_MAX_BATCH_SEQUENCES = 4096
+
+
+def _pos_int(value, what: str, hi: int | None = None) -> int:
     if value is None:
         return None
-    if isinstance(value, bool) or int(value) != value or value < 1:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or int(value) != value or value < 1:
         raise UserError(f"--{what} must be a positive integer, got {value}")
+    if hi is not None and value > hi:
+        raise UserError(f"--{what} {value} is beyond what llmpar models (at most {hi:,})")
     return int(value)
 
 
-def check_layout(model: ModelSpec, par: Parallel) -> None:
-    """Divisibility rules that make a layout runnable (scalar layouts; the planner masks instead)."""
-    tp, pp, cp, ep, dp = int(par.tp), int(par.pp), int(par.cp), int(par.ep), int(par.dp)
-    if model.heads % tp:
-        raise UserError(f"tp={tp} does not divide the {model.heads} attention heads of {model.name}")
-    if model.n_kv_heads % tp:
-        raise UserError(
-            f"tp={tp} does not divide the {model.n_kv_heads} KV heads of {model.name} "
-            "(Megatron needs num_query_groups % tp == 0)"
-        )
-    if pp > model.layers:
-        raise UserError(f"pp={pp} exceeds the {model.layers} layers of {model.name}")
-    if par.seq % cp:
-        raise UserError(f"cp={cp} does not divide the sequence length {par.seq}")
-    if par.sp and tp > 1 and (par.seq // cp) % tp:
-        raise UserError(f"sequence parallelism needs seq/cp = {par.seq // cp} divisible by tp={tp}")
-    if ep > 1:
+def default_global_batch(seq: int, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> tuple[int, str | None]:
+    """(sequences, note or None): ``batch_tokens`` / seq sequences, at least 1 and at most
+    :data:`DEFAULT_MAX_BATCH_SEQUENCES`; the note says when the cap applied."""
+    target = max(1, round(batch_tokens / seq))
+    if target <= DEFAULT_MAX_BATCH_SEQUENCES:
+        return target, None
+    return DEFAULT_MAX_BATCH_SEQUENCES, (
+        f"default batch capped at {DEFAULT_MAX_BATCH_SEQUENCES:,} sequences ({DEFAULT_MAX_BATCH_SEQUENCES * seq:,} "
+        f"tokens): {batch_tokens:,} tokens at seq {seq} would be {target:,} sequences; give --global-batch to choose")
+
+
+# Layout rules, in the order the planner counts rejections (llmpar.plan.space.REASONS). Each is an
+# array-polymorphic mask (True = the layout breaks the rule) so that ``check_layout`` (one scalar
+# layout, a message) and the planner (every candidate at once, a count) apply the same rules.
+LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "sp_seq", "virtual_stages", "zero")
+
+
+def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
+    """rule -> mask of layouts that break it (scalars or arrays, as ``par``).
+
+    - tp_heads: tp divides the attention heads and the KV heads (Megatron: num_query_groups % tp == 0)
+    - pp_layers: pp <= layers
+    - cp_seq: cp divides the sequence
+    - ep: ep = 1, or the model has experts, ep divides them and divides dp*cp
+    - sp_seq: with SP (tp > 1), tp divides seq/cp
+    - virtual_stages: v = 1, or pp > 1 and v divides the layers of the most-loaded stage
+      ceil(layers/pp) (Megatron-LM splits a stage into v equal model chunks)
+    - zero: ZeRO stage in 0..3
+    """
+    from llmpar.cost.pipeline import stage_layers   # cost is above parallel in the import order
+
+    tp, pp, dp, cp, ep = par.tp, par.pp, par.dp, par.cp, par.ep
+    seq, v, sp, zero = par.seq, par.virtual_stages, par.sp, par.zero
+    moe = model.moe
+    experts = moe.experts if moe is not None else 1
+    per_stage = stage_layers(model.layers, np.maximum(pp, 1))
+    return {
+        "tp_heads": (model.heads % tp != 0) | (model.n_kv_heads % tp != 0),
+        "pp_layers": pp > model.layers,
+        "cp_seq": seq % cp != 0,
+        "ep": (ep > 1) & ((moe is None) | (experts % ep != 0) | ((dp * cp) % ep != 0)),
+        "sp_seq": np.logical_and(sp, tp > 1) & ((seq // cp) % tp != 0),
+        "virtual_stages": (v > 1) & ((pp == 1) | (per_stage % v != 0)),
+        "zero": (zero < 0) | (zero > 3),
+    }
+
+
+def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
+    from llmpar.cost.pipeline import stage_layers
+
+    tp, pp, dp, cp, ep, v = (int(x) for x in (par.tp, par.pp, par.dp, par.cp, par.ep, par.virtual_stages))
+    seq = int(par.seq)
+    if rule == "tp_heads":
+        if model.heads % tp:
+            return f"tp={tp} does not divide the {model.heads} attention heads of {model.name}"
+        return (f"tp={tp} does not divide the {model.n_kv_heads} KV heads of {model.name} "
+                "(Megatron needs num_query_groups % tp == 0)")
+    if rule == "pp_layers":
+        return f"pp={pp} exceeds the {model.layers} layers of {model.name}"
+    if rule == "cp_seq":
+        return f"cp={cp} does not divide the sequence length {seq}"
+    if rule == "ep":
         if not model.moe:
-            raise UserError(f"ep={ep} given but {model.name} has no experts")
+            return f"ep={ep} given but {model.name} has no experts"
         if model.moe.experts % ep:
-            raise UserError(f"ep={ep} does not divide the {model.moe.experts} experts of {model.name}")
-        if (dp * cp) % ep:
-            raise UserError(f"ep={ep} does not divide dp*cp = {dp * cp} (experts are sharded inside the data-parallel group)")
-    if not 0 <= int(par.zero) <= 3:
-        raise UserError(f"--zero must be 0, 1, 2 or 3, got {par.zero}")
-    v = int(par.virtual_stages)
-    if v > 1:
-        layers_per_stage = ceil_div(model.layers, pp)   # the most-loaded stage (cost.pipeline.stage_layers)
-        if v > layers_per_stage:
-            raise UserError(
-                f"--virtual-stages {v} exceeds the {layers_per_stage} layers per pipeline stage "
-                f"({model.layers} layers / pp={pp})"
-            )
+            return f"ep={ep} does not divide the {model.moe.experts} experts of {model.name}"
+        return f"ep={ep} does not divide dp*cp = {dp * cp} (experts are sharded inside the data-parallel group)"
+    if rule == "sp_seq":
+        return f"sequence parallelism needs seq/cp = {seq // cp} divisible by tp={tp}"
+    if rule == "virtual_stages":
         if pp == 1:
-            raise UserError("--virtual-stages > 1 (interleaved schedule) needs pp > 1")
+            return "--virtual-stages > 1 (interleaved schedule) needs pp > 1"
+        per = int(stage_layers(model.layers, pp))
+        divs = [d for d in range(2, per + 1) if per % d == 0]
+        return (f"--virtual-stages {v} does not divide the {per} layers per pipeline stage ({model.layers} layers / "
+                f"pp={pp}, most-loaded stage; Megatron-LM splits a stage into v equal chunks): "
+                + (f"use one of {', '.join(map(str, divs))}" if divs else "this pp leaves no v > 1"))
+    if rule == "zero":
+        return f"--zero must be 0, 1, 2 or 3, got {int(par.zero)}"
+    raise AssertionError(rule)
+
+
+def check_layout(model: ModelSpec, par: Parallel) -> None:
+    """The layout rules of :func:`layout_violations` for one scalar layout: the first rule it breaks
+    is one UserError. The planner masks with the same function (plan/space.py)."""
+    for rule, bad in layout_violations(model, par).items():
+        if bool(bad):
+            raise UserError(_violation_message(rule, model, par))
+
+
+def check_settings(hardware: Hardware, settings: Settings) -> None:
+    """Rules on the precision settings that every command applies the same way: the compute dtype
+    needs a peak on this hardware (A100 has no FP8 tensor cores: `memory` refused nothing while
+    `step` and `plan` refused it, issue 9 item 6)."""
+    try:
+        hardware.gpu.peak(settings.dtype)
+    except UserError as exc:
+        raise UserError(f"--dtype {settings.dtype}: {exc}; choose a dtype this GPU computes in") from None
+
+
+def seq_note(model: ModelSpec, seq: int) -> str | None:
+    """One line when the sequence exceeds the model's maximum (None otherwise).
+
+    Decision (issue 9, item 6): a note, not a refusal — planning a context extension is a real
+    question. With learned position embeddings the model has no positions past its maximum: the
+    note says the count keeps the shipped table (give a copy of the spec a larger max_seq to count
+    a larger table). With rope/alibi positions are computed, and the trained length is exceeded."""
+    if seq <= model.max_seq:
+        return None
+    if model.position == "learned":
+        return (f"seq {seq:,} exceeds {model.name}'s maximum {model.max_seq:,} and its position embeddings are "
+                f"learned: positions past {model.max_seq:,} do not exist in the model; llmpar counts the "
+                f"{model.max_seq:,}-row table as shipped (edit max_seq in a copy of the spec to count a larger one)")
+    return (f"seq {seq:,} exceeds {model.name}'s maximum {model.max_seq:,} ({model.position} positions: beyond "
+            "the trained length, computed as given)")
 
 
 def resolve(
@@ -240,14 +334,17 @@ def resolve(
 ) -> Resolved:
     """Resolve the common option group into a scalar :class:`Parallel` (DESIGN.md, CLI conventions)."""
     notes: list[str] = []
-    tp = _pos_int(tp, "tp") or 1
-    pp = _pos_int(pp, "pp") or 1
-    cp = _pos_int(cp, "cp") or 1
-    ep = _pos_int(ep, "ep") or 1
-    gpus = _pos_int(gpus, "gpus")
-    dp = _pos_int(dp, "dp")
-    b = _pos_int(micro_batch, "micro-batch") or 1
+    tp = _pos_int(tp, "tp", MAX_GPUS) or 1
+    pp = _pos_int(pp, "pp", MAX_GPUS) or 1
+    cp = _pos_int(cp, "cp", MAX_GPUS) or 1
+    ep = _pos_int(ep, "ep", MAX_GPUS) or 1
+    gpus = _pos_int(gpus, "gpus", MAX_GPUS)
+    dp = _pos_int(dp, "dp", MAX_GPUS)
+    b = _pos_int(micro_batch, "micro-batch", MAX_BATCH) or 1
     model_par = tp * cp * pp
+    if model_par * (dp or 1) > MAX_GPUS:
+        raise UserError(f"tp*cp*pp*dp = {model_par * (dp or 1):,} GPUs is beyond what llmpar models "
+                        f"(at most {MAX_GPUS:,})")
     if gpus is not None and dp is None:
         if gpus % model_par:
             raise UserError(f"--gpus {gpus} is not divisible by tp*cp*pp = {tp}*{cp}*{pp} = {model_par}")
@@ -266,11 +363,13 @@ def resolve(
         seq = min(DEFAULT_SEQ, model.max_seq)
         notes.append(f"seq defaults to min(8192, model max {model.max_seq}) = {seq}")
     else:
-        seq = _pos_int(seq, "seq")
+        seq = _pos_int(seq, "seq", MAX_SEQ)
+    if (note := seq_note(model, seq)) is not None:
+        notes.append(note)
     if sp is None:
         sp = tp > 1
     if virtual_stages is not None:
-        _pos_int(virtual_stages, "virtual-stages")
+        _pos_int(virtual_stages, "virtual-stages", MAX_GPUS)
     v = virtual_stages or 1
     if schedule is None:
         schedule = "interleaved" if v > 1 else "1f1b"
@@ -283,23 +382,28 @@ def resolve(
     rec = code(RECOMPUTE, recompute, "recompute")
     per_step = b * dp
     if global_batch is not None:
-        global_batch = _pos_int(global_batch, "global-batch")
+        global_batch = _pos_int(global_batch, "global-batch", MAX_BATCH)
         if global_batch % per_step:
             raise UserError(
                 f"--global-batch {global_batch} is not divisible by micro-batch*dp = {b}*{dp} = {per_step}"
             )
         m = global_batch // per_step
-        if microbatches is not None and _pos_int(microbatches, "microbatches") != m:
+        if microbatches is not None and _pos_int(microbatches, "microbatches", MAX_BATCH) != m:
             raise UserError(f"--microbatches {microbatches} disagrees with --global-batch {global_batch} / (b*dp) = {m}")
     elif microbatches is not None:
-        m = _pos_int(microbatches, "microbatches")
+        m = _pos_int(microbatches, "microbatches", MAX_BATCH)
     else:
-        target = max(1, round(default_batch_tokens / seq))
+        target, capped = default_global_batch(seq, default_batch_tokens)
         m = max(1, round(target / per_step))
         notes.append(
             f"no --global-batch/--microbatches: assumed ~{default_batch_tokens:,} tokens per step "
             f"-> {m * per_step} sequences, m={m} micro-batches"
         )
+        if capped:
+            notes.append(capped)
+    if m * per_step * seq > MAX_TOKENS_PER_STEP:
+        raise UserError(f"{m * per_step:,} sequences x {seq:,} tokens = {m * per_step * seq:,} tokens per step is "
+                        f"beyond what llmpar models (at most {MAX_TOKENS_PER_STEP:,})")
     par = Parallel(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=int(zero), sp=bool(sp), recompute=rec,
         micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v,
@@ -307,6 +411,7 @@ def resolve(
     check_layout(model, par)
     if settings is None:
         settings = Settings()
+    check_settings(hardware, settings)
     return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
 
 

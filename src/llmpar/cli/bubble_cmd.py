@@ -13,6 +13,12 @@ from llmpar.parallel import SCHEDULES
 
 _STYLE = {"F": "bold white on blue", "B": "bold black on green", "W": "black on yellow"}
 _MAX_DRAW_COLUMNS = 2000
+# The schedule is simulated (cost.pipeline.timeline: a list-scheduling pass per stage, roughly
+# quadratic in pp) only where the result is small: p*m*v <= 4096 slots per step and p <= 128
+# (about 0.1 s). Beyond that the ratios are the closed forms alone, and a drawing would be wider
+# than _MAX_DRAW_COLUMNS anyway (issue 9, item 7: 2000 x 2000 took 53 s and 3.4 GB).
+_MAX_SIM_SLOTS = 4096
+_MAX_SIM_STAGES = 128
 
 _FORMULAS = {
     "gpipe": ("(p-1)/m", "(p-1)/(m+p-1)", "Huang et al. 2019 (GPipe), §2.3"),
@@ -30,13 +36,14 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
     """The result of `llmpar bubble` as a dict (no printing)."""
     from llmpar.cost import pipeline as pl
 
+    from llmpar.parallel import MAX_BATCH, MAX_GPUS, _pos_int
+
     notes: list[str] = []
-    if pp < 1:
-        raise UserError(f"--pp must be a positive integer, got {pp}")
-    if microbatches < 1:
-        raise UserError(f"--microbatches must be a positive integer, got {microbatches}")
-    if virtual_stages is not None and virtual_stages < 1:
-        raise UserError(f"--virtual-stages must be a positive integer, got {virtual_stages}")
+    pp = _pos_int(pp, "pp", MAX_GPUS)
+    microbatches = _pos_int(microbatches, "microbatches", MAX_BATCH)
+    virtual_stages = _pos_int(virtual_stages, "virtual-stages", MAX_GPUS)
+    if layers is not None:
+        layers = _pos_int(layers, "layers", MAX_GPUS)
     v = virtual_stages or 1
     if schedule is None:
         schedule = "interleaved" if v > 1 else "1f1b"
@@ -79,7 +86,14 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
     }
     if stage:
         result["stages"] = stage
-    tl = pl.timeline(code, pp, microbatches, v)
+    slots = pp * microbatches * v
+    tl = None
+    if pl.DUALPIPE != code:
+        if slots <= _MAX_SIM_SLOTS and pp <= _MAX_SIM_STAGES:
+            tl = pl.timeline(code, pp, microbatches, v)
+        else:
+            notes.append(f"schedule not simulated (p*m*v = {slots:,} slots; llmpar simulates up to "
+                         f"{_MAX_SIM_SLOTS:,} slots and {_MAX_SIM_STAGES} stages): the ratios are the closed forms")
     if tl is not None:
         result["timeline"] = {
             "total_units": tl.total,
@@ -137,7 +151,8 @@ def render(result: dict) -> None:
         head += f", v={v} model chunks per stage"
     console.print(head)
     for note in result["notes"]:
-        console.print(f"assumed: {note}")
+        if not note.startswith("schedule not simulated"):   # said below, where the drawing would be
+            console.print(f"assumed: {note}")
     ut = result["unit_chunk_times"]
     if lines is not None:
         if result["schedule"] == "zb-h1":
@@ -155,6 +170,9 @@ def render(result: dict) -> None:
         console.print(f"drawn: {tl['total_units']:g} time units, idle {tl['idle_fraction']:.4f} of stage-time")
     elif "timeline" in result:
         console.print(f"(drawing omitted: wider than {_MAX_DRAW_COLUMNS} columns; use fewer micro-batches)")
+    elif result["schedule"] != "dualpipe":
+        console.print(f"(drawing omitted: p*m*v = {p * m * v:,} slots is more than llmpar simulates; "
+                      "ratios below are the closed forms)")
     else:
         console.print("(drawing omitted: DualPipe's bidirectional schedule with overlapped F&B pairs is "
                       "not drawn here; ratios below are from its formula)")

@@ -97,7 +97,7 @@ def plan(model, **kw):
         echo_json(result.to_dict())
     elif as_csv:
         rows = result.pareto if result.pareto is not None else result.plans
-        click.echo(to_csv([p.to_dict() for p in rows]), nl=False)
+        click.echo(to_csv([_csv_row(p) for p in rows]), nl=False)
     else:
         render(result, units=units)
 
@@ -127,6 +127,23 @@ def to_csv(rows: list[dict]) -> str:
     for r in flat:
         w.writerow({k: ("" if v is None else v) for k, v in r.items()})
     return buf.getvalue()
+
+
+def _csv_row(p) -> dict:
+    """A plan row for CSV: the tied layouts as one text cell ('zero=1; sp=off,zero=1')."""
+    d = p.to_dict()
+    d["equivalent"] = "; ".join(equivalent_texts(p))
+    return d
+
+
+def equivalent_texts(p) -> list[str]:
+    """Each layout tied with row ``p``, as the knobs where it differs from the row's ('zero=1')."""
+    base = p.parallel.as_dict()
+    out = []
+    for e in p.equivalent:
+        d = e.as_dict()
+        out.append(",".join(f"{k}={_val(v)}" for k, v in d.items() if v != base[k]) or "same layout")
+    return out
 
 
 # ------------------------------------------------------------------------------------ render
@@ -235,6 +252,12 @@ def render(r, units: str = "gb") -> None:
     con.print()
     con.print(_rows_table(r.plans, fmt, unit, f"Top {len(r.plans)} layouts by {r.objective} "
                                               f"(memory in {unit}; step time per iteration)"))
+    ties = [(p.rank, equivalent_texts(p)) for p in r.plans if p.equivalent]
+    if ties:
+        con.print("exact ties (same step time and same memory) share a row; each also runs as:", highlight=False)
+        for rank, texts in ties:
+            more = f" | +{len(texts) - 4} more (--json lists all)" if len(texts) > 4 else ""
+            con.print(f"  #{rank}: " + " | ".join(texts[:4]) + more, highlight=False)
     if r.comparison is not None:
         con.print()
         for line in _explain_lines(r.comparison, fmt, unit):

@@ -26,7 +26,8 @@ import numpy as np
 
 from llmpar.api import MEMORY_COMPONENTS, StepFigures, step_numbers
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, Parallel, Settings
+from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
+                             Parallel, Settings, check_settings, default_global_batch, seq_note)
 from llmpar.plan import space as SP
 
 DEFAULT_MODEL = "llama-3-70b"
@@ -44,6 +45,9 @@ class PlanRow(StepFigures):
 
     rank: int = 0
     memory: dict[str, Any] = field(default_factory=dict)
+    # layouts with exactly this row's step time and memory (an exact tie: e.g. ZeRO-0 and ZeRO-1
+    # when dp*cp = 1 leaves nothing to shard): listed here instead of filling the ranking
+    equivalent: list[Parallel] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -59,7 +63,8 @@ class PlanRow(StepFigures):
         return name, self.breakdown_s[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits)}
+        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
+                "equivalent": [p.as_dict() for p in self.equivalent]}
 
 
 @dataclass
@@ -162,7 +167,21 @@ def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def _row(rank, model, hw, settings, par, out, mem, i) -> PlanRow:
+# Two layouts tie when their step times and their memory agree to this relative tolerance: the same
+# numbers up to floating-point rounding of different but equivalent formula paths.
+TIE_RTOL = 1e-12
+
+
+def _tie_groups(order: np.ndarray, t, mem) -> list[np.ndarray]:
+    """``order`` cut into runs of exact ties (equal step time and equal memory), best first."""
+    if order.size == 0:
+        return []
+    to, mo = t[order], mem[order]
+    same = np.isclose(to[1:], to[:-1], rtol=TIE_RTOL, atol=0.0) & np.isclose(mo[1:], mo[:-1], rtol=TIE_RTOL, atol=0.0)
+    return np.split(order, np.flatnonzero(~same) + 1)
+
+
+def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
     f = lambda x: float(np.asarray(x)[i])  # noqa: E731
     max_b = float(mem["max_micro_batch"][i])
     memory = {k: f(mem[k]) for k in MEMORY_COMPONENTS}
@@ -172,7 +191,7 @@ def _row(rank, model, hw, settings, par, out, mem, i) -> PlanRow:
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
         **step_numbers(out, i),
-        memory=memory,
+        memory=memory, equivalent=[par.take(int(j)) for j in (group if group is not None else ())[1:]],
     )
 
 
@@ -187,13 +206,15 @@ def _layout_text(par: Parallel) -> str:
             f"ep={d['ep']}, sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
 
 
-def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec) -> UserError:
+def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed:
+    """A valid request with no runnable layout is a check that failed (exit 1, like "nothing fits"),
+    not bad input (issue 9, item 6): one line, the rules that rejected the layouts, most first."""
     hits = {k: v for k, v in cand.rejected.items() if v}
     if not cand.total:
-        return UserError(f"no layout of {spec.gpus} GPUs is left by --fix/--allow/--max-tp (nothing to search)")
+        return CheckFailed(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)")
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
-    return UserError(f"no layout of {spec.gpus} GPUs (global batch {spec.global_batch}, seq {spec.seq}) passes the "
-                     f"constraints - {why}")
+    return CheckFailed(f"no layout of {spec.gpus:,} GPUs can run {model.name} with global batch {spec.global_batch:,} "
+                       f"and seq {spec.seq:,}: every one of the {cand.total:,} candidates breaks a rule - {why}")
 
 
 def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
@@ -204,10 +225,12 @@ def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
     # the smallest total; among equal ones (e.g. ZeRO stages at dp = 1) name the most sharded
     i = int(np.lexsort((-np.asarray(par.recompute), -np.asarray(par.zero), tot))[0])
     cap = float(np.asarray(mem["capacity_bytes"])[i])
-    res = float(np.asarray(mem["reserved_bytes"])[i])
+    run = float(np.asarray(mem["runtime_bytes"])[i])
+    # the runtime (CUDA context + NCCL buffers) is part of the total; "reserved" is the allocator's
+    # pool, not a reserve held back from the HBM (main printed it as "the reserve", larger than the HBM)
     return CheckFailed(
-        f"no layout fits: smallest memory needed {tot[i] / scale:.1f} {unit} > {cap / scale:.1f} {unit} per GPU "
-        f"(HBM, of which the reserve is {res / scale:.1f} {unit}) at {_layout_text(par.take(i))}"
+        f"no layout fits: smallest memory needed {tot[i] / scale:.1f} {unit} (of which runtime, CUDA context + "
+        f"NCCL buffers, {run / scale:.1f} {unit}) > {cap / scale:.1f} {unit} of HBM per GPU at {_layout_text(par.take(i))}"
     )
 
 
@@ -229,8 +252,9 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
            top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb") -> dict[str, Any]:
     """Enumerate, evaluate through ``llmpar.cost`` and rank (see the module doc).
 
-    Returns a dict with plans, pareto, comparison, space (SpaceSummary). Raises UserError when no
-    layout passes the divisibility/batch/schedule rules, CheckFailed when none fits in memory.
+    Returns a dict with plans (one row per group of exact ties), pareto, comparison, space
+    (SpaceSummary). Raises CheckFailed (exit 1) when no layout passes the divisibility/batch/schedule
+    rules or none fits in memory.
     """
     from llmpar.cost.memory import memory_per_gpu
     from llmpar.cost.step import step_time
@@ -238,7 +262,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     t0 = time.perf_counter()
     cand = SP.enumerate_space(model, spec, settings)
     if cand.size == 0:
-        raise _nothing_valid(cand, spec)
+        raise _nothing_valid(cand, spec, model)
     mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
     fits = np.asarray(mem["fits"], dtype=bool)
     n_fit = int(np.count_nonzero(fits))
@@ -253,14 +277,19 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     t = np.asarray(out["step_time_s"], dtype=float)
     total = np.asarray(mem["total_bytes"], dtype=float)
     order = _order(objective, t, total, par)
+    groups = _tie_groups(order, t, total)   # one row per group of exact ties
 
-    rows = [_row(r + 1, model, hw, settings, par, out, mem, int(i)) for r, i in enumerate(order[:top])]
+    def row(r):
+        return _row(r + 1, model, hw, settings, par, out, mem, int(groups[r][0]), groups[r])
+
+    rows = [row(r) for r in range(min(top, len(groups)))]
     comparison = None
-    if explain_rank > n_fit and explain_rank != 2:
-        raise UserError(f"--explain-rank {explain_rank}: only {n_fit} layouts fit")
-    if n_fit >= 2:
+    if explain_rank > len(groups) and explain_rank != 2:
+        raise UserError(f"--explain-rank {explain_rank}: only {len(groups)} distinct layouts fit "
+                        f"({n_fit} layouts, exact ties grouped)")
+    if len(groups) >= 2:
         n = explain_rank
-        other = rows[n - 1] if n <= len(rows) else _row(n, model, hw, settings, par, out, mem, int(order[n - 1]))
+        other = rows[n - 1] if n <= len(rows) else row(n - 1)
         comparison = compare(rows[0], other, objective)
     frontier = None
     if pareto:
@@ -271,7 +300,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
         keep = np.ones(by_time.size, dtype=bool)
         keep[1:] = total[by_time][1:] < run_min[:-1]
         rank_of = np.empty(order.size, dtype=np.int64)
-        rank_of[order] = np.arange(1, order.size + 1)
+        rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), [g.size for g in groups])
         frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
                            step_evaluated=n_fit, search_s=time.perf_counter() - t0)
@@ -311,11 +340,14 @@ def _knob_text(x) -> str:
     return str(x)
 
 
-def _pos(value, what: str):
+def _pos(value, what: str, hi: int | None = None):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise UserError(f"--{what} must be a positive integer, got {value}")
+    if hi is not None and value > hi:
+        # bounded before any divisor search: --gpus 10^20 used to enumerate divisors up to 10^10
+        raise UserError(f"--{what} {value:,} is beyond what llmpar models (at most {hi:,})")
     return int(value)
 
 
@@ -357,8 +389,8 @@ def plan(
     ``{"zero": (0, 1, 3)}``. ``objective``: "time" (step time; the batch is fixed, so also
     tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``rank_order``: as in
     ``llmpar step`` (:class:`llmpar.parallel.Settings`). Returns a :class:`PlanResult`; raises
-    :class:`~llmpar.errors.UserError` for bad input or when no layout passes the divisibility
-    rules, :class:`~llmpar.errors.CheckFailed` when none fits in memory.
+    :class:`~llmpar.errors.UserError` for bad input, :class:`~llmpar.errors.CheckFailed` when no
+    layout passes the divisibility rules or none fits in memory (a valid request, nothing feasible).
     """
     from llmpar import api
     from llmpar.cost.memory import check_convention
@@ -373,7 +405,7 @@ def plan(
         raise UserError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}")
     if gpus is None:
         raise UserError("--gpus is required: the number of GPUs to plan for")
-    gpus = _pos(gpus, "gpus")
+    gpus = _pos(gpus, "gpus", MAX_GPUS)
     top = _pos(top, "top")
     max_tp = _pos(max_tp, "max-tp")
     explain_rank = _pos(explain_rank, "explain-rank")
@@ -394,6 +426,7 @@ def plan(
     settings = api.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                  convention=convention, attention=attention, dp_overlap=dp_overlap,
                                  tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
+    check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(api.stack_note(settings))
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
@@ -402,11 +435,11 @@ def plan(
         seq = min(DEFAULT_SEQ, spec_model.max_seq)
         defaults.append(f"seq {seq}")
     else:
-        seq = _pos(seq, "seq")
-        if seq > spec_model.max_seq:
-            notes.append(f"seq {seq} exceeds the model's max sequence {spec_model.max_seq}")
-    global_batch = _pos(global_batch, "global-batch")
-    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch")
+        seq = _pos(seq, "seq", MAX_SEQ)
+        if (note := seq_note(spec_model, seq)) is not None:
+            notes.append(note)
+    global_batch = _pos(global_batch, "global-batch", MAX_BATCH)
+    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch", MAX_TOKENS_PER_STEP)
     if tokens_per_batch is not None:
         if tokens_per_batch % seq:
             raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
@@ -414,13 +447,16 @@ def plan(
             raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
                             f"seq {seq} = {tokens_per_batch // seq}")
         global_batch = tokens_per_batch // seq
-    microbatches = _pos(microbatches, "microbatches")
+    microbatches = _pos(microbatches, "microbatches", MAX_BATCH)
     if global_batch is None:
-        global_batch = max(1, round(DEFAULT_BATCH_TOKENS / seq))
+        global_batch, capped = default_global_batch(seq)
         defaults.append(f"global batch {global_batch} sequences = {DEFAULT_BATCH_TOKENS:,} tokens / seq {seq}"
-                        if global_batch * seq == DEFAULT_BATCH_TOKENS else
+                        if global_batch * seq == DEFAULT_BATCH_TOKENS else capped or
                         f"global batch {global_batch} sequences ({global_batch * seq:,} tokens, the nearest to "
                         f"{DEFAULT_BATCH_TOKENS:,})")
+    if global_batch * seq > MAX_TOKENS_PER_STEP:
+        raise UserError(f"{global_batch:,} sequences x {seq:,} tokens per step is beyond what llmpar models "
+                        f"(at most {MAX_TOKENS_PER_STEP:,} tokens)")
 
     fixed = SP.parse_assignments(_as_specs(fix, "fix"), "fix")
     for key, value in layout.items():
@@ -436,7 +472,7 @@ def plan(
         if k in allowed and not set(vals) <= set(allowed[k]):
             raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
         allowed[k] = vals
-    _check_fixed_degrees(allowed, gpus, spec_model, max_tp)
+    _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
 
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches)
@@ -451,7 +487,7 @@ def plan(
     )
 
 
-def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
+def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: int | None = None) -> None:
     """Fixed degrees that cannot work whatever else is chosen: one clear line (exit 2)."""
     one = {k: v[0] for k, v in allowed.items() if len(v) == 1 and k in ("tp", "pp", "dp", "cp")}
     for k, v in one.items():
@@ -475,6 +511,11 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
                         f"of {model.name}")
     if "pp" in one and one["pp"] > model.layers:
         raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
+    b = allowed.get("micro_batch")
+    per = one.get("dp", 1) * (b[0] if b and len(b) == 1 else 1)
+    if global_batch is not None and ("dp" in one or (b and len(b) == 1)) and global_batch % per:
+        # options that contradict each other are bad input, not a search that found nothing
+        raise UserError(f"global batch {global_batch:,} is not divisible by the fixed micro_batch*dp = {per}")
 
 
 __all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]

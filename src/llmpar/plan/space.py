@@ -14,9 +14,10 @@ A candidate is one value of each knob of :class:`llmpar.parallel.Parallel`:
 * ZeRO stage, recompute (none/selective/full), and SP on/off (only with tp > 1: at tp = 1 SP
   does not exist).
 
-The constraints are the divisibility rules of :func:`llmpar.parallel.check_layout` and
-:func:`llmpar.cost.pipeline.check_schedule`, written here as masks over arrays (the scalar
-checks raise one error at a time; the tests check that both agree on samples). Each rejected
+The constraints are :func:`llmpar.parallel.layout_violations` — the very masks
+:func:`llmpar.parallel.check_layout` raises on for one layout — and
+:func:`llmpar.cost.pipeline.schedule_feasible` (the mask of :func:`check_schedule`); the tests
+sample layouts and check that the planner and ``check_layout``/``check_schedule`` agree. Each rejected
 candidate is counted once, under the first reason it fails, in the order of :data:`REASONS`.
 Memory (the last reason) is evaluated in :mod:`llmpar.plan.search` through
 :func:`llmpar.cost.memory.memory_per_gpu`.
@@ -33,7 +34,7 @@ import numpy as np
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.errors import UserError
-from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations
 from llmpar.specs.model import ModelSpec
 
 INTERLEAVED = SCHEDULES.index("interleaved")
@@ -51,11 +52,14 @@ REASONS = {
     "ep": "ep does not divide the experts or dp*cp",
     "batch": "global batch not divisible by micro_batch*dp (or not the --microbatches asked for)",
     "sp_seq": "sequence parallelism needs seq/cp divisible by tp",
-    "schedule": "schedule cannot run it (interleaved: m a multiple of pp, 2 <= v <= layers per stage; "
+    "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
                 "DualPipe: pp even, m even and >= 2*pp)",
     "convention": "ZeRO stage outside what --convention covers",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
 }
+
+# the rules of parallel.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
+_DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep")
 
 # the knobs --fix / --allow accept: key -> Parallel field
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages")
@@ -262,14 +266,11 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                     if n_knobs == 0:
                         continue
                     total += n_knobs
-                    if heads % tp or kv % tp:
-                        rejected["tp_heads"] += n_knobs
-                    elif pp > L:
-                        rejected["pp_layers"] += n_knobs
-                    elif S % cp:
-                        rejected["cp_seq"] += n_knobs
-                    elif ep > 1 and (model.moe is None or model.moe.experts % ep or (dp * cp) % ep):
-                        rejected["ep"] += n_knobs
+                    # the degree rules of parallel.layout_violations (the same function check_layout uses)
+                    bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, seq=S))
+                    reason = next((r for r in _DEGREE_RULES if bad[r]), None)
+                    if reason is not None:
+                        rejected[reason] += n_knobs
                     else:
                         groups.setdefault((pp, tuple(sp_opts)), []).append((tp, cp, dp, ep))
     if not groups:
@@ -283,11 +284,13 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     b, sched, v, sp, zero = cols["micro_batch"], cols["schedule"], cols["virtual_stages"], cols["sp"], cols["zero"]
     per = b * dp
     m = B // per
+    rules = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=cols["ep"], zero=zero, sp=sp,
+                                              seq=np.full(tp.shape, S, dtype=np.int64), virtual_stages=v))
     bad = {
         "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
-        "sp_seq": sp & (((S // cp) % tp) != 0),
+        "sp_seq": rules["sp_seq"],
         "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
-                    | (v > pipeline.stage_layers(L, pp)),
+                    | rules["virtual_stages"],
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
     }
     alive = np.ones(tp.shape, dtype=bool)

@@ -144,6 +144,12 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
         freq = c.integer("moe_layer_freq", default=1)
         # DeepseekV3DecoderLayer: MoE when layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0
         dense = [i for i in range(layers) if not (i >= first_dense and i % freq == 0)]
+        if len(dense) == layers:
+            # n_routed_experts says MoE, but no layer would hold experts: a config that contradicts
+            # itself (a typo in first_k_dense_replace, or num_hidden_layers cut down for a test)
+            raise c._fail(f"n_routed_experts = {experts} but no layer is MoE: first_k_dense_replace = {first_dense} "
+                          f"and moe_layer_freq = {freq} leave all {layers} layers (num_hidden_layers) dense; "
+                          "fix the config, or drop n_routed_experts for a dense model")
         out["moe"] = dict(
             experts=experts,
             top_k=c.integer("num_experts_per_tok"),
@@ -246,7 +252,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     model_type = data.get("model_type")
     if model_type is None:
         raise UserError(f"{path}: missing key 'model_type' (supported: {', '.join(SUPPORTED)})")
-    if model_type not in _BUILDERS:
+    if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
     spec = _BUILDERS[model_type](_Config(data, path, model_type))
     spec.update(

@@ -40,19 +40,58 @@ def data_dir(kind: str) -> Path:
     raise UserError(f"llmpar's shipped {kind}/ folder is missing (broken install?)")
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML mapping; malformed YAML is one line naming file and line."""
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last one
+    silently, so a duplicated ``memory:`` line would override the first without a word)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
+    loader.flatten_mapping(node)   # merge keys (<<) first, as SafeLoader does
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:   # an unhashable key (a list or mapping): construct_mapping reports it
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"duplicate key {key!r} (first given on line {first})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text of a spec file; bytes that are not UTF-8 are one line naming file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                        "spec files must be UTF-8") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; malformed YAML (including a duplicated key or bytes that are not
+    UTF-8) is one line naming file and line."""
+    try:
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = _decode(path, raw)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"malformed YAML in {where}: {problem}") from None
+    except (RecursionError, ValueError, OverflowError) as exc:   # e.g. absurd nesting, or a timestamp
+        raise UserError(f"malformed YAML in {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a YAML mapping at the top level")
     return data
@@ -68,8 +107,11 @@ def validation_message(exc: ValidationError, source: str) -> str:
 
 
 def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
+    """``cls`` from a spec file's mapping, in pydantic's strict mode: a YAML ``true`` is not the
+    integer 1 and a quoted "80" is not a number (unit strings such as ``80 GiB`` are parsed by the
+    fields' own validators before the strict check)."""
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, strict=True)
     except ValidationError as exc:
         raise UserError(validation_message(exc, source)) from None
 
