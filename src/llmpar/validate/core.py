@@ -119,6 +119,20 @@ class ValidationResult:
 
 # ------------------------------------------------------------------------------ evaluation
 
+def _header_text(path: Path) -> dict[str, Any]:
+    """The file's descriptive header (about, left_out), which the runs reader does not keep: the
+    YAML above the top-level ``runs:`` key (the whole file if there is none)."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    cut = text.find("\nruns:")
+    try:
+        data = yaml.safe_load(text[:cut] if cut >= 0 else text)
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _stack_for(file_stack: str | None, override: str | None) -> tuple[Any, list[str]]:
     from llmpar.specs import load_stack
     from llmpar.specs.registry import shipped_names
@@ -186,7 +200,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
 
     path = _resolve_source(name)
     read = read_runs([path])
-    head = read.files[0] if read.files else {}
+    head = {**_header_text(path), **(read.files[0] if read.files else {})}
     runs_in = read.runs[:limit] if limit else read.runs
     stk, notes = _stack_for(head.get("stack"), stack)
     flops_conv = str(head.get("flops_convention", "full"))
@@ -199,7 +213,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
     runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages)
     pred = predict(runs, groups, stk)
     t_meas = measured_step_time(runs, pred)
-    judge_fits = any(r.status != "ok" for r in runs)
+    judge_fits = any(r.status != "ok" for r in read.runs)   # the file lists runs that did not complete
     peaks: dict[tuple[str, str], float] = {}
     rows: list[dict[str, Any]] = []
     for i, r in enumerate(runs):

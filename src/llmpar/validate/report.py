@@ -61,6 +61,10 @@ How to read it:
 - **CI.** `llmpar validate --source NAME --tolerance 10%` exits 1 when a group's mean absolute
   error exceeds 10 %.
 
+Reading the A100 rows: the deep pipelines with few layers per stage (1T on pp 64: two layers per
+stage) come out slower than measured because the last stage carries the LM head, which llmpar puts
+on the critical path.
+
 Other checks, outside this command: FLOPs — Korthikanti 2022 Table 5's MFU and HFU from their
 iteration times ([flops.md](flops.md)); memory — Korthikanti Table 2 and the ZeRO paper's Table 1
 ([memory.md](memory.md)); collectives — shipped profiles against published nccl-tests sweeps
@@ -234,7 +238,7 @@ def markdown(result: ValidationResult) -> str:
         groups = [g for g in result.groups if g["source"] == src.name]
         lines += [f"## {src.citation}", ""]
         where = f"[{src.url}]({src.url})" if src.url else ""
-        lines += [f"`llmpar validate --source {src.name}` · {src.runs} runs · hardware `{src.hardware}` · stack "
+        lines += [f"`llmpar validate --source {src.name}` · {src.runs} run{'s' if src.runs != 1 else ''} · hardware `{src.hardware}` · stack "
                   f"`{src.stack}`" + (f" · {where}" if where else ""), ""]
         compared = sorted({metric_name(g["metric"]) if g["metric"] != "fits" else "FITS/OOM verdicts" for g in groups},
                           key=[metric_name(g["metric"]) if g["metric"] != "fits" else "FITS/OOM verdicts"
