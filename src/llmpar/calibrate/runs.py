@@ -251,16 +251,20 @@ class Predictions:
     tokens_per_step: np.ndarray
     gpus: np.ndarray
     pick: list[dict]                 # the chosen candidate's knobs per run
+    # that candidate's allocator figures (torch's max_memory_allocated / _reserved counterparts;
+    # memory_bytes above is the total, pool + CUDA context + NCCL): for `llmpar validate`
+    allocated_bytes: np.ndarray | None = None
+    reserved_bytes: np.ndarray | None = None
 
 
 def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     """Every run through cost/step with ``stack`` (arrays; one call per group)."""
     from llmpar.cost import flops
     from llmpar.cost.step import step_time
-    from llmpar.parallel import RECOMPUTE, Settings
+    from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings
 
     n = len(runs)
-    out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus")}
+    out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus", "alloc", "pool")}
     fits = np.zeros(n, dtype=bool)
     pick: list[dict] = [{} for _ in range(n)]
     best = np.full(n, np.inf)
@@ -271,6 +275,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
         mem = res["memory"]
         ok = np.asarray(mem["fits"], dtype=bool)
         total = np.asarray(mem["total_bytes"], dtype=float)
+        alloc = np.broadcast_to(np.asarray(mem["allocated_bytes"], dtype=float), total.shape)
+        pool = np.broadcast_to(np.asarray(mem["reserved_bytes"], dtype=float), total.shape)
         mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
         cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
         hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par), dtype=float)
@@ -286,11 +292,14 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                 par = g.par.take(j)
                 out["tok"][i] = float(par.tokens_per_step)
                 out["gpus"][i] = float(par.gpus)
+                out["alloc"][i], out["pool"][i] = alloc.flat[j], pool.flat[j]
                 fits[i] = bool(ok[j])
                 pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages),
-                           "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)]}
+                           "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)],
+                           "microbatches": int(par.microbatches), "schedule": SCHEDULES[int(par.schedule)],
+                           "sp": bool(par.sp)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
-                       out["gpus"], pick)
+                       out["gpus"], pick, out["alloc"], out["pool"])
 
 
 def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:

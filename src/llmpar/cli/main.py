@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "step": ("llmpar.cli.step_cmd", "step", "Step time, tokens/s, MFU and where the time goes."),
     "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
     "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Parse nccl-tests logs, fit and check the collective model."),
+    "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }
 
 

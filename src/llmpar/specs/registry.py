@@ -22,7 +22,7 @@ from llmpar.specs.stack import Stack
 
 
 def data_dir(kind: str) -> Path:
-    """Folder holding the shipped ``kind`` ('hardware', 'models' or 'stacks') YAML files."""
+    """Folder holding the shipped ``kind`` ('hardware', 'models', 'stacks' or 'validation') YAML files."""
     # A source checkout (editable install) reads the repository folder first: hatch's editable
     # install copies force-included data once, at install time, so that copy goes stale.
     repo = Path(__file__).resolve().parents[3] / kind

@@ -7,6 +7,8 @@ torch allocator figure (max_memory_allocated or _reserved; the file does not say
 compared with the predicted allocator pool (reserved_bytes, = allocated when the stack has no
 overhead); the FITS/OOM agreement uses the full total (pool + runtime) against 80 GiB.
 Split: 1-2 nodes (in-sample: the only runs a constant may be fitted on) and 4-64 nodes (held out).
+This is the script the nanotron stack's memory constants were fitted with (docs/stacks-memory.md);
+``llmpar validate --source playbook-nanotron-h100`` is the published comparison.
 """
 
 from __future__ import annotations
@@ -20,7 +22,20 @@ import yaml
 from llmpar.cost.memory import memory_per_gpu
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs import load_hardware
-from llmpar.validate.playbook import SHAPES, spec
+from llmpar.specs.model import ModelSpec
+
+# the shapes validation/playbook-nanotron-h100.yaml states were inferred from nanotron's
+# scaling-benchmark script (its `models:` block); `llmpar validate --source playbook-nanotron-h100`
+# reads them from there
+SHAPES = {
+    "1B": dict(layers=16, hidden=2048),
+    "3B": dict(layers=28, hidden=3072),
+}
+
+
+def spec(name: str) -> ModelSpec:
+    return ModelSpec(name=f"playbook-{name}", family="llama", heads=32, kv_heads=32, ffn_hidden=8192, ffn_type="swiglu",
+                     vocab=32768, tied_embeddings=True, norm="rmsnorm", max_seq=4096, **SHAPES[name])
 
 
 def evaluate(path, stack="nanotron", hardware="h100-sxm", **settings_kw) -> dict:

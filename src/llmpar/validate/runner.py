@@ -1,4 +1,9 @@
-"""Run the time model on the published rows and report per-row error.
+"""Superseded by ``llmpar validate`` (:mod:`llmpar.validate.core`, which reads the shipped
+validation/*.yaml and evaluates through :mod:`llmpar.calibrate.runs`). Kept only because
+tests/test_step.py::test_published_a100_rows still calls :func:`evaluate_all`; delete it once that
+test runs ``llmpar.validate.core.validate(["korthikanti2022-table5", "narayanan2021-table1"])``.
+
+Run the time model on the published rows and report per-row error.
 
 Where a row leaves out the micro-batch size or the chunks per stage, every value that divides the
 batch (and fits in memory) is evaluated — as arrays, through the same ``llmpar.cost.step`` code the

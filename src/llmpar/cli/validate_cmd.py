@@ -1,0 +1,130 @@
+"""`llmpar validate`: llmpar against the published runs it ships (docs/validation.md is its output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from llmpar.errors import CheckFailed, UserError
+
+
+def _tolerance(text: str | None) -> float | None:
+    if text is None:
+        return None
+    t = str(text).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {text!r}") from None
+    if not 0 < v < 100:
+        raise UserError(f"--tolerance must be positive, got {text!r}")
+    return v
+
+
+def _render(result, con) -> None:
+    from rich.table import Table
+
+    from llmpar.validate import report
+
+    for src in result.sources:
+        rows = [r for r in result.rows if r["source"] == src.name]
+        groups = [g for g in result.groups if g["source"] == src.name]
+        con.print(f"\n[bold]{src.name}[/bold]: {src.citation}", highlight=False)
+        con.print(f"{src.runs} runs, hardware {src.hardware}, stack {src.stack}; convention: {src.convention}",
+                  highlight=False)
+        for n in src.notes:
+            con.print(f"note: {n}", highlight=False)
+        if src.runs > report.BIG_SOURCE:
+            t = Table(title=f"{src.runs} runs by model and GPU count (--json lists every row)")
+            for h in report.BY_GPUS_HEADERS:
+                t.add_column(h, justify="left" if h == "model" else "right")
+            for cells in report.by_gpus(rows):
+                t.add_row(*cells)
+        else:
+            t = Table(title="published vs llmpar (error = predicted/published - 1; * = searched, not published)")
+            for h in report.ROW_HEADERS:
+                t.add_column(h, justify="right" if h in ("published", "llmpar", "error") else "left")
+            for r in rows:
+                if r["metric"] != "fits":
+                    t.add_row(*report.row_cells(r))
+        con.print(t)
+        for g in groups:
+            con.print(f"  {report.group_line(g)}", highlight=False)
+    t = Table(title="Groups (absolute errors)")
+    for h in report.SUMMARY_HEADERS:
+        t.add_column(h, justify="right" if h in ("rows", "FITS/OOM") or "error" in h else "left", no_wrap=h in ("source", "metric", "stack"))
+    for cells in report.summary_rows(result):
+        t.add_row(*cells)
+    con.print(t)
+
+
+@click.command("validate")
+@click.option("--source", "sources", multiple=True,
+              help="Only this source (a file stem of the shipped validation/*.yaml); repeatable. Default: all.")
+@click.option("--stack", help="Evaluate every row under this stack (name or YAML) instead of its source's.")
+@click.option("--tolerance", help="Exit 1 if any group's mean absolute error exceeds this (e.g. 10% or 0.1).")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Write the docs/validation.md page (stdout, or --out).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="With --markdown: write the page here.")
+@click.option("--limit", type=click.IntRange(1), help="Only the first N runs of each source (a quick look).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...], "groups": [...], "sources": [...]}.')
+def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
+    """Published vs predicted for every shipped published run, grouped by source.
+
+    Each row runs the model a user would run (its stack, hardware and layout; knobs the source
+    did not publish are searched, fastest that fits) and is compared in the row's own metric and
+    convention. error = predicted / published - 1.
+
+    \b
+    Examples:
+      llmpar validate
+      llmpar validate --source korthikanti2022-table5 --tolerance 10%
+      llmpar validate --source narayanan2021-table1 --stack megatron-core --json
+      llmpar validate --markdown --out docs/validation.md
+    """
+    from llmpar.validate.core import validate as run_validation
+
+    tol = _tolerance(tolerance)
+    if as_json and as_markdown:
+        raise UserError("--json and --markdown: choose one")
+    if out is not None and not as_markdown:
+        raise UserError("--out goes with --markdown")
+    from llmpar.cli.render import console
+
+    con = console()
+    show_progress = con.is_terminal and not as_json and not (as_markdown and out is None)
+    if show_progress:
+        from rich.progress import Progress
+
+        with Progress(console=con, transient=True) as bar:
+            task = bar.add_task("validate", total=None)
+
+            def progress(name, done, total):
+                bar.update(task, total=total, completed=done, description=f"validate {name}".rstrip())
+
+            result = run_validation(list(sources) or None, stack, limit, progress)
+    else:
+        result = run_validation(list(sources) or None, stack, limit)
+    if as_json:
+        from llmpar.cli.common import echo_json
+
+        echo_json(result.as_dict())
+    elif as_markdown:
+        from llmpar.validate.report import markdown
+
+        page = markdown(result)
+        if out is None:
+            click.echo(page, nl=False)
+        else:
+            try:
+                out.write_text(page, encoding="utf-8")
+            except OSError as exc:
+                raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+            con.print(f"wrote {out} ({len(result.sources)} sources, {len(result.rows)} rows)", highlight=False)
+    else:
+        _render(result, con)
+    if tol is not None:
+        bad = result.over_tolerance(tol)
+        if bad:
+            what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
+            raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")

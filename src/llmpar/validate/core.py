@@ -1,0 +1,332 @@
+"""``llmpar validate``: every shipped published run through the model a user would run.
+
+The published runs are data (``validation/*.yaml``, shipped as ``llmpar/data/validation`` and found
+through :func:`llmpar.specs.registry.data_dir`). Each file is read by
+:func:`llmpar.calibrate.runs_io.read_runs` and evaluated by :mod:`llmpar.calibrate.runs`
+(``prepare`` / ``predict`` / ``measured_step_time``): the same ``cost/step`` code `llmpar step` and
+the planner use, with the file's stack (or the one asked for), its hardware and the row's layout; a
+knob the row leaves out (micro-batch, virtual stages, ZeRO stage, recompute) is searched and the
+fastest value that fits kept, as ``calibrate runs`` does. There is no second evaluation path here:
+this module only turns the predictions into the row's own metric and convention, and groups them.
+
+Errors are ``predicted / published - 1`` in the row's metric (for a time, predicted time over
+published time; for a throughput, predicted over published throughput). Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmpar.errors import UserError, suggest
+
+DEFAULT_STACK = "megatron-core"
+SPEED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+MEMORY_METRICS = ("peak_reserved_bytes", "peak_allocated_bytes")
+#: metric -> (what, unit of ``published`` / ``predicted`` in the JSON)
+METRICS: dict[str, tuple[str, str]] = {
+    "step_time_s": ("iteration time", "s"),
+    "tokens_per_s_per_gpu": ("tokens/s per GPU", "tokens/s"),
+    "tflops_per_gpu": ("TFLOP/s per GPU", "TFLOP/s"),
+    "mfu": ("MFU", "fraction"),
+    "peak_reserved_bytes": ("peak reserved memory", "bytes"),
+    "peak_allocated_bytes": ("peak allocated memory", "bytes"),
+    "fits": ("ran / did not run vs FITS / DOES NOT FIT", "verdict"),
+}
+#: how a FLOPs figure counts (the file's machine-readable ``flops_convention``)
+FLOPS_CONVENTIONS = {
+    "full": "model FLOPs (MFU convention), attention s^2 counted in full (causal mask not halved), recompute not counted",
+    "causal": "model FLOPs (MFU convention), causal attention (s^2 halved), recompute not counted",
+    "hardware": "hardware FLOPs (HFU convention: model + recompute forward, Narayanan 2021 eq. 3), attention s^2 in full",
+}
+MEMORY_CONVENTIONS = {
+    "peak_reserved_bytes": "peak reserved (torch max_memory_reserved: the caching allocator's pool) vs llmpar's "
+                           "allocator pool (allocated x (1 + allocator_overhead)); CUDA context and NCCL buffers "
+                           "excluded on both sides; bytes (tables in GiB)",
+    "peak_allocated_bytes": "peak allocated (torch max_memory_allocated) vs llmpar's allocated bytes; CUDA context, "
+                            "NCCL buffers and allocator slack excluded on both sides; bytes (tables in GiB)",
+}
+FITS_CONVENTION = ("published status (ok = the run completed; oom = out of memory or crashed) vs llmpar's verdict "
+                   "(allocator pool + CUDA context + NCCL buffers against the HBM capacity)")
+CONFIG_KEYS = ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "zero", "recompute", "micro_batch",
+               "global_batch", "microbatches", "seq", "virtual_stages", "schedule", "sp", "dtype")
+SEARCHABLE = ("micro_batch", "virtual_stages", "zero", "recompute")
+
+
+# ------------------------------------------------------------------------------ the sources
+
+def validation_dir() -> Path:
+    from llmpar.specs.registry import data_dir
+
+    return data_dir("validation")
+
+
+def source_names() -> list[str]:
+    """The shipped sources (file stems of ``validation/*.yaml``)."""
+    return sorted(p.stem for p in validation_dir().glob("*.yaml"))
+
+
+def _resolve_source(name: str) -> Path:
+    names = source_names()
+    key = name.strip().removesuffix(".yaml").removesuffix(".yml")
+    if key not in names:
+        raise UserError(f"unknown validation source {name!r}{suggest(key, names)}; one of: {', '.join(names)}")
+    return validation_dir() / f"{key}.yaml"
+
+
+@dataclass
+class SourceResult:
+    """One source file's header (citation, what and how it compares) and how it was evaluated."""
+
+    name: str
+    citation: str
+    url: str | None
+    about: str
+    hardware: str | None
+    metric: str | None
+    convention: str                  # the source's own words
+    flops_convention: str
+    file_stack: str | None           # the stack the file names
+    stack: str                       # the stack evaluated with
+    stack_fitted_on: list[str]
+    stack_calibration: dict | None
+    runs: int
+    notes: list[str] = field(default_factory=list)
+    left_out: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ValidationResult:
+    rows: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    sources: list[SourceResult]
+    stack: str | None                # --stack, when every row was evaluated under it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "groups": self.groups, "sources": [s.as_dict() for s in self.sources]}
+
+    def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
+        return [g for g in self.groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tolerance]
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+def _header_text(path: Path) -> dict[str, Any]:
+    """The file's descriptive header (about, left_out), which the runs reader does not keep: the
+    YAML above the top-level ``runs:`` key (the whole file if there is none)."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    cut = text.find("\nruns:")
+    try:
+        data = yaml.safe_load(text[:cut] if cut >= 0 else text)
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _stack_for(file_stack: str | None, override: str | None) -> tuple[Any, list[str]]:
+    from llmpar.specs import load_stack
+    from llmpar.specs.registry import shipped_names
+
+    if override is not None:
+        return load_stack(override), []
+    if file_stack is None:
+        return load_stack(DEFAULT_STACK), [f"the file names no stack; evaluated with {DEFAULT_STACK}, the default"]
+    if file_stack not in shipped_names("stacks"):
+        return load_stack(DEFAULT_STACK), [f"stack {file_stack!r} is not shipped; evaluated with {DEFAULT_STACK}, "
+                                           f"the default (--stack NAME evaluates under another)"]
+    return load_stack(file_stack), []
+
+
+def _speed_metric(run) -> str | None:
+    order = SPEED_METRICS
+    if run.metric in order:
+        order = (run.metric,) + tuple(k for k in order if k != run.metric)
+    return next((k for k in order if getattr(run, k) is not None), None)
+
+
+def _searched(run, stack) -> list[str]:
+    lay = run.layout
+    out = []
+    for k in SEARCHABLE:
+        if lay.get(k) is not None:
+            continue
+        if k == "virtual_stages" and (int(lay.get("pp", 1)) == 1 or lay.get("schedule") not in (None, "interleaved")):
+            continue
+        if k == "zero" and len(stack.zero_stages) < 2:
+            continue
+        out.append(k)
+    return out
+
+
+def _convention(metric: str, flops_convention: str, peak_dtype: str) -> str:
+    if metric == "step_time_s":
+        return "iteration (optimizer step) time in seconds, end to end"
+    if metric == "tokens_per_s_per_gpu":
+        return "training tokens per second per GPU (global batch x seq / step time / GPUs)"
+    if metric == "tflops_per_gpu":
+        return f"TFLOP/s per GPU of {FLOPS_CONVENTIONS[flops_convention]}"
+    if metric == "mfu":
+        what = "HFU" if flops_convention == "hardware" else "MFU"
+        return f"{what} against the {peak_dtype} dense peak; {FLOPS_CONVENTIONS[flops_convention]}"
+    if metric in MEMORY_CONVENTIONS:
+        return MEMORY_CONVENTIONS[metric]
+    return FITS_CONVENTION
+
+
+def _stats(errors: list[float]) -> dict[str, float | None]:
+    e = np.abs(np.array([x for x in errors if x is not None and math.isfinite(x)], dtype=float))
+    if e.size == 0:
+        return {"mean_abs_error": None, "max_abs_error": None, "median_abs_error": None}
+    return {"mean_abs_error": float(np.mean(e)), "max_abs_error": float(np.max(e)),
+            "median_abs_error": float(np.median(e))}
+
+
+def evaluate_source(name: str, stack: str | None = None, limit: int | None = None
+                    ) -> tuple[SourceResult, list[dict[str, Any]]]:
+    """One shipped source through calibrate/runs.py; (its header, its rows)."""
+    from llmpar.calibrate.runs import measured_step_time, predict, prepare
+    from llmpar.calibrate.runs_io import read_runs
+    from llmpar.specs import load_hardware
+
+    path = _resolve_source(name)
+    read = read_runs([path])
+    head = {**_header_text(path), **(read.files[0] if read.files else {})}
+    runs_in = read.runs[:limit] if limit else read.runs
+    stk, notes = _stack_for(head.get("stack"), stack)
+    flops_conv = str(head.get("flops_convention", "full"))
+    src = SourceResult(
+        name=path.stem, citation=str(head.get("source") or path.stem), url=head.get("url"),
+        about=" ".join(str(head.get("about", "")).split()), hardware=head.get("hardware"), metric=head.get("metric"),
+        convention=str(head.get("convention", "")), flops_convention=flops_conv, file_stack=head.get("stack"),
+        stack=stk.name, stack_fitted_on=list(stk.fitted_on), stack_calibration=stk.calibration,
+        runs=len(runs_in), notes=notes, left_out=head.get("left_out"))
+    runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages)
+    pred = predict(runs, groups, stk)
+    t_meas = measured_step_time(runs, pred)
+    judge_fits = any(r.status != "ok" for r in read.runs)   # the file lists runs that did not complete
+    peaks: dict[tuple[str, str], float] = {}
+    rows: list[dict[str, Any]] = []
+    for i, r in enumerate(runs):
+        pick = pred.pick[i]
+        lay = r.layout
+        gpus = int(pred.gpus[i])
+        config = {"model": r.model, "hardware": r.hardware, "gpus": gpus,
+                  **{k: int(lay.get(k, 1)) for k in ("tp", "pp")}, "dp": int(gpus // (int(lay.get("tp", 1))
+                                                                                 * int(lay.get("pp", 1))
+                                                                                 * int(lay.get("cp", 1)))),
+                  "cp": int(lay.get("cp", 1)), "ep": int(lay.get("ep", 1)),
+                  "zero": pick["zero"], "recompute": pick["recompute"], "micro_batch": pick["micro_batch"],
+                  "global_batch": int(round(pred.tokens_per_step[i] / int(lay["seq"]))),
+                  "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
+                  "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
+                  "dtype": str(lay.get("dtype", "bf16"))}
+        base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
+                "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
+                "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i])}
+        metric = _speed_metric(r) if r.status == "ok" else None
+        if metric is not None and math.isfinite(t_meas[i]):
+            t = float(pred.step_time_s[i])
+            flops = {"full": pred.model_flops[i], "causal": pred.causal_flops[i],
+                     "hardware": pred.hardware_flops[i]}[r.convention]
+            if metric == "step_time_s":
+                predicted = t
+            elif metric == "tokens_per_s_per_gpu":
+                predicted = float(pred.tokens_per_step[i] / (t * gpus))
+            elif metric == "tflops_per_gpu":
+                predicted = float(flops / (t * gpus) / 1e12)
+            else:
+                key = (str(r.hardware), r.mfu_peak_dtype)
+                if key not in peaks:
+                    peaks[key] = float(load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype))
+                predicted = float(flops / (t * gpus * peaks[key]))
+            published = float(getattr(r, metric))
+            rows.append({**base, "metric": metric, "unit": METRICS[metric][1], "published": published,
+                         "predicted": predicted, "error": predicted / published - 1.0,
+                         "convention": _convention(metric, r.convention, r.mfu_peak_dtype)})
+        if r.status == "ok":
+            for metric in MEMORY_METRICS:
+                published = getattr(r, metric)
+                if published:
+                    arr = pred.reserved_bytes if metric == "peak_reserved_bytes" else pred.allocated_bytes
+                    predicted = float(arr[i])
+                    rows.append({**base, "metric": metric, "unit": "bytes", "published": float(published),
+                                 "predicted": predicted, "error": predicted / float(published) - 1.0,
+                                 "convention": _convention(metric, r.convention, r.mfu_peak_dtype)})
+                    break
+        if judge_fits:
+            rows.append({**base, "metric": "fits", "unit": "verdict", "published": "ok" if r.status == "ok" else "oom",
+                         "predicted": "fits" if pred.fits[i] else "oom", "error": None,
+                         "convention": FITS_CONVENTION})
+    return src, rows
+
+
+def agrees(row: dict[str, Any]) -> bool:
+    """A FITS/OOM row: the run ran and llmpar says it fits, or it did not and llmpar says it does not."""
+    return (row["published"] == "ok") == (row["predicted"] == "fits")
+
+
+def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (source, metric, stack): rows, mean / max / median absolute error; for the FITS/OOM
+    rows the agreement instead."""
+    keys: list[tuple[str, str, str]] = []
+    by: dict[tuple[str, str, str], list[dict]] = {}
+    for r in rows:
+        k = (r["source"], r["metric"], r["stack"])
+        if k not in by:
+            keys.append(k)
+            by[k] = []
+        by[k].append(r)
+    out = []
+    for k in keys:
+        members = by[k]
+        g: dict[str, Any] = {"source": k[0], "metric": k[1], "stack": k[2], "rows": len(members)}
+        if k[1] == "fits":
+            agree = [agrees(r) for r in members]
+            g.update({"mean_abs_error": None, "max_abs_error": None, "median_abs_error": None,
+                      "agreement": float(np.mean(agree)),
+                      "predicted_oom_among_ok": sum(r["published"] == "ok" and r["predicted"] == "oom" for r in members),
+                      "predicted_fits_among_oom": sum(r["published"] == "oom" and r["predicted"] == "fits"
+                                                      for r in members),
+                      "ok": sum(r["published"] == "ok" for r in members),
+                      "oom": sum(r["published"] == "oom" for r in members)})
+        else:
+            g.update(_stats([r["error"] for r in members]))
+        out.append(g)
+    return out
+
+
+def validate(source: str | list[str] | None = None, stack: str | None = None, limit: int | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> ValidationResult:
+    """Evaluate the shipped sources (all, or ``source``) under their stacks (or ``stack``).
+
+    ``limit``: only the first N runs of each source. ``progress(name, done, total)`` is called
+    before each source and once at the end."""
+    if stack is not None:
+        from llmpar.specs import load_stack
+
+        stack = load_stack(stack).name          # unknown stack: one line, before any work
+    if source is None:
+        names = source_names()
+    else:
+        names = [_resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)]
+    rows: list[dict[str, Any]] = []
+    sources: list[SourceResult] = []
+    for n, name in enumerate(names):
+        if progress:
+            progress(name, n, len(names))
+        src, src_rows = evaluate_source(name, stack, limit)
+        sources.append(src)
+        rows.extend(src_rows)
+    if progress:
+        progress("", len(names), len(names))
+    return ValidationResult(rows, group_rows(rows), sources, stack)

@@ -1,0 +1,204 @@
+"""`llmpar validate`: published vs predicted for the shipped validation/*.yaml rows.
+
+Hand-checkable rows (Korthikanti 2022 Table 5), group statistics recomputed by hand from the rows,
+the filters, the exit codes and the generated page. Sources are limited with --source (and the
+1,650-run playbook file only through --limit) to keep this file fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+
+K = "korthikanti2022-table5"
+N = "narayanan2021-table1"
+
+
+@pytest.fixture(scope="module")
+def korthikanti():
+    from llmpar.validate.core import validate
+
+    return validate(K)
+
+
+def test_korthikanti_row_by_hand(cli):
+    # Korthikanti et al. 2022 Table 5: 22B, full recompute baseline = 1.42 s per iteration on
+    # 8 A100s with the Table 3 layout tp 8, pp 1, no data parallelism, B = b = 4, seq 2048
+    res = cli("validate", "--source", K, "--json")
+    assert res.code == 0, res.err
+    data = res.json()
+    assert set(data) >= {"rows", "groups"}
+    row = next(r for r in data["rows"] if r["row"] == "Table 5, 22B, full recompute")
+    assert set(row) >= {"source", "row", "metric", "published", "predicted", "error", "convention", "stack", "config"}
+    assert row["source"] == K and row["metric"] == "step_time_s" and row["stack"] == "megatron-2022"
+    assert row["published"] == 1.42
+    # a time: error = predicted time / published time - 1 (positive = llmpar slower)
+    assert row["error"] == pytest.approx(row["predicted"] / 1.42 - 1, rel=1e-12)
+    assert 0.5 < row["predicted"] < 3.0
+    c = row["config"]
+    assert (c["model"], c["hardware"], c["gpus"], c["tp"], c["pp"], c["dp"], c["cp"]) == \
+        ("megatron-gpt-22b", "a100-80gb", 8, 8, 1, 1, 1)
+    assert (c["micro_batch"], c["global_batch"], c["seq"], c["recompute"], c["sp"], c["dtype"]) == \
+        (4, 4, 2048, "full", False, "fp16")
+    assert set(c) >= {"model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "zero", "recompute", "micro_batch",
+                      "global_batch", "seq", "virtual_stages", "dtype"}
+    assert row["searched"] == []          # Table 3 publishes every knob; megatron-2022 has ZeRO 0 only
+    assert "iteration" in row["convention"]
+
+
+def test_korthikanti_interleaved_row_echoes_the_layout(korthikanti):
+    # 175B: tp 8, pp 8, B = 64, b = 1, interleaved with 3 chunks per stage (Table 3)
+    row = next(r for r in korthikanti.rows if r["row"] == "Table 5, 175B, present work")
+    c = row["config"]
+    assert (c["tp"], c["pp"], c["dp"], c["micro_batch"], c["microbatches"], c["virtual_stages"], c["schedule"]) == \
+        (8, 8, 1, 1, 64, 3, "interleaved")
+    assert (c["recompute"], c["sp"]) == ("selective", True)
+    assert row["published"] == 13.75
+
+
+def test_the_row_matches_llmpar_step(korthikanti):
+    # the same model a user runs: `llmpar step` on the row's layout and stack gives the same time
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import Parallel, Settings
+    from llmpar.specs import load_hardware, load_model
+
+    row = next(r for r in korthikanti.rows if r["row"] == "Table 5, 22B, present work")
+    par = Parallel(tp=8, pp=1, dp=1, sp=True, recompute=1, micro_batch=4, microbatches=1, seq=2048)
+    t = step_time(load_model("megatron-gpt-22b"), load_hardware("a100-80gb"), par,
+                  Settings(dtype="fp16", stack="megatron-2022"))["step_time_s"]
+    assert row["predicted"] == pytest.approx(float(t), rel=1e-12)
+
+
+def test_group_statistics_by_hand(korthikanti):
+    (g,) = korthikanti.groups
+    assert (g["source"], g["metric"], g["stack"], g["rows"]) == (K, "step_time_s", "megatron-2022", 8)
+    errs = np.abs([r["error"] for r in korthikanti.rows])
+    assert g["mean_abs_error"] == pytest.approx(errs.sum() / 8)
+    assert g["max_abs_error"] == pytest.approx(errs.max())
+    assert g["median_abs_error"] == pytest.approx(np.sort(errs)[3:5].mean())   # 8 rows: mean of the middle two
+
+
+def test_throughput_error_direction_and_hfu_convention(cli):
+    # Narayanan 2021 Table 1 publishes TFLOP/s per GPU with eq. 3 (recompute counted): error =
+    # predicted / published throughput - 1, and the convention says HFU
+    data = cli("validate", "--source", N, "--json").json()
+    row = data["rows"][0]
+    assert row["metric"] == "tflops_per_gpu" and row["published"] == 137
+    assert row["error"] == pytest.approx(row["predicted"] / 137 - 1, rel=1e-12)
+    assert "HFU" in row["convention"] and "eq. 3" in row["convention"]
+    assert "micro_batch" in row["searched"]          # the table does not publish the micro-batch
+    assert {r["source"] for r in data["rows"]} == {N}
+
+
+def test_source_filter_and_stack_override(cli):
+    a = cli("validate", "--source", K, "--source", N, "--json").json()
+    assert [g["source"] for g in a["groups"]] == [K, N]
+    b = cli("validate", "--source", K, "--stack", "megatron-core", "--json").json()
+    assert {r["stack"] for r in b["rows"]} == {"megatron-core"} and b["groups"][0]["stack"] == "megatron-core"
+
+
+def test_memory_and_fits_rows_on_a_playbook_slice(cli):
+    # the first 5 playbook runs (nanotron, 1 node): tokens/s, peak reserved memory (GiB x 2**30
+    # as the file records it) against llmpar's allocator pool, and the FITS verdict
+    data = cli("validate", "--source", "playbook-nanotron-h100", "--limit", "5", "--json").json()
+    metrics = [g["metric"] for g in data["groups"]]
+    assert metrics == ["tokens_per_s_per_gpu", "peak_reserved_bytes", "fits"]
+    mem = next(r for r in data["rows"] if r["metric"] == "peak_reserved_bytes")
+    assert mem["published"] == 53901839565 and "reserved" in mem["convention"]
+    assert mem["error"] == pytest.approx(mem["predicted"] / mem["published"] - 1)
+    fits = next(g for g in data["groups"] if g["metric"] == "fits")
+    assert fits["rows"] == 5 and fits["agreement"] == pytest.approx(
+        np.mean([r["predicted"] == "fits" for r in data["rows"] if r["metric"] == "fits"]))
+
+
+def test_tolerance_exit_codes(cli, korthikanti):
+    worst = korthikanti.groups[0]["mean_abs_error"]
+    ok = cli("validate", "--source", K, "--tolerance", f"{(worst + 0.01) * 100:.1f}%")
+    assert ok.code == 0, ok.err
+    bad = cli("validate", "--source", K, "--tolerance", f"{max(worst - 0.01, 0.001) * 100:.1f}%")
+    assert bad.code == 1
+    assert len(bad.err.strip().splitlines()) == 1 and K in bad.err and "step_time_s" in bad.err
+    assert cli("validate", "--source", K, "--tolerance", "0.5").code == 0       # a fraction works too
+
+
+@pytest.mark.parametrize("args, word", [
+    (("--source", "nope"), "unknown validation source"),
+    (("--source", K, "--stack", "nope"), "unknown stack"),
+    (("--tolerance", "ten"), "--tolerance"),
+    (("--out", "x.md"), "--out goes with --markdown"),
+])
+def test_bad_input_is_one_line_exit_2(cli, args, word):
+    res = cli("validate", *args)
+    assert res.code == 2 and word in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_markdown_one_section_per_source(cli, tmp_path):
+    out = tmp_path / "validation.md"
+    res = cli("validate", "--source", K, "--source", N, "--markdown", "--out", str(out))
+    assert res.code == 0, res.err
+    page = out.read_text()
+    sections = [ln for ln in page.splitlines() if ln.startswith("## ")]
+    assert sections[0] == "## Summary"
+    assert len(sections) == 3 and sections[1].startswith("## Korthikanti") and sections[2].startswith("## Narayanan")
+    assert "| Table 5, 22B, full recompute |" in page and "1.42 s" in page
+    assert "fitted on" in page and "megatron-2022" in page            # what the stack was fitted on
+    assert "llmpar validate --markdown --out docs/validation.md" in page
+    stdout = cli("validate", "--source", K, "--markdown")
+    assert stdout.out.startswith("# Validation against published measurements")
+
+
+def test_shipped_page_is_the_generated_one():
+    # docs/validation.md is `llmpar validate --markdown` output, not hand-written: its fixed text
+    # and one section per shipped source
+    from llmpar.validate.core import source_names
+    from llmpar.validate.report import PREAMBLE
+
+    page = (REPO / "docs" / "validation.md").read_text()
+    assert page.startswith(PREAMBLE.rstrip())
+    for name in source_names():
+        assert f"`llmpar validate --source {name}`" in page
+
+
+def test_data_dir_resolves_the_shipped_files():
+    from llmpar.specs.registry import data_dir
+    from llmpar.validate.core import source_names
+
+    d = data_dir("validation")
+    assert (d / f"{K}.yaml").is_file()
+    assert len(source_names()) == len(list((REPO / "validation").glob("*.yaml")))
+
+
+def test_installed_layout_without_the_repository(tmp_path):
+    # an installed wheel: llmpar/ with data/{hardware,models,stacks,validation} and no repository
+    # folders around it; data_dir falls through to importlib.resources
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "src" / "llmpar", site / "llmpar", ignore=shutil.ignore_patterns("__pycache__"))
+    for kind in ("hardware", "models", "stacks", "validation"):
+        shutil.copytree(REPO / kind, site / "llmpar" / "data" / kind)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = ("from llmpar.specs.registry import data_dir; print(data_dir('validation'));"
+            "from llmpar.validate.core import validate; r = validate('korthikanti2022-table5');"
+            "print(r.rows[0]['published'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    where, published = out.stdout.split()
+    assert Path(where) == site / "llmpar" / "data" / "validation" and float(published) == 1.42
+
+
+def test_module_alias(cli):
+    # `python -m llmpar.validate ARGS` is `llmpar validate ARGS`
+    out = subprocess.run([sys.executable, "-m", "llmpar.validate", "--source", K, "--json"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert out.returncode == 0, out.stderr
+    import json
+
+    assert json.loads(out.stdout)["groups"][0]["source"] == K
