@@ -32,6 +32,18 @@ from llmpar.plan import space as SP
 DEFAULT_MODEL = "llama-3-70b"
 DEFAULT_HARDWARE = "h100-sxm"
 OBJECTIVES = ("time", "memory")
+
+
+class NoLayout(UserError):
+    """No layout of this GPU count passes the divisibility/batch/schedule rules (exit 2 in `plan`;
+    a row that says why in `sweep`). ``rejected``: candidates per reason (None for a fixed degree
+    that cannot divide the GPUs)."""
+
+    def __init__(self, message: str, rejected: dict[str, int] | None = None):
+        super().__init__(message)
+        self.rejected = rejected
+
+
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
                  "activations_bytes": "activations", "reserved_bytes": "reserve"}
 
@@ -120,6 +132,7 @@ class PlanResult:
     assumptions: list[str] = field(default_factory=list)
     pareto: list[PlanRow] | None = None
     comparison: Comparison | None = None
+    training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
 
     @property
     def best(self) -> PlanRow:
@@ -146,6 +159,8 @@ class PlanResult:
             out["comparison"] = self.comparison.to_dict()
         if self.pareto is not None:
             out["pareto"] = [p.to_dict() for p in self.pareto]
+        if self.training is not None:
+            out["training"] = dict(self.training)
         return out
 
 
@@ -187,13 +202,13 @@ def _layout_text(par: Parallel) -> str:
             f"ep={d['ep']}, sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
 
 
-def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec) -> UserError:
+def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec) -> NoLayout:
     hits = {k: v for k, v in cand.rejected.items() if v}
     if not cand.total:
-        return UserError(f"no layout of {spec.gpus} GPUs is left by --fix/--allow/--max-tp (nothing to search)")
+        return NoLayout(f"no layout of {spec.gpus} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
-    return UserError(f"no layout of {spec.gpus} GPUs (global batch {spec.global_batch}, seq {spec.seq}) passes the "
-                     f"constraints - {why}")
+    return NoLayout(f"no layout of {spec.gpus} GPUs (global batch {spec.global_batch}, seq {spec.seq}) passes the "
+                    f"constraints - {why}", hits)
 
 
 def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
@@ -347,6 +362,10 @@ def plan(
     rank_order: str | None = None,
     stack=None,
     units: str = "gb",
+    tokens=None,
+    pue=None,
+    gpu_hour_price=None,
+    power_per_gpu=None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -358,9 +377,12 @@ def plan(
     tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``rank_order``: as in
     ``llmpar step`` (:class:`llmpar.parallel.Settings`). Returns a :class:`PlanResult`; raises
     :class:`~llmpar.errors.UserError` for bad input or when no layout passes the divisibility
-    rules, :class:`~llmpar.errors.CheckFailed` when none fits in memory.
+    rules, :class:`~llmpar.errors.CheckFailed` when none fits in memory. ``tokens`` (``"15T"``),
+    ``pue``, ``gpu_hour_price``, ``power_per_gpu``: days, GPU-hours, energy and cost to train that
+    budget with plan #1 (:func:`llmpar.cost.training.estimate`), in ``PlanResult.training``.
     """
     from llmpar import api
+    from llmpar.cost import training as TR
     from llmpar.cost.memory import check_convention
 
     t_start = time.perf_counter()
@@ -437,17 +459,24 @@ def plan(
             raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
         allowed[k] = vals
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
                    pareto=pareto, explain_rank=explain_rank, units=units)
+    training = None
+    if train_in["tokens"] is not None:
+        best = found["plans"][0]
+        training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=gpus,
+                               tokens_per_step=global_batch * seq, pue=train_in["pue"],
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
     return PlanResult(
         model=spec_model.name, model_requested=alias, hardware=hw.name, gpus=gpus, seq=seq, global_batch=global_batch,
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
         reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
-        pareto=found["pareto"], comparison=found["comparison"],
+        pareto=found["pareto"], comparison=found["comparison"], training=training,
     )
 
 
@@ -456,15 +485,15 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
     one = {k: v[0] for k, v in allowed.items() if len(v) == 1 and k in ("tp", "pp", "dp", "cp")}
     for k, v in one.items():
         if gpus % v:
-            raise UserError(f"--fix {k}={v} does not divide --gpus {gpus}")
+            raise NoLayout(f"--fix {k}={v} does not divide --gpus {gpus}")
     prod = 1
     for v in one.values():
         prod *= v
     if gpus % prod:
-        raise UserError(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
-                        f"divide --gpus {gpus}")
+        raise NoLayout(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
+                       f"divide --gpus {gpus}")
     if len(one) == 4 and prod != gpus:
-        raise UserError(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
+        raise NoLayout(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
     if "tp" in one and max_tp is not None and one["tp"] > max_tp:
         raise UserError(f"--fix tp={one['tp']} exceeds --max-tp {max_tp}")
     ep = allowed.get("ep")
@@ -477,4 +506,4 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp) -> None:
         raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
 
 
-__all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]
+__all__ = ["Comparison", "NoLayout", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]
