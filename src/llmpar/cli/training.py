@@ -27,12 +27,17 @@ def training_options(f):
     return f
 
 
-def fmt_quantity(x: float, digits: int = 3) -> str:
-    """1.07M, 6.53k, 173.6 - the significant figures a plan is worth."""
-    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+def fmt_quantity(x: float, digits: int = 3, billions: str = "G") -> str:
+    """1.07M, 6.53k, 173 - the significant figures a plan is worth (``billions="B"`` for token counts)."""
+    for div, suffix in ((1e12, "T"), (1e9, billions), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
             return f"{x / div:.{digits}g}{suffix}"
     return f"{x:.{digits}g}" if abs(x) >= 1 else f"{x:.2g}"
+
+
+def fmt_tokens(n: float) -> str:
+    """15T, 300B, 2.5T tokens."""
+    return fmt_quantity(n, 4, billions="B")
 
 
 def fmt_days(d: float) -> str:
@@ -50,7 +55,7 @@ def training_line(t: dict) -> str:
         parts.append("energy unknown")
     if t["cost"] is not None:
         parts.append(f"cost {fmt_quantity(t['cost'])} at {t['gpu_hour_price']:g} per GPU-hour")
-    return f"to train {fmt_quantity(t['tokens'])} tokens: " + "  ·  ".join(parts)
+    return f"to train {fmt_tokens(t['tokens'])} tokens: " + "  ·  ".join(parts)
 
 
 def print_training(con, t: dict | None, title: str = "") -> None:
