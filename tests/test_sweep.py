@@ -138,3 +138,11 @@ def test_exit_codes(cli):
     assert res.code == 1
     assert [r["status"] for r in res.json()["rows"]] == ["does_not_fit", "does_not_fit"]
     assert len([ln for ln in res.err.splitlines() if ln.strip()]) == 1 and "no GPU count" in res.err
+
+
+def test_api_sweep_is_the_same_function():
+    from llmpar import api
+
+    r = api.sweep("llama-3-8b", gpus=[8], tokens="1T")
+    assert r.rows[0].ok and r.rows[0].scaling_efficiency == 1.0
+    assert r.to_dict()["rows"][0]["days"] == pytest.approx(1e12 / r.rows[0].plan.tokens_per_s / 86_400)

@@ -593,5 +593,14 @@ def plan(model: str | ModelSpec | None = None, **options):
     return _plan(model, **options)
 
 
+def sweep(model: str | ModelSpec | None = None, **options):
+    """Plan a list of GPU counts on one or more hardware profiles, with days, GPU-hours, energy and
+    cost to train ``tokens`` (issue 10): see :func:`llmpar.plan.sweep.sweep` for the keywords.
+    Returns a :class:`llmpar.plan.sweep.SweepResult`."""
+    from llmpar.plan.sweep import sweep as _sweep
+
+    return _sweep(model, **options)
+
+
 __all__ = ["MemoryResult", "StepResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory",
-           "parse_reserve", "plan", "step"]
+           "parse_reserve", "plan", "step", "sweep"]
