@@ -470,6 +470,7 @@ class StepResult(StepFigures):
     memory: MemoryResult | None = None
     detail: dict[str, Any] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+    training: dict[str, Any] | None = None   # days, GPU-hours, energy, cost to train `tokens` (cost.training)
 
     def to_dict(self) -> dict[str, Any]:
         mem = self.memory
@@ -480,6 +481,7 @@ class StepResult(StepFigures):
             **self.step_json(memory, mem.fits),
             "detail": dict(self.detail),
             "assumptions": list(self.assumptions),
+            **({"training": dict(self.training)} if self.training is not None else {}),
         }
 
 
@@ -513,18 +515,26 @@ def step(
     tp_overlap: float | None = None,
     rank_order: str | None = None,
     stack=None,
+    tokens=None,
+    pue=None,
+    gpu_hour_price=None,
+    power_per_gpu=None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
     Keyword arguments are the CLI's common options; ``dp_overlap``/``tp_overlap`` are the usable
     fractions of the compute DP/TP traffic can hide behind (defaults 0.5 and 0.8; see
     :class:`llmpar.parallel.Settings`), ``rank_order`` the rank order, innermost first.
+    ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``, ``power_per_gpu``: days, GPU-hours, energy
+    and cost to train that budget on this layout (:func:`llmpar.cost.training.estimate`).
     Raises :class:`llmpar.errors.UserError` for bad input."""
+    from llmpar.cost import training as TR
     from llmpar.cost.pipeline import check_schedule
     from llmpar.cost.step import step_time
 
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf path/config.json")
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, dtype=dtype, optimizer=optimizer,
@@ -560,10 +570,16 @@ def step(
         "generation": hw.gpu.generation,
         "parts": {k: float(v) for k, v in out["parts"].items()},
     }
+    numbers = step_numbers(out)
+    training = None
+    if train_in["tokens"] is not None:
+        training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=numbers["tokens_per_s"], gpus=int(par.gpus),
+                               tokens_per_step=int(par.tokens_per_step), pue=train_in["pue"],
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
     return StepResult(
         model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
-        **step_numbers(out),
-        memory=mem, detail=detail, assumptions=notes,
+        **numbers,
+        memory=mem, detail=detail, assumptions=notes, training=training,
     )
 
 
@@ -577,5 +593,14 @@ def plan(model: str | ModelSpec | None = None, **options):
     return _plan(model, **options)
 
 
+def sweep(model: str | ModelSpec | None = None, **options):
+    """Plan a list of GPU counts on one or more hardware profiles, with days, GPU-hours, energy and
+    cost to train ``tokens`` (issue 10): see :func:`llmpar.plan.sweep.sweep` for the keywords.
+    Returns a :class:`llmpar.plan.sweep.SweepResult`."""
+    from llmpar.plan.sweep import sweep as _sweep
+
+    return _sweep(model, **options)
+
+
 __all__ = ["MemoryResult", "StepResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory",
-           "parse_reserve", "plan", "step"]
+           "parse_reserve", "plan", "step", "sweep"]

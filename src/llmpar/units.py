@@ -25,6 +25,7 @@ _BW_RE = re.compile(
 _FLOPS_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE])?\s*(FLOPS|FLOP/s|flops|flop/s)?\s*$")
 _TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|ms|s)?\s*$")
 _COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKMBTG])?\s*$")
+_POWER_RE = re.compile(rf"^\s*{_NUM}\s*([kKM])?\s*(W|w|watts?)?\s*$")
 
 
 def _positive(value: float, text: str, what: str, allow_zero: bool = False) -> float:
@@ -103,6 +104,17 @@ def parse_count(text: str | int | float, what: str = "count") -> float:
     num, suffix = m.groups()
     scale = {None: 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[suffix]
     return _positive(float(num) * scale, str(text), what)
+
+
+def parse_power(text: str | int | float, what: str = "power") -> float:
+    """``'700 W'`` -> 700.0; ``'10.2 kW'`` -> 10200.0 (watts). A bare number is watts."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive(float(text), str(text), what)
+    m = _POWER_RE.match(str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: expected e.g. '700 W', '10.2 kW'")
+    num, prefix, _ = m.groups()
+    return _positive(float(num) * _DEC[prefix or ""], str(text), what)
 
 
 # ----------------------------------------------------------------------------- formatting

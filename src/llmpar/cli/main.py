@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bubble": ("llmpar.cli.bubble_cmd", "bubble", "Draw a pipeline schedule and its bubble ratios."),
     "step": ("llmpar.cli.step_cmd", "step", "Step time, tokens/s, MFU and where the time goes."),
     "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
+    "sweep": ("llmpar.cli.sweep_cmd", "sweep", "Plan a list of GPU counts (and profiles): days, GPU-hours, energy, cost."),
     "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Parse nccl-tests logs, fit and check the collective model."),
     "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }

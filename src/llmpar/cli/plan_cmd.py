@@ -13,6 +13,7 @@ import io
 import click
 
 from llmpar.cli.common import echo_json, overlap_options, precision_options
+from llmpar.cli.training import print_training, training_options
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
 from llmpar.units import fmt_seconds
@@ -73,6 +74,7 @@ def _apply(options, f):
 @lambda f: _apply(_SEARCH, f)
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @overlap_options
+@training_options
 @lambda f: _apply(_OUTPUT, f)
 def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
@@ -86,6 +88,7 @@ def plan(model, **kw):
       llmpar plan llama-3.1-405b --gpus 16384 --tokens-per-batch 16777216 --top 5
       llmpar plan gpt3-175b --hardware a100-80gb --gpus 1024 --global-batch 1536 --pareto
       llmpar plan llama-3-70b --gpus 512 --fix tp=8 --allow zero=0,1 --json
+      llmpar plan llama-3-70b --gpus 2048 --tokens 15T --pue 1.2 --gpu-hour-price 2.5
     """
     from llmpar.plan.search import plan as run_plan
 
@@ -266,6 +269,7 @@ def render(r, units: str = "gb") -> None:
         con.print()
         con.print(_rows_table(r.pareto, fmt, unit, f"Time-memory frontier ({len(r.pareto)} layouts: no other is both "
                                                    "faster and smaller; # = rank by the objective)"))
+    print_training(con, r.training, "#1")
     s = r.space
     con.print()
     rej = ", ".join(f"{k} {v:,}" for k, v in s.rejected.items() if v) or "none"

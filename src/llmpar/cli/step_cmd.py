@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import click
 
 from llmpar.cli.common import common_options, echo_json, overlap_options
+from llmpar.cli.training import print_training, training_options
 from llmpar.units import fmt_bytes, fmt_seconds
 
 _OUTPUT_KEYS = ("units", "as_json", "explain")
@@ -34,6 +35,7 @@ _NOTES = {
 @common_options
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @overlap_options
+@training_options
 def step(model, **kw):
     """Step time of MODEL on a layout: tokens/s, MFU, HFU and the time breakdown.
 
@@ -42,6 +44,7 @@ def step(model, **kw):
       llmpar step llama-3-70b --gpus 64 --tp 8 --pp 2 --zero 1 --global-batch 128
       llmpar step gpt3-175b --hardware a100-80gb --gpus 1024 --tp 8 --pp 16 --global-batch 1536 --recompute full
       llmpar step llama-3.1-405b --gpus 16384 --tp 8 --pp 16 --virtual-stages 4 --zero 1 --global-batch 2048
+      llmpar step llama-3-70b --gpus 1024 --tp 8 --pp 4 --zero 1 --tokens 15T --pue 1.2 --gpu-hour-price 2.5
     """
     from llmpar import api
 
@@ -164,3 +167,4 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     text = (f"{fmt(mem.memory['total_bytes'])} {unit} per GPU (most-loaded stage) of {fmt(mem.capacity_bytes)} {unit} HBM"
             + (f"; largest micro-batch that fits: {mem.max_micro_batch}" if mem.max_micro_batch is not None else ""))
     con.print(R.verdict(mem.fits, text))
+    print_training(con, r.training)

@@ -33,6 +33,25 @@ from llmpar.plan import space as SP
 DEFAULT_MODEL = "llama-3-70b"
 DEFAULT_HARDWARE = "h100-sxm"
 OBJECTIVES = ("time", "memory")
+
+
+class NoLayout(CheckFailed):
+    """No layout of this GPU count passes the divisibility/batch/schedule rules: a valid request
+    with nothing feasible (exit 1 in `plan`; a row that says why in `sweep`). ``rejected``:
+    candidates per reason (None for a fixed degree that cannot divide the GPUs)."""
+
+    def __init__(self, message: str, rejected: dict[str, int] | None = None):
+        super().__init__(message)
+        self.rejected = rejected
+
+
+class FixConflict(UserError):
+    """A degree fixed with --fix cannot divide the GPU count: bad input in `plan` (exit 2); in
+    `sweep`, where the count varies, a row that says why."""
+
+    rejected = None
+
+
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
                  "activations_bytes": "activations", "reserved_bytes": "reserve"}
 
@@ -125,6 +144,7 @@ class PlanResult:
     assumptions: list[str] = field(default_factory=list)
     pareto: list[PlanRow] | None = None
     comparison: Comparison | None = None
+    training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
 
     @property
     def best(self) -> PlanRow:
@@ -151,6 +171,8 @@ class PlanResult:
             out["comparison"] = self.comparison.to_dict()
         if self.pareto is not None:
             out["pareto"] = [p.to_dict() for p in self.pareto]
+        if self.training is not None:
+            out["training"] = dict(self.training)
         return out
 
 
@@ -206,15 +228,15 @@ def _layout_text(par: Parallel) -> str:
             f"ep={d['ep']}, sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
 
 
-def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed:
+def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> NoLayout:
     """A valid request with no runnable layout is a check that failed (exit 1, like "nothing fits"),
     not bad input (issue 9, item 6): one line, the rules that rejected the layouts, most first."""
     hits = {k: v for k, v in cand.rejected.items() if v}
     if not cand.total:
-        return CheckFailed(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)")
+        return NoLayout(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
-    return CheckFailed(f"no layout of {spec.gpus:,} GPUs can run {model.name} with global batch {spec.global_batch:,} "
-                       f"and seq {spec.seq:,}: every one of the {cand.total:,} candidates breaks a rule - {why}")
+    return NoLayout(f"no layout of {spec.gpus:,} GPUs can run {model.name} with global batch {spec.global_batch:,} "
+                    f"and seq {spec.seq:,}: every one of the {cand.total:,} candidates breaks a rule - {why}", hits)
 
 
 def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
@@ -379,6 +401,10 @@ def plan(
     rank_order: str | None = None,
     stack=None,
     units: str = "gb",
+    tokens=None,
+    pue=None,
+    gpu_hour_price=None,
+    power_per_gpu=None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -390,9 +416,13 @@ def plan(
     tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``rank_order``: as in
     ``llmpar step`` (:class:`llmpar.parallel.Settings`). Returns a :class:`PlanResult`; raises
     :class:`~llmpar.errors.UserError` for bad input, :class:`~llmpar.errors.CheckFailed` when no
-    layout passes the divisibility rules or none fits in memory (a valid request, nothing feasible).
+    layout passes the divisibility rules (:class:`NoLayout`) or none fits in memory (a valid
+    request, nothing feasible). ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``,
+    ``power_per_gpu``: days, GPU-hours, energy and cost to train that budget with plan #1
+    (:func:`llmpar.cost.training.estimate`), in ``PlanResult.training``.
     """
     from llmpar import api
+    from llmpar.cost import training as TR
     from llmpar.cost.memory import check_convention
 
     t_start = time.perf_counter()
@@ -473,17 +503,24 @@ def plan(
             raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
         allowed[k] = vals
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
                    pareto=pareto, explain_rank=explain_rank, units=units)
+    training = None
+    if train_in["tokens"] is not None:
+        best = found["plans"][0]
+        training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=gpus,
+                               tokens_per_step=global_batch * seq, pue=train_in["pue"],
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
     return PlanResult(
         model=spec_model.name, model_requested=alias, hardware=hw.name, gpus=gpus, seq=seq, global_batch=global_batch,
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
         reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
-        pareto=found["pareto"], comparison=found["comparison"],
+        pareto=found["pareto"], comparison=found["comparison"], training=training,
     )
 
 
@@ -492,15 +529,15 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: 
     one = {k: v[0] for k, v in allowed.items() if len(v) == 1 and k in ("tp", "pp", "dp", "cp")}
     for k, v in one.items():
         if gpus % v:
-            raise UserError(f"--fix {k}={v} does not divide --gpus {gpus}")
+            raise FixConflict(f"--fix {k}={v} does not divide --gpus {gpus}")
     prod = 1
     for v in one.values():
         prod *= v
     if gpus % prod:
-        raise UserError(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
-                        f"divide --gpus {gpus}")
+        raise FixConflict(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
+                          f"divide --gpus {gpus}")
     if len(one) == 4 and prod != gpus:
-        raise UserError(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
+        raise FixConflict(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
     if "tp" in one and max_tp is not None and one["tp"] > max_tp:
         raise UserError(f"--fix tp={one['tp']} exceeds --max-tp {max_tp}")
     ep = allowed.get("ep")
@@ -518,4 +555,4 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: 
         raise UserError(f"global batch {global_batch:,} is not divisible by the fixed micro_batch*dp = {per}")
 
 
-__all__ = ["Comparison", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]
+__all__ = ["Comparison", "FixConflict", "NoLayout", "PlanResult", "PlanRow", "SpaceSummary", "compare", "plan", "search"]

@@ -15,12 +15,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_seconds
+from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
 Bytes = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size"))]
 Bandwidth = Annotated[float, BeforeValidator(lambda v: parse_per_direction_bandwidth(v))]
 Flops = Annotated[float, BeforeValidator(lambda v: parse_flops(v))]
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "latency"))]
+Watts = Annotated[float, BeforeValidator(lambda v: parse_power(v))]
 
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 
@@ -53,6 +54,8 @@ class Accelerator(BaseModel):
     memory_efficiency: float = Field(0.85, gt=0, le=1, description="achieved/datasheet HBM bandwidth (STREAM-like)")
     peak_flops: dict[str, Flops] = Field(description="dense peak FLOP/s per dtype: bf16, fp16, fp8, tf32, fp32")
     gemm: GemmEfficiency = Field(default_factory=GemmEfficiency)
+    board_power: Watts | None = Field(
+        None, description="maximum board power (TDP) of one GPU, W (datasheet); energy to train (llmpar.cost.training)")
 
     @model_validator(mode="after")
     def _check(self) -> Accelerator:
@@ -147,6 +150,12 @@ class Hardware(BaseModel):
                           "(docs/design-notes.md)")
     tiers: list[Tier] = Field(min_length=1)
     calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
+    node_power: Watts | None = Field(
+        None, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
+                          "NVSwitches, fans, PSU losses): its share per GPU is node_power / gpus_per_node "
+                          "(llmpar.cost.training)")
+    gpu_hour_price: float | None = Field(
+        None, gt=0, description="the user's price of one GPU-hour, in their currency; no shipped profile states one")
 
     @model_validator(mode="after")
     def _check(self) -> Hardware:
@@ -160,6 +169,10 @@ class Hardware(BaseModel):
             raise ValueError("tiers must be ordered from the smallest domain to the largest")
         if self.reserve is not None and self.reserve >= self.gpu.memory:
             raise ValueError("reserve must be smaller than the GPU memory")
+        if self.node_power is not None and self.gpu.board_power is not None and \
+                self.node_power < self.gpus_per_node * self.gpu.board_power:
+            raise ValueError(f"node_power {self.node_power:g} W is less than gpus_per_node x gpu.board_power = "
+                             f"{self.gpus_per_node * self.gpu.board_power:g} W (node_power includes the GPUs)")
         return self
 
     @property

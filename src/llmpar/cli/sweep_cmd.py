@@ -1,0 +1,165 @@
+"""`llmpar sweep`: plan a list of GPU counts on one or more hardware profiles, with the time,
+GPU-hours, energy and cost to train a token budget.
+
+Numbers come from :func:`llmpar.plan.sweep.sweep` (each row is `llmpar plan`'s #1 at that count;
+time/energy/cost from :mod:`llmpar.cost.training`); this module renders them as a rich table,
+JSON or CSV. The layout and precision options are `llmpar plan`'s own option objects, so both
+commands read them the same way.
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmpar.cli.common import echo_json, overlap_options, precision_options
+from llmpar.cli.training import fmt_days, fmt_quantity, fmt_tokens, training_options
+from llmpar.errors import CheckFailed, UserError
+
+# `llmpar plan`'s options that do not apply to a sweep (it plans its own counts and keeps #1 by time)
+_NOT_FROM_PLAN = {"hardware", "gpus", "top", "objective", "pareto", "explain_rank"}
+
+
+def _plan_options(f):
+    """Attach `llmpar plan`'s layout options (the fixes: --seq, --global-batch, --tp ... --virtual-stages)
+    and --fix/--allow/--max-tp: the same click Option definitions, so names, types and help stay in
+    step with `plan`."""
+    from llmpar.cli import plan_cmd
+
+    def probe():
+        pass
+
+    for opt in plan_cmd._LAYOUT + plan_cmd._SEARCH:
+        opt(probe)            # each appends its Option: probe's list is in declaration order
+    params = [p for p in probe.__click_params__ if p.name not in _NOT_FROM_PLAN]
+    # click.command reverses __click_params__ (decorators apply bottom-up): append in reverse
+    f.__dict__.setdefault("__click_params__", []).extend(reversed(params))
+    return f
+
+
+@click.command("sweep")
+@click.argument("model", required=False)
+@click.option("--gpus", "gpus", required=True, metavar="N,N,...",
+              help="GPU counts to plan, e.g. 256,512,1024 or 256,512,...,16384 (the ratio of the first two, up to "
+                   "the last).")
+@click.option("--hardware", "hardware", default=None, metavar="NAME[,NAME]",
+              help="Hardware profiles, comma-separated (shipped names or YAML paths; default h100-sxm).")
+@_plan_options
+@precision_options
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@overlap_options
+@training_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV (nested keys joined with dots).")
+def sweep(model, **kw):
+    """Plan MODEL at each GPU count on each hardware profile: best layout, step time, tokens/s,
+    MFU, scaling efficiency, and with --tokens the days, GPU-hours, energy and cost to train.
+
+    Each row is `llmpar plan`'s #1 at that count (same search, same cost model); the global batch
+    is the same at every count. Energy uses the profile's maximum power (an upper bound) unless
+    --power-per-gpu gives an average; cost needs your --gpu-hour-price (none ships).
+
+    \b
+    Examples:
+      llmpar sweep llama-3-70b --gpus 256,512,...,16384 --tokens 15T
+      llmpar sweep llama-3.1-405b --gpus 2048,4096,8192,16384 --hardware h100-sxm,b200 --tokens 15T --pue 1.2 --gpu-hour-price 2.5
+      llmpar sweep llama-3-8b --gpus 8,16,32,64 --tokens 300B --csv
+    """
+    from llmpar.plan.sweep import sweep as run_sweep
+
+    as_json, as_csv = kw.pop("as_json"), kw.pop("as_csv")
+    if as_json and as_csv:
+        raise UserError("--json and --csv are exclusive: choose one")
+    result = run_sweep(model, **kw)
+    if as_json:
+        echo_json(result.to_dict())
+    elif as_csv:
+        from llmpar.cli.plan_cmd import to_csv
+
+        click.echo(to_csv([_csv_row(r.to_dict()) for r in result.rows]), nl=False)
+    else:
+        render(result)
+    if not result.any_ok:
+        raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({len(result.rows)} rows: see the reasons)")
+
+
+def _csv_row(d: dict) -> dict:
+    """A failed row has no plan: leave its plan columns empty rather than a 'plan' column."""
+    return {k: v for k, v in d.items() if not (k in ("plan", "training") and v is None)}
+
+
+# ------------------------------------------------------------------------------------ render
+
+_REC = {"none": "", "selective": " sel", "full": " full"}
+_STATUS_WORDS = {"does_not_fit": "does not fit", "batch_cannot_split": "batch cannot split",
+                 "no_layout": "no layout"}
+
+
+def _layout(p) -> str:
+    d = p.parallel.as_dict()
+    text = f"tp{d['tp']} pp{d['pp']} dp{d['dp']}"
+    if d["cp"] > 1:
+        text += f" cp{d['cp']}"
+    if d["ep"] > 1:
+        text += f" ep{d['ep']}"
+    text += f" z{d['zero']}{_REC[d['recompute']]} b{d['micro_batch']} m{d['microbatches']}"
+    if d["pp"] > 1 and d["virtual_stages"] > 1:
+        text += f" v{d['virtual_stages']}"
+    return text
+
+
+def render(r) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmpar.cli import render as R
+    from llmpar.cli.plan_cmd import _rate, _secs
+
+    con = R.console()
+    if not con.is_terminal:
+        con = Console(width=160, highlight=False)
+    if r.defaults_used:
+        con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
+    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
+    pairs = [("on", ", ".join(r.hardware)), ("seq", f"{r.seq:,}"),
+             ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)")]
+    if r.tokens is not None:
+        pairs.append(("token budget", fmt_tokens(r.tokens)))
+    con.print(R.header(f"sweep {name}", pairs))
+    R.print_assumptions(con, r.assumptions)
+    con.print()
+    priced = any(x.training and x.training["cost"] is not None for x in r.rows)
+    has_t = r.tokens is not None
+    table = Table(title="Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    cols = [("hardware", False), ("GPUs", True), ("layout", False), ("step", True), ("tokens/s", True),
+            ("MFU", True), ("scaling", True)]
+    if has_t:
+        cols += [("days", True), ("GPU-hours", True), ("MWh", True)]
+        if priced:
+            cols.append(("cost", True))
+    for c, right in cols:
+        table.add_column(c, justify="right" if right else "left", no_wrap=True)
+    notes: list[str] = []
+    for row in r.rows:
+        if not row.ok:
+            notes.append(f"{row.hardware} x {row.gpus:,}: {row.reason}")
+            cells = [row.hardware, f"{row.gpus:,}", f"{_STATUS_WORDS[row.status]} [{len(notes)}]"]
+            table.add_row(*(cells + ["-"] * (len(cols) - len(cells))))
+            continue
+        p = row.plan
+        cells = [row.hardware, f"{row.gpus:,}", _layout(p), _secs(p.step_time_s), _rate(p.tokens_per_s),
+                 f"{p.mfu * 100:.1f}%", f"{row.scaling_efficiency * 100:.0f}%"]
+        if has_t:
+            t = row.training
+            cells += [fmt_days(t["days"]), fmt_quantity(t["gpu_hours"]),
+                      fmt_quantity(t["energy_mwh"]) if t["energy_mwh"] is not None else "?"]
+            if priced:
+                cells.append(fmt_quantity(t["cost"]) if t["cost"] is not None else "-")
+        table.add_row(*cells)
+    con.print(table)
+    for i, n in enumerate(notes, 1):
+        con.print(f"[{i}] {n}", highlight=False, markup=False)
+    con.print()
+    con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
+              "sel/full = recompute, b = micro-batch, m = micro-batches per step[/dim]")

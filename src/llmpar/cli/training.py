@@ -1,0 +1,69 @@
+"""Options and lines shared by `plan`, `step` and `sweep` for time, energy and cost to train a
+token budget (numbers from :mod:`llmpar.cost.training`; docs/sweep.md)."""
+
+from __future__ import annotations
+
+import click
+
+TRAINING_KEYS = ("tokens", "pue", "gpu_hour_price", "power_per_gpu")
+
+_TRAINING_OPTIONS = [
+    click.option("--tokens", default=None, metavar="N",
+                 help="Token budget to train on, e.g. 15T, 300B, 2.5e12: adds days, GPU-hours, energy and cost."),
+    click.option("--pue", default=None, type=float,
+                 help="Facility power usage effectiveness (>= 1) multiplying the IT energy (default 1: IT only)."),
+    click.option("--gpu-hour-price", default=None, type=float, metavar="PRICE",
+                 help="Your price of one GPU-hour (any currency; default: gpu_hour_price in your hardware "
+                      "profile; none ships)."),
+    click.option("--power-per-gpu", default=None, metavar="W",
+                 help="Average power per GPU including its node share, e.g. 900W (default: the profile's "
+                      "maximum node power / GPUs per node: an upper bound)."),
+]
+
+
+def training_options(f):
+    for opt in reversed(_TRAINING_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def fmt_quantity(x: float, digits: int = 3, billions: str = "G") -> str:
+    """1.07M, 6.53k, 173 - the significant figures a plan is worth (``billions="B"`` for token counts)."""
+    for div, suffix in ((1e12, "T"), (1e9, billions), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.{digits}g}{suffix}"
+    return f"{x:.{digits}g}" if abs(x) >= 1 else f"{x:.2g}"
+
+
+def fmt_tokens(n: float) -> str:
+    """15T, 300B, 2.5T tokens."""
+    return fmt_quantity(n, 4, billions="B")
+
+
+def fmt_days(d: float) -> str:
+    return f"{d:,.1f}" if d >= 10 else f"{d:.2f}"
+
+
+def training_line(t: dict) -> str:
+    """One line: to train 15T tokens: 173.6 days (3,576,279 steps) · 4.27M GPU-hours · 5.44k MWh · cost 10.7M."""
+    parts = [f"{fmt_days(t['days'])} days" + (f" ({t['steps']:,} steps)" if t.get("steps") is not None else ""),
+             f"{fmt_quantity(t['gpu_hours'])} GPU-hours"]
+    if t["energy_mwh"] is not None:
+        parts.append(f"{fmt_quantity(t['energy_mwh'])} MWh at {t['power_per_gpu_w']:,.0f} W per GPU x PUE "
+                     f"{t['pue']:g}")
+    else:
+        parts.append("energy unknown")
+    if t["cost"] is not None:
+        parts.append(f"cost {fmt_quantity(t['cost'])} at {t['gpu_hour_price']:g} per GPU-hour")
+    return f"to train {fmt_tokens(t['tokens'])} tokens: " + "  ·  ".join(parts)
+
+
+def print_training(con, t: dict | None, title: str = "") -> None:
+    """The training line and its assumptions (nothing when no --tokens)."""
+    if t is None:
+        return
+    from llmpar.cli import render as R
+
+    con.print()
+    con.print((f"[bold]{title}[/bold] " if title else "") + training_line(t), highlight=False)
+    R.print_assumptions(con, t["assumptions"])

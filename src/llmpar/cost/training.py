@@ -1,0 +1,195 @@
+"""Time, GPU-hours, energy and cost to train a token budget (docs/sweep.md).
+
+Every function is arithmetic on floats *or* numpy arrays (DESIGN.md: array-polymorphic), so a
+sweep can pass one array entry per GPU count. Notation: T tokens to train on, R = tokens/s of the
+layout (``llmpar.cost.step``), N GPUs, P_gpu the power drawn per GPU, PUE the facility's power
+usage effectiveness (The Green Grid, White Paper #49: total facility energy / IT equipment energy).
+
+    time            t = T / R                                  seconds (ideal: no restarts, no evals)
+    days              = t / 86,400
+    steps             = ceil(T / tokens per step)
+    GPU-hours         = N x t / 3,600
+    power per GPU   P_gpu = node_power / gpus_per_node         the GPU's board plus its share of the
+                          = board_power + (node_power - gpus_per_node x board_power) / gpus_per_node
+                                                               node (CPUs, memory, NICs, switches, fans)
+    energy (MWh)      = GPU-hours x P_gpu [W] x PUE / 1e6       (Wh -> MWh)
+    cost              = GPU-hours x price per GPU-hour          (the user's price, the user's currency)
+    scaling efficiency  = (R_N / N) / (R_ref / N_ref)           tokens/s per GPU against a reference count
+
+The powers in the shipped profiles are *maximum* figures (GPU TDP, the node's maximum system
+power from its datasheet), so the energy is an upper bound for the IT equipment; a user who knows
+the average draw gives it as ``power_per_gpu_w``. No price ships with llmpar.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llmpar.errors import UserError
+
+SECONDS_PER_DAY = 86_400.0
+SECONDS_PER_HOUR = 3_600.0
+WH_PER_MWH = 1e6
+
+
+# ---------------------------------------------------------------------------------- formulas
+
+def train_time_s(tokens, tokens_per_s):
+    """Seconds to process ``tokens`` at ``tokens_per_s`` (the step model's throughput)."""
+    return tokens / tokens_per_s
+
+
+def train_days(tokens, tokens_per_s):
+    """Days to train: T / R / 86,400. Check: 15e12 tokens at 1.0e6 tokens/s = 173.6 days."""
+    return train_time_s(tokens, tokens_per_s) / SECONDS_PER_DAY
+
+
+def train_steps(tokens, tokens_per_step):
+    """Optimizer steps to see ``tokens`` (the last step may be partial, so ceil)."""
+    return np.ceil(tokens / tokens_per_step)
+
+
+def gpu_hours(gpus, seconds):
+    """GPU-hours: N x t / 3,600."""
+    return gpus * seconds / SECONDS_PER_HOUR
+
+
+def power_per_gpu_w(board_power_w, node_power_w=None, gpus_per_node=1):
+    """Power drawn per GPU, W: the node's power over its GPUs (board + the node's non-GPU share),
+    or the board power alone when no node power is known."""
+    if node_power_w is None:
+        return board_power_w * 1.0
+    return node_power_w / gpus_per_node
+
+
+def node_share_per_gpu_w(board_power_w, node_power_w, gpus_per_node):
+    """The non-GPU part of the node per GPU, W: (node_power - gpus_per_node x board_power) / gpus_per_node."""
+    return node_power_w / gpus_per_node - board_power_w
+
+
+def energy_mwh(gpu_hours_, power_w, pue=1.0):
+    """Energy, MWh: GPU-hours x W per GPU x PUE / 1e6."""
+    return gpu_hours_ * power_w * pue / WH_PER_MWH
+
+
+def training_cost(gpu_hours_, price_per_gpu_hour):
+    """Cost in the price's currency: GPU-hours x price per GPU-hour."""
+    return gpu_hours_ * price_per_gpu_hour
+
+
+def scaling_efficiency(tokens_per_s, gpus, ref_tokens_per_s, ref_gpus):
+    """Tokens/s per GPU relative to the reference's: 1.0 = perfect linear scaling."""
+    return (tokens_per_s / gpus) / (ref_tokens_per_s / ref_gpus)
+
+
+# ------------------------------------------------------------------------- for one result
+
+def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None) -> dict[str, Any]:
+    """The inputs as numbers: tokens '15T' / '300B' / 2.5e12 (units.parse_count), PUE >= 1,
+    price > 0, power '900 W' (units.parse_power). Raises UserError (exit 2) for bad values."""
+    from llmpar.units import parse_count, parse_power
+
+    out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None}
+    if tokens is not None:
+        out["tokens"] = parse_count(tokens, "--tokens")
+    if pue is not None:
+        try:
+            value = float(pue)
+        except (TypeError, ValueError):
+            raise UserError(f"--pue must be a number >= 1, got {pue!r}") from None
+        if not np.isfinite(value) or value < 1.0:
+            raise UserError(f"--pue must be a number >= 1 (facility energy / IT energy), got {pue!r}")
+        out["pue"] = value
+    if gpu_hour_price is not None:
+        try:
+            value = float(gpu_hour_price)
+        except (TypeError, ValueError):
+            raise UserError(f"--gpu-hour-price must be a positive number, got {gpu_hour_price!r}") from None
+        if not np.isfinite(value) or value <= 0:
+            raise UserError(f"--gpu-hour-price must be a positive number, got {gpu_hour_price!r}")
+        out["gpu_hour_price"] = value
+    if power_per_gpu is not None:
+        out["power_per_gpu_w"] = parse_power(power_per_gpu, "--power-per-gpu")
+    if out["tokens"] is None and any(out[k] is not None for k in ("pue", "gpu_hour_price", "power_per_gpu_w")):
+        raise UserError("--pue, --gpu-hour-price and --power-per-gpu need --tokens (the token budget to train on)")
+    return out
+
+
+def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue: float | None = None,
+             gpu_hour_price: float | None = None, power_per_gpu_w: float | None = None) -> dict[str, Any]:
+    """Days, GPU-hours, energy and cost to train ``tokens`` on ``gpus`` GPUs of profile ``hw``.
+
+    Power: ``power_per_gpu_w`` if given (an average the user measured), else the profile's
+    ``node_power / gpus_per_node`` (maximum), else its ``gpu.board_power`` alone (maximum, GPU
+    boards only), else unknown (energy None). Price: ``gpu_hour_price`` if given, else the
+    profile's ``gpu_hour_price`` (a user's profile), else None (cost None). The JSON object of
+    ``training`` in `plan`, `step` and `sweep` rows.
+    """
+    pue_value = 1.0 if pue is None else float(pue)
+    t = train_time_s(tokens, tokens_per_s)
+    hours = gpu_hours(gpus, t)
+    notes: list[str] = []
+    board = hw.gpu.board_power
+    node = hw.node_power
+    if power_per_gpu_w is not None:
+        power, basis = float(power_per_gpu_w), "given"
+        notes.append(f"power: {power:,.0f} W per GPU as given (--power-per-gpu)")
+    elif node is not None:
+        power, basis = float(power_per_gpu_w_of(hw)), "max_node"
+        share = f"{board:,.0f} W GPU board + {node / hw.gpus_per_node - board:,.0f} W node share" if board else \
+            "node share"
+        notes.append(f"power: {power:,.0f} W per GPU = {node / 1e3:g} kW max node power / {hw.gpus_per_node} GPUs "
+                     f"({share}): maximum, an upper bound (--power-per-gpu for a measured average)")
+    elif board is not None:
+        power, basis = float(board), "max_board"
+        notes.append(f"power: {board:,.0f} W per GPU, the GPU's board power only (the profile states no node_power): "
+                     "maximum, and without CPUs, NICs, switches and fans")
+    else:
+        power, basis = None, None
+        notes.append(f"energy unknown: hardware {hw.name} states neither gpu.board_power nor node_power "
+                     "(--power-per-gpu to give one)")
+    if power is not None:
+        notes.append(f"PUE {pue_value:g}" + (": IT equipment only, the facility's cooling and losses excluded "
+                                             "(--pue to include them)" if pue is None else " (--pue)"))
+    price, price_source = gpu_hour_price, "--gpu-hour-price" if gpu_hour_price is not None else None
+    if price is None and getattr(hw, "gpu_hour_price", None) is not None:
+        price, price_source = float(hw.gpu_hour_price), f"hardware profile {hw.name}"
+    if price is None:
+        notes.append("cost: no price (--gpu-hour-price, or gpu_hour_price in your hardware profile)")
+    energy = None if power is None else energy_mwh(hours, power, pue_value)
+    return {
+        "tokens": tokens,
+        "tokens_per_s": tokens_per_s,
+        "steps": None if tokens_per_step is None else _int(train_steps(tokens, tokens_per_step)),
+        "train_time_s": t,
+        "days": train_days(tokens, tokens_per_s),
+        "gpu_hours": hours,
+        "power_per_gpu_w": power,
+        "power_basis": basis,
+        "board_power_w": board,
+        "node_power_w": node,
+        "pue": pue_value,
+        "energy_mwh": energy,
+        "gpu_hour_price": price,
+        "price_source": price_source,
+        "cost": None if price is None else training_cost(hours, price),
+        "assumptions": notes,
+    }
+
+
+def _int(x):
+    return int(x) if np.ndim(x) == 0 else np.asarray(x, dtype=np.int64)
+
+
+def power_per_gpu_w_of(hw):
+    """The profile's maximum power per GPU (node share included when the profile states node_power)."""
+    board, node = hw.gpu.board_power, hw.node_power
+    if node is not None:
+        return power_per_gpu_w(board, node, hw.gpus_per_node)
+    return board
+
+
+__all__ = ["energy_mwh", "estimate", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
+           "power_per_gpu_w_of", "scaling_efficiency", "train_days", "train_steps", "train_time_s", "training_cost"]

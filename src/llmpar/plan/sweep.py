@@ -1,0 +1,319 @@
+"""`llmpar sweep`: plan every GPU count on every hardware profile, and what training costs there.
+
+For each profile and each count, :func:`llmpar.plan.search.plan` ranks the layouts (the same
+search and cost model as `llmpar plan`); the sweep keeps #1 and adds, through
+:mod:`llmpar.cost.training`, the days, GPU-hours, energy and cost to train the token budget, and
+the scaling efficiency against the smallest count that has a layout (tokens/s per GPU relative to
+that count's, per profile). A count where nothing can run is a row that says why, in words:
+
+* ``does_not_fit`` - every layout that divides needs more memory than the GPU has (the planner's
+  message: the smallest memory needed and at which layout);
+* ``batch_cannot_split`` - the global batch cannot be divided over that many GPUs (every layout
+  left needs micro_batch x dp to divide the batch);
+* ``no_layout`` - no layout passes the other rules (a --fix degree that does not divide, heads).
+
+The global batch is the same at every count (the plan's default, 4,194,304 tokens / seq, or
+--global-batch): a sweep is strong scaling of one training recipe. Nothing here prints;
+:mod:`llmpar.cli.sweep_cmd` renders the :class:`SweepResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmpar.errors import CheckFailed, UserError
+from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ
+
+STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
+DEFAULT_HARDWARE = "h100-sxm"
+_NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective")
+
+
+@dataclass
+class SweepRow:
+    """One (hardware, GPU count): plan #1 and the cost to train, or why nothing runs."""
+
+    gpus: int
+    hardware: str
+    status: str
+    reason: str | None = None
+    plan: Any = None                      # llmpar.plan.search.PlanRow (#1) when status == "ok"
+    training: dict[str, Any] | None = None
+    scaling_efficiency: float | None = None
+    scaling_reference_gpus: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.training or {}
+        return {
+            "gpus": self.gpus,
+            "hardware": self.hardware,
+            "status": self.status,
+            "reason": self.reason,
+            "plan": self.plan.to_dict() if self.plan is not None else None,
+            "days": t.get("days"),
+            "gpu_hours": t.get("gpu_hours"),
+            "energy_mwh": t.get("energy_mwh"),
+            "cost": t.get("cost"),
+            "scaling_efficiency": self.scaling_efficiency,
+            "scaling_reference_gpus": self.scaling_reference_gpus,
+            "training": dict(self.training) if self.training is not None else None,
+        }
+
+
+@dataclass
+class SweepResult:
+    """What `llmpar sweep` computed; :meth:`to_dict` is the JSON contract (issue 10)."""
+
+    model: str
+    model_requested: str | None
+    hardware: list[str]
+    gpus: list[int]
+    seq: int
+    global_batch: int
+    tokens: float | None
+    rows: list[SweepRow]
+    settings: Any = None
+    elapsed_s: float = 0.0
+    defaults_used: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def any_ok(self) -> bool:
+        return any(r.ok for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": list(self.hardware),
+            "gpus": list(self.gpus),
+            "seq": self.seq,
+            "global_batch": self.global_batch,
+            "tokens_per_step": self.global_batch * self.seq,
+            "tokens": self.tokens,
+            "settings": self.settings.as_dict() if self.settings is not None else None,
+            "rows": [r.to_dict() for r in self.rows],
+            "elapsed_s": self.elapsed_s,
+            "defaults_used": list(self.defaults_used),
+            "assumptions": list(self.assumptions),
+        }
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+def parse_gpu_list(value) -> list[int]:
+    """GPU counts: ``"256,512,1024"``, ``[256, 512]``, or ``"256,512,...,16384"`` (an ellipsis
+    continues the ratio of the first two up to the last, which it must reach exactly).
+    Returns the counts ascending, without repeats."""
+    if value is None:
+        raise UserError("--gpus is required: the GPU counts to sweep, e.g. --gpus 256,512,1024 or 256,512,...,16384")
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        items: list = [int(value)]
+    elif isinstance(value, str):
+        items = [x.strip() for x in value.split(",") if x.strip()]
+    else:
+        items = list(value)
+    if not items:
+        raise UserError("--gpus: no GPU counts given")
+    text = ",".join(str(x) for x in items)
+
+    def count(x) -> int:
+        try:
+            n = int(str(x).strip())
+        except ValueError:
+            raise UserError(f"--gpus {text}: {x!r} is not a whole number of GPUs") from None
+        if n < 1:
+            raise UserError(f"--gpus {text}: GPU counts must be positive, got {n}")
+        return n
+
+    if any(str(x).strip() in ("...", "..") for x in items):
+        dots = [i for i, x in enumerate(items) if str(x).strip() in ("...", "..")]
+        if len(dots) != 1 or dots[0] != 2 or len(items) != 4:
+            raise UserError(f"--gpus {text}: an ellipsis goes as A,B,...,Z (first two counts, then the last)")
+        a, b, z = count(items[0]), count(items[1]), count(items[3])
+        if b <= a or b % a:
+            raise UserError(f"--gpus {text}: A,B,...,Z needs B a multiple of A greater than A (ratio B/A)")
+        r, seq = b // a, [a]
+        while seq[-1] < z:
+            seq.append(seq[-1] * r)
+        if seq[-1] != z:
+            raise UserError(f"--gpus {text}: {a} x {r}^k never reaches {z} (last {seq[-2]}, then {seq[-1]})")
+        return seq
+    return sorted({count(x) for x in items})
+
+
+def _hardware_list(value) -> list:
+    from llmpar import api
+
+    if value is None:
+        value = [DEFAULT_HARDWARE]
+    elif isinstance(value, str):
+        value = [x.strip() for x in value.split(",") if x.strip()]
+    elif not isinstance(value, (list, tuple)):
+        value = [value]
+    if not value:
+        raise UserError("--hardware: no hardware profile given")
+    out, seen = [], set()
+    for item in value:
+        hw = api.load_hardware_spec(item)   # unknown name: UserError (exit 2), one line
+        if hw.name not in seen:
+            seen.add(hw.name)
+            out.append(hw)
+    return out
+
+
+# ------------------------------------------------------------------------------------ sweep
+
+def _batch_reason(rejected: dict[str, int], n: int, global_batch: int) -> str:
+    total, hit = sum(rejected.values()), rejected["batch"]
+    rest = ", the rest for other rules" if hit < total else ""
+    return (f"the global batch of {global_batch:,} sequences cannot be split over {n:,} GPUs: every layout needs "
+            f"micro_batch x dp to divide it, with dp = {n:,} / (tp x cp x pp) ({hit:,} of {total:,} layouts "
+            f"rejected for the batch{rest}); raise --global-batch or use fewer GPUs")
+
+
+def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
+    from llmpar.cost import training as TR
+    from llmpar.plan.search import FixConflict, NoLayout, plan
+
+    try:
+        r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
+    except (NoLayout, FixConflict) as exc:
+        if exc.rejected and exc.rejected.get("batch"):
+            return SweepRow(n, hw.name, "batch_cannot_split", _batch_reason(exc.rejected, n, global_batch)), None
+        return SweepRow(n, hw.name, "no_layout", str(exc)), None
+    except CheckFailed as exc:
+        return SweepRow(n, hw.name, "does_not_fit", str(exc)), None
+    best = r.best
+    training = None
+    if train_in["tokens"] is not None:
+        training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=n,
+                               tokens_per_step=r.global_batch * r.seq, pue=train_in["pue"],
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+    return SweepRow(n, hw.name, "ok", plan=best, training=training), r
+
+
+def sweep(
+    model=None,
+    *,
+    gpus=None,
+    hardware=None,
+    tokens=None,
+    pue=None,
+    gpu_hour_price=None,
+    power_per_gpu=None,
+    seq: int | None = None,
+    global_batch: int | None = None,
+    tokens_per_batch: int | None = None,
+    hf: str | None = None,
+    **plan_options,
+) -> SweepResult:
+    """Plan each of ``gpus`` (a list, or ``"256,512,...,16384"``) on each ``hardware`` profile
+    (a list, or ``"h100-sxm,b200"``; default h100-sxm) for ``model``.
+
+    ``tokens`` (``"15T"``, ``"300B"``, ``2.5e12``), ``pue``, ``gpu_hour_price``,
+    ``power_per_gpu``: as in :func:`llmpar.cost.training.estimate`. Every other keyword is
+    :func:`llmpar.plan.search.plan`'s (``fix``, ``allow``, ``max_tp``, ``zero``, ``dtype``,
+    ``stack``, ...) and applies at every count. Raises UserError for bad input (an unknown
+    profile, a bad count); a count where nothing runs is a row with a ``reason``.
+    """
+    from llmpar import api
+    from llmpar.cost import training as TR
+    from llmpar.plan.search import DEFAULT_MODEL, _pos
+
+    t0 = time.perf_counter()
+    bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
+    if bad:
+        raise UserError(f"sweep() keeps plan #1 at each count by step time; it takes no {', '.join(bad)}")
+    counts = parse_gpu_list(gpus)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
+    hws = _hardware_list(hardware)
+    defaults: list[str] = []
+    notes: list[str] = []
+    if model is None and hf is None:
+        model = DEFAULT_MODEL
+        defaults.append(f"model {DEFAULT_MODEL}")
+    if hardware is None:
+        defaults.append(f"hardware {DEFAULT_HARDWARE}")
+    spec, alias = api.load_model_spec(model, hf)
+    if alias:
+        notes.append(f"model {alias} -> {spec.name}")
+
+    # one batch for every count (the plan's defaults and checks, resolved once so every row uses the same)
+    if seq is None:
+        seq = min(DEFAULT_SEQ, spec.max_seq)
+        defaults.append(f"seq {seq}")
+    seq = _pos(seq, "seq")
+    global_batch = _pos(global_batch, "global-batch")
+    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch")
+    if tokens_per_batch is not None:
+        if tokens_per_batch % seq:
+            raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
+        if global_batch is not None and global_batch != tokens_per_batch // seq:
+            raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
+                            f"seq {seq} = {tokens_per_batch // seq}")
+        global_batch = tokens_per_batch // seq
+    if global_batch is None:
+        global_batch = max(1, round(DEFAULT_BATCH_TOKENS / seq))
+        defaults.append(f"global batch {global_batch} sequences ({global_batch * seq:,} tokens)")
+    notes.append(f"the global batch ({global_batch:,} sequences x {seq:,} tokens) is the same at every count: "
+                 "strong scaling of one recipe")
+    opts = dict(plan_options, seq=seq, global_batch=global_batch)
+
+    rows: list[SweepRow] = []
+    first = None
+    for hw in hws:
+        for n in counts:
+            row, result = _row_for(spec, hw, n, opts, global_batch, train_in)
+            rows.append(row)
+            if first is None and result is not None:
+                first = result
+    if first is not None:
+        notes += [a for a in first.assumptions if a.startswith("stack ") or a.startswith("seq ")]
+    _scaling(rows, notes)
+    if train_in["tokens"] is not None:
+        with_t = [r.training for r in rows if r.training is not None]
+        if with_t:
+            notes += [a for a in with_t[0]["assumptions"] if not a.startswith("power:")]
+            for hw in hws:
+                t = next((r.training for r in rows if r.training is not None and r.hardware == hw.name), None)
+                if t is not None:
+                    notes += [f"{hw.name} {a}" for a in t["assumptions"] if a.startswith("power:")]
+    return SweepResult(
+        model=spec.name, model_requested=alias, hardware=[h.name for h in hws], gpus=counts, seq=int(seq),
+        global_batch=int(global_batch), tokens=train_in["tokens"], rows=rows,
+        settings=first.settings if first is not None else None, elapsed_s=time.perf_counter() - t0,
+        defaults_used=defaults, assumptions=notes,
+    )
+
+
+def _scaling(rows: list[SweepRow], notes: list[str]) -> None:
+    """Scaling efficiency per profile against its smallest count that has a layout
+    (cost.training.scaling_efficiency, all of a profile's counts at once)."""
+    from llmpar.cost.training import scaling_efficiency
+
+    for name in dict.fromkeys(r.hardware for r in rows):
+        mine = [r for r in rows if r.hardware == name]
+        ok = [r for r in mine if r.ok]
+        if not ok:
+            continue
+        ref = ok[0]
+        eff = scaling_efficiency(np.array([r.plan.tokens_per_s for r in ok]), np.array([r.gpus for r in ok], float),
+                                 ref.plan.tokens_per_s, ref.gpus)
+        for r, e in zip(ok, eff):
+            r.scaling_efficiency = float(e)
+            r.scaling_reference_gpus = ref.gpus
+        if ref is not mine[0]:
+            notes.append(f"{name}: scaling efficiency is against {ref.gpus:,} GPUs, the smallest count that has a "
+                         f"layout ({mine[0].gpus:,} has none)")
+
+
+__all__ = ["STATUSES", "SweepResult", "SweepRow", "parse_gpu_list", "sweep"]
