@@ -34,7 +34,7 @@ from llmpar.cost import memory as M
 from llmpar.cost import params as P
 from llmpar.cost import pipeline as PL
 from llmpar.cost.step import BREAKDOWN_KEYS, step_time
-from llmpar.errors import UserError
+from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.plan import space as SP
 from llmpar.plan.search import plan
@@ -494,9 +494,8 @@ def test_plan_is_never_worse_than_a_layout_step_evaluates(job, data):
     model, gpus, seq, batch, stack = job
     try:
         res = plan(model, gpus=gpus, seq=seq, global_batch=batch, hardware="h100-sxm", stack=stack, top=3)
-    except Exception as exc:  # noqa: BLE001 - nothing feasible is a valid answer, not a counter-example
-        assume(False) if type(exc).__name__ in ("CheckFailed", "UserError") else None
-        raise
+    except (CheckFailed, UserError):   # nothing feasible is a valid answer, not a counter-example
+        assume(False)
     again = plan(model, gpus=gpus, seq=seq, global_batch=batch, hardware="h100-sxm", stack=stack, top=3)
     a, b = res.to_dict(), again.to_dict()
     for d in (a, b):
@@ -596,7 +595,8 @@ def test_cost_functions_give_one_number_as_float_and_as_array_element(model, dat
                 assert math.isinf(float(np.asarray(mem_a[k])[i])), k
             else:
                 _same(mem_a[k], i, mem[k], k)
-        assert mem["verdict"] == np.asarray(mem_a["verdict"])[i] if np.ndim(mem_a["verdict"]) else True
+        if np.ndim(mem_a["verdict"]):
+            assert mem["verdict"] == np.asarray(mem_a["verdict"])[i]
         out = step_time(model, hw, par, s, with_memory=False)
         for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "mfu_full_attention"):
             _same(step_a[k], i, out[k], k)
