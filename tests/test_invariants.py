@@ -322,7 +322,8 @@ def _replicated_over_tp(model: ModelSpec) -> int:
     if model.mla is not None:
         mla = model.mla
         if mla.q_lora_rank is not None:
-            per_layer += h * mla.q_lora_rank + (mla.q_lora_rank if qkv_bias else 0) + P.norm_params(model, mla.q_lora_rank)
+            r = mla.q_lora_rank
+            per_layer += h * r + (r if qkv_bias else 0) + P.norm_params(model, r)
         per_layer += h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + ((mla.kv_lora_rank + mla.qk_rope_head_dim)
                                                                       if qkv_bias else 0)
         per_layer += P.norm_params(model, mla.kv_lora_rank)
@@ -330,7 +331,8 @@ def _replicated_over_tp(model: ModelSpec) -> int:
     total += model.dense_layers * (h if mlp_bias else 0)
     if model.moe is not None:
         moe = model.moe
-        total += model.moe_layers * (P.router_params(model) + (moe.experts + moe.shared_experts) * (h if mlp_bias else 0))
+        row_biases = (moe.experts + moe.shared_experts) * (h if mlp_bias else 0)
+        total += model.moe_layers * (P.router_params(model) + row_biases)
     if model.position == "learned":
         total += model.max_seq * h
     return total
@@ -520,7 +522,8 @@ def any_layouts(draw, model: ModelSpec):
     v = draw(st.integers(2, 5)) if sched == "interleaved" else 1
     return dict(tp=tp, pp=draw(st.sampled_from([1, 2, 3, 4, 6])), cp=draw(st.sampled_from([1, 2, 3])),
                 dp=draw(st.sampled_from([1, 2, 4])), ep=draw(st.sampled_from([1, 2, 3, 4])),
-                zero=draw(st.integers(0, 3)), sp=tp > 1 and draw(st.booleans()), recompute=draw(st.sampled_from(RECOMPUTE)),
+                zero=draw(st.integers(0, 3)), sp=tp > 1 and draw(st.booleans()),
+                recompute=draw(st.sampled_from(RECOMPUTE)),
                 micro_batch=draw(st.sampled_from([1, 2, 3])), schedule=sched, virtual_stages=v,
                 global_batch=draw(st.sampled_from([6, 8, 12, 24])), seq=draw(st.sampled_from([96, 128, 256])))
 
