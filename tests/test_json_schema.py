@@ -1,0 +1,268 @@
+"""The JSON contract: every command's ``--json`` keys, pinned (issue 9; docs/json.md documents them).
+
+JSON is the contract for scripts (DESIGN.md, "Rendering is last"): keys stay stable, snake_case,
+with the unit in the name. This test runs each command in-process (the ``cli`` fixture) and
+compares the set of key *paths* of its output with the list below: ``a.b`` is key ``b`` of the
+object under ``a``; ``a[]`` an element of list ``a`` (``a[].b`` a key of its objects); ``a.*`` an
+object whose keys are data (a tier name, a model name, a YAML profile) and are not pinned.
+
+A failure here means a key was added, renamed or dropped. If that was meant, update the list
+*and* docs/json.md in the same commit, and say so in the changelog: scripts read these keys.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import yaml
+from _synthetic_nccl import SWEEP, TRUTH_YAML, write_log
+
+from llmpar.cost.collectives import collective_time
+from llmpar.specs import load_hardware
+
+# ----------------------------------------------------------------------------- shared blocks
+
+PARALLEL = tuple(f"parallel.{k}" for k in (
+    "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch", "microbatches", "seq",
+    "schedule", "virtual_stages"))
+SETTINGS = tuple(f"settings.{k}" for k in (
+    "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
+    "rank_order", "stack"))
+MEMORY_COMPONENTS = tuple(f"memory.{k}" for k in (
+    "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes",
+    "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes"))
+COMMON = ("model", "hardware", "gpus") + PARALLEL      # DESIGN.md: every layout result carries these
+
+MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
+    "model_requested", "mode", "params_total", "params_per_gpu",
+    "bytes_per_param.weights", "bytes_per_param.gradients", "bytes_per_param.optimizer",
+    "bytes_per_param.fp8_weight_cache", "bytes_per_param.convention",
+    "model_states_bytes", "activation_bytes_per_layer", "capacity_bytes", "usable_bytes", "fits", "verdict",
+    "margin_bytes", "uncertainty", "communicators", "max_micro_batch", "most_loaded_stage", "assumptions[]")
+
+STEP_FIGURES = COMMON + SETTINGS + (
+    "tokens_per_step", "step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu", "mfu", "hfu", "mfu_full_attention", "mfu_convention", "fits",
+    *(f"breakdown_s.{k}" for k in ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer",
+                                   "fixed")),
+    *(f"comm_bytes_per_gpu.{k}" for k in ("tp", "pp", "dp", "cp", "ep")),
+    *MEMORY_COMPONENTS, "memory.capacity_bytes", "memory.fits", "memory.max_micro_batch", "memory.params_per_gpu")
+
+STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
+    "gemm_forward_s", "linear_forward_s", "attention_core_forward_s", "attention_core_backward_s",
+    "fp8_cast_forward_s", "fp8_cast_backward_s", "launch_s", "fixed_s", "elementwise_forward_s",
+    "elementwise_forward_bytes", "layer_forward_s", "layer_backward_s", "layer_recompute_s", "tp_forward_s",
+    "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "head_forward_s", "head_backward_s", "embedding_s",
+    "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
+
+PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage")
+ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
+BUBBLE = ("schedule", "pp", "microbatches", "virtual_stages", "bubble_over_ideal", "bubble_fraction_of_step",
+          "formula_bubble_over_ideal", "formula_bubble_fraction_of_step", "source", "in_flight_microbatches",
+          "parameter_copies", "unit_chunk_times.forward", "unit_chunk_times.backward_input",
+          "unit_chunk_times.backward_weight", "notes[]", "drawn_idle_fraction")
+TIMES = ("time_us", "algbw_GBps", "busbw_GBps", "wrong", "max_error", "cputime", "per_iter")
+
+
+def under(prefix: str, keys) -> tuple[str, ...]:
+    return tuple(f"{prefix}{k}" for k in keys)
+
+
+SCHEMA: dict[str, tuple[str, ...]] = {
+    "memory": MEMORY,
+    "memory --per-stage --explain": MEMORY + under("stages[].", (
+        "stage", "layers", "params_per_gpu", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+        "activations_bytes", "buffers_bytes", "in_flight", "allocated_bytes", "reserved_bytes", "runtime_bytes",
+        "total_bytes")) + under("terms[].", ("component", "name", "bytes", "formula", "values", "source")),
+    "memory --inference": tuple(k for k in MEMORY if k != "bytes_per_param.convention") + (
+        "inference.batch", "inference.context", "inference.kv_dtype"),
+    "memory --params": MEMORY,
+    "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]") + under("detail.", (
+        "stage_forward_s", "stage_backward_s", "critical_stage_layers", "model_flops_per_step",
+        "hardware_flops_per_step", "peak_flops", "generation")),
+    "plan": (
+        "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
+        *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW),
+        *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s")),
+        *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "batch", "sp_seq", "schedule",
+                                   "convention", "memory")),
+        "elapsed_s", "defaults_used[]", "assumptions[]",
+        *under("comparison.", ("winner_rank", "other_rank", "objective", "margin_s")),
+        *under("comparison.terms[].", ("term", "winner_s", "other_s", "difference_s")),
+        *under("comparison.layout_differences[].", ("key", "winner", "other"))),
+    "collective": (
+        "collective", "size_bytes", "gpus", "hardware", "members_per_node", "nodes", "bus_factor", "chosen",
+        "chosen_protocol", "time_s", "assumptions[]", *under("algorithms[].", (
+            "algorithm", "protocol", "time_s", "bytes_per_rank", "algbw_GBps", "busbw_GBps", "tiers[]", "available",
+            "nccl_choice", "latency_s", "bandwidth_s", "unavailable_because"))),
+    "bubble": BUBBLE,
+    "bubble --layers": BUBBLE + under("stages.", (
+        "layers", "most_loaded_stage_layers", "first_stage_layers", "last_stage_layers")),
+    "models": under("[].", ("name", "aliases[]", "family", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                            "vocab", "max_seq", "moe", "experts", "top_k", "mla", "params_total", "params_active")),
+    "models show": (
+        "model", "alias_typed",
+        *under("spec.", ("name", "aliases[]", "description", "source", "family", "layers", "hidden", "heads",
+                         "kv_heads", "head_dim", "ffn_hidden", "ffn_type", "vocab", "tied_embeddings", "norm",
+                         "position", "max_seq", "linear_bias", "qkv_bias", "attention_out_bias", "mlp_bias",
+                         "dropout", "attention", "parallel_block", "moe", "mla")),
+        *under("derived.", ("kv_heads", "head_dim", "moe_layers", "dense_layers")),
+        *under("params_per_layer.", ("attention", "dense_mlp", "expert", "shared_experts", "router", "norms",
+                                     "dense_layer", "moe_layer")),
+        *under("params.", ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "head",
+                           "total", "active"))),
+    "hardware": under("[].", (
+        "name", "aliases[]", "description", "extends", "gpu", "gpus_per_node", "memory_bytes",
+        "memory_bandwidth_GBps", "peak_tflops.*", "reserve_bytes", *under("tiers[].", (
+            "name", "kind", "bandwidth_per_direction_GBps", "latency_s", "efficiency", "domain_size",
+            "in_network_reduction")))),
+    "stacks": under("[].", ("name", "aliases[]", "description", "extends", "fitted", "attention_kernel",
+                            "activations", "main_grad_fp32", "tp_overlap", "dp_overlap")),
+    "stacks show": ("name", "aliases[]", "description", "extends", "fitted", "attention_kernel", "activations",
+                    "main_grad_fp32", "tp_overlap", "dp_overlap", "profile.*"),
+    "calibrate parse": under("files[].", (
+        "file", "section", "collective", "ranks", "nodes", "gpus_per_node", "gpu", "hosts[]", "format", "library",
+        "avg_busbw_GBps", "flagged_rows", "inferred.*", "notes[]",
+        *under("rows[].", ("size_bytes", "count", "type", "redop", "root", "flagged", "line", "timestamp",
+                           *under("out_of_place.", TIMES), *under("in_place.", TIMES))))),
+    "calibrate fit": (
+        "base", "hardware", "primary_collective", "date", "out", "profile.*",
+        *under("fits[].", ("collective", "tiers[]", "alongside[]", "files[]", "before.*", "after.*",
+                           "rms_rel_error", "max_rel_error", "samples", "notes[]")),
+        *under("files[].", ("file", "sha256", "collective", "ranks", "nodes", "members_per_node", "domains", "tier",
+                            "rows", "notes[]", *under("before.", ERRORS), *under("after.", ERRORS)))),
+    "calibrate check": (
+        "hardware", "plot", *under("summary.", ERRORS),
+        *under("rows[].", ("file", "collective", "size_bytes", "measured_time_s", "predicted_time_s",
+                           "measured_busbw_GBps", "predicted_busbw_GBps", "error", "algorithm", "protocol")),
+        *under("files[].", ("file", "collective", "ranks", "nodes", "members_per_node", "tier", "notes[]",
+                            *under("summary.", ERRORS))),
+        *under("check.", ("statistic", "tolerance", "value", "passed"))),
+    "calibrate runs --check": (
+        "stack", "generation", "parameters.*", "notes[]", "out",
+        *under("summary.before.", (
+            "fits_agreement", *under("speed.", ("runs", "median_abs", "mean_abs", "max_abs")),
+            *under("memory.", ("runs", "median_abs", "mean_abs", "max_abs")),
+            *under("regret.", ("configurations", "median", "within_5pct", "per_configuration.*")))),
+        *under("rows[].", ("source", "model", "status", "measured_step_time_s", "predicted_step_time_s_before",
+                           "predicted_step_time_s_after", "measured_memory_bytes", "predicted_memory_bytes_before",
+                           "predicted_memory_bytes_after", "predicted_fits_after",
+                           *under("layout.", ("gpus", "tp", "pp", "dp", "cp", "global_batch", "seq")),
+                           *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute"))))),
+}
+
+# objects whose keys are data, not schema (see the module doc): their paths end in ".*"
+OPEN = {
+    "hardware": ("[].peak_tflops",), "stacks show": ("profile",), "calibrate parse": ("files[].inferred",),
+    "calibrate fit": ("profile", "fits[].before", "fits[].after"),
+    "calibrate runs --check": ("parameters", "summary.before.regret.per_configuration"),
+}
+
+
+def key_paths(x, open_=(), prefix: str = "", out: set | None = None) -> set[str]:
+    """Every key path of a JSON value (see the module doc for the notation)."""
+    out = set() if out is None else out
+    if prefix in open_:
+        out.add(prefix + ".*")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            key_paths(v, open_, f"{prefix}.{k}" if prefix else k, out)
+    elif isinstance(x, list):
+        if not x:
+            out.add(prefix + "[]")
+        for v in x:
+            key_paths(v, open_, prefix + "[]", out)
+    else:
+        out.add(prefix)
+    return out
+
+
+# ----------------------------------------------------------------------------- the runs
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A synthetic nccl-tests log (10 % slower than its truth profile) and a two-run table."""
+    d = tmp_path_factory.mktemp("json")
+    (d / "truth.yaml").write_text(TRUTH_YAML)
+    truth = load_hardware(str(d / "truth.yaml"))
+    S = np.array(SWEEP)
+    log = write_log(d / "ar.txt", "all_reduce", 8, 1, S, 1.1 * collective_time(truth, "all_reduce", S, 8, 8))
+    runs = d / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [
+        {"model": "llama-3-8b", "gpus": 8, "tp": t, "global_batch": 64, "seq": 8192, "step_time_s": 5.0 + t}
+        for t in (1, 2)]}))
+    return {"dir": d, "log": log, "truth": d / "truth.yaml", "runs": runs}
+
+
+COMMANDS = {
+    "memory": ["memory", "llama-3-8b", "--gpus", "8"],
+    "memory --per-stage --explain": ["memory", "llama-3-8b", "--gpus", "8", "--pp", "2", "--per-stage", "--explain"],
+    "memory --inference": ["memory", "llama-3-8b", "--inference"],
+    "memory --params": ["memory", "--params", "7.5B", "--dp", "64", "--zero", "3"],
+    "step": ["step", "llama-3-8b", "--gpus", "8"],
+    "plan": ["plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--pareto", "--explain-rank", "5"],
+    "collective": ["collective", "all-reduce", "--size", "1GiB", "--gpus", "16"],
+    "bubble": ["bubble", "--pp", "4", "--microbatches", "8"],
+    "bubble --layers": ["bubble", "--pp", "4", "--microbatches", "8", "--virtual-stages", "2", "--layers", "16"],
+    "models": ["models"],
+    "models show": ["models", "show", "llama-3-8b"],
+    "hardware": ["hardware"],
+    "stacks": ["stacks"],
+    "stacks show": ["stacks", "show", "megatron-core"],
+    "calibrate parse": ["calibrate", "parse", "{log}"],
+    "calibrate fit": ["calibrate", "fit", "{log}", "--hardware", "h100-sxm", "--out", "{dir}/fit.yaml"],
+    "calibrate check": ["calibrate", "check", "{log}", "--hardware", "{truth}", "--tolerance", "25%"],
+    "calibrate runs --check": ["calibrate", "runs", "{runs}", "--check"],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_json_keys_are_pinned(cli, inputs, name):
+    """The key paths of ``llmpar <command> --json`` are exactly the pinned ones."""
+    args = [a.format(**inputs) for a in COMMANDS[name]] + ["--json"]
+    res = cli(*args)
+    assert res.code == 0, (res.code, res.err)
+    got = key_paths(res.json(), OPEN.get(name, ()))
+    want = set(SCHEMA[name])
+    assert not got - want, f"keys not in the pinned schema (add them to SCHEMA and docs/json.md): {sorted(got - want)}"
+    # keys that appear only for some rows (collective: unavailable_because) may be absent here
+    optional = {"algorithms[].unavailable_because"}
+    assert not want - got - optional, f"pinned keys missing: {sorted(want - got - optional)}"
+
+
+def test_hardware_show_has_the_keys_of_a_hardware_row(cli):
+    rows = cli("hardware", "--json").json()
+    one = cli("hardware", "show", "h100-sxm", "--json").json()
+    assert key_paths(one, ("peak_tflops",)) == {p[3:] for p in SCHEMA["hardware"]}
+    assert one == next(r for r in rows if r["name"] == "h100-sxm")
+
+
+SNAKE = re.compile(r"^[a-z][a-z0-9_]*?(_GBps|_[0-9]+MB)?$")
+
+
+def test_every_pinned_key_is_snake_case_with_its_unit():
+    """DESIGN.md: snake_case keys, units in the name (``_bytes``, ``_s``, ``_GBps``, ``_us``)."""
+    for name, paths in SCHEMA.items():
+        for path in paths:
+            for part in re.split(r"\.|\[\]", path):
+                assert part in ("", "*") or SNAKE.match(part), (name, path, part)
+
+
+def test_common_keys_have_their_types(cli):
+    """model, hardware, gpus and the parallel object (DESIGN.md, CLI conventions) on every
+    result that describes a layout: memory, step and each plan row."""
+    outs = [cli("memory", "llama-3-8b", "--gpus", "8", "--json").json(),
+            cli("step", "llama-3-8b", "--gpus", "8", "--json").json()]
+    outs += cli("plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--json").json()["plans"]
+    for d in outs:
+        assert isinstance(d["model"], str) and isinstance(d["hardware"], str) and type(d["gpus"]) is int
+        p = d["parallel"]
+        for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
+                  "virtual_stages"):
+            assert type(p[k]) is int, k
+        assert type(p["sp"]) is bool
+        assert p["recompute"] in ("none", "selective", "full")
+        assert p["schedule"] in ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
+        assert d["gpus"] == p["tp"] * p["pp"] * p["dp"] * p["cp"]
