@@ -57,7 +57,10 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "head_forward_s", "head_backward_s", "embedding_s",
     "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
 
-PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage")
+# a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
+PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "equivalent[]",
+            *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
+                                            "global_batch", "microbatches", "seq", "schedule", "virtual_stages")))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
 BUBBLE = ("schedule", "pp", "microbatches", "virtual_stages", "bubble_over_ideal", "bubble_fraction_of_step",
           "formula_bubble_over_ideal", "formula_bubble_fraction_of_step", "source", "in_flight_microbatches",
@@ -84,7 +87,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "hardware_flops_per_step", "peak_flops", "generation")),
     "plan": (
         "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
-        *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW),
+        *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "batch", "sp_seq", "schedule",
                                    "convention", "memory")),
@@ -150,7 +153,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            "predicted_step_time_s_after", "measured_memory_bytes", "predicted_memory_bytes_before",
                            "predicted_memory_bytes_after", "predicted_fits_after",
                            *under("layout.", ("gpus", "tp", "pp", "dp", "cp", "global_batch", "seq")),
-                           *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute"))))),
+                           *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute", "microbatches", "schedule", "sp"))))),
 }
 
 # objects whose keys are data, not schema (see the module doc): their paths end in ".*"
