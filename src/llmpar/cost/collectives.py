@@ -44,6 +44,9 @@ COLLECTIVES = (
     "broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather", "reduce_scatter",
     "all_to_all", "send_recv",
 )
+#: collectives whose nccl-tests ``size`` counts every rank's piece (size = count x typesize x ranks;
+#: nccl-tests ``paramcount`` is per rank): the size convention of this module and of the logs
+GATHERED = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 ALGORITHMS = ("naive", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical")
 PROTOCOLS = ("ll", "ll128", "simple")
 PROTOCOL_NAMES = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
@@ -496,6 +499,7 @@ class AlgorithmRow:
     latency_s: float = 0.0
     bandwidth_s: float = 0.0
     protocols: dict = field(default_factory=dict)   # protocol -> time_s (available ones)
+    unavailable_because: str | None = None          # why not, for an unavailable row
 
     def as_dict(self) -> dict:
         return {
@@ -503,7 +507,7 @@ class AlgorithmRow:
             "bytes_per_rank": self.bytes_per_rank, "algbw_GBps": self.algbw_GBps,
             "busbw_GBps": self.busbw_GBps, "tiers": self.tiers, "available": self.available,
             "nccl": self.nccl, "latency_s": self.latency_s, "bandwidth_s": self.bandwidth_s,
-            "protocols": self.protocols,
+            "protocols": self.protocols, "unavailable_because": self.unavailable_because,
         }
 
 
@@ -559,6 +563,8 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
             latency_s=float(alg.latency[p]) if avail else float("inf"),
             bandwidth_s=float(alg.bw_time[p]) if avail else float("inf"),
             protocols={PROTOCOLS[i]: times[i] for i in range(3) if times[i] < np.inf},
+            unavailable_because=None if avail else why_unavailable(
+                a, bool(ti["inr"]), bool(to["inr"]), multi=bool(n > 1), has_local=bool(k > 1)),
         ))
     pool = [r for r in rows if r.available and (r.algorithm == algorithm if algorithm else r.nccl)]
     best = min(pool, key=lambda r: r.time_s) if pool else None
@@ -568,6 +574,26 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
         bus_factor=float(factor), rows=rows, chosen=best.algorithm if best else None,
         chosen_protocol=best.protocol if best else None, tiers=tiers_used,
     )
+
+
+def why_unavailable(algorithm: str, intra_inr: bool, outer_inr: bool, *, multi: bool, has_local: bool) -> str:
+    """Why ``algorithm`` cannot run for a group: the availability masks of :func:`_table` in words.
+
+    ``intra_inr``/``outer_inr``: the scale-up tier the group uses / the scale-out tier has
+    in-network reduction (NVLink SHARP / IB SHARP); ``multi``: the group spans domains;
+    ``has_local``: more than one member per domain.
+    """
+    if algorithm == "nvls":          # available: one domain, k > 1, NVLink SHARP
+        return "no NVLink SHARP on this hardware" if not intra_inr else "group spans NVLink domains"
+    if algorithm == "nvls_tree":     # available: several domains, k > 1, NVLink SHARP
+        if not intra_inr:
+            return "no NVLink SHARP on this hardware"
+        return "single node" if not multi else "1 GPU per node"
+    if algorithm == "collnet":       # available: SHARP on the NIC tier, several domains
+        return "no SHARP on the NIC tier" if not outer_inr else "single node"
+    if algorithm == "hierarchical":  # available: several domains, k > 1
+        return "single node" if not multi else "1 GPU per node"
+    return "not available"
 
 
 # ----------------------------------------------------------------------------- explain
