@@ -109,7 +109,8 @@ class Row:
     in_place: Measurement | None
     line: int = 0
     timestamp: str | None = None
-    flagged: bool = False               # #wrong > 0 (or old-layout error out of bounds): not used
+    flagged: bool = False               # #wrong > 0, old-layout error out of bounds, or a problem: not used
+    problem: str | None = None          # why the row is no measurement (time inf/0, size 0), if it is not
     label: str | None = field(default=None, repr=False, compare=False)  # srun/mpirun rank label
 
     def blocks(self) -> list[Measurement]:
@@ -130,6 +131,7 @@ class Row:
             "out_of_place": self.out_of_place.to_dict() if self.out_of_place else None,
             "in_place": self.in_place.to_dict() if self.in_place else None,
             "flagged": self.flagged,
+            "problem": self.problem,
             "line": self.line,
             "timestamp": self.timestamp,
         }
@@ -225,6 +227,7 @@ class Section:
     info_rank_host: dict[int, str] = field(default_factory=dict)
     info_nranks: set = field(default_factory=set)
     warns: list[str] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)   # (line, text) of foreign lines in the table
     columns: Columns | None = None
     time_scale: float = 1.0
     rows: list[Row] = field(default_factory=list)

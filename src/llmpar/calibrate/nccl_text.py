@@ -7,7 +7,6 @@ file and line (an MPI launcher interleaves its own messages with the table).
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from typing import Any
@@ -58,9 +57,9 @@ def _number(tok: str, what: str) -> float:
     if not _NUM.match(tok):
         raise _RowError(f"cannot read {what} {tok!r}")
     v = float(tok)
-    if math.isnan(v) or v < 0:
-        raise _RowError(f"{what} {tok!r} is not a non-negative number")
-    return v
+    if v < 0:
+        raise _RowError(f"{what} {tok!r} is negative")
+    return v   # nan / inf are read as printed; nccl_infer flags the row (never used, never silent)
 
 
 def _parse_header(content: str, lineno: int) -> Columns | None:
@@ -259,10 +258,31 @@ def _comment(body: str, sec: Section, content: str, lineno: int, new_section) ->
     return sec
 
 
+_WORD = re.compile(r"^[A-Za-z]")
+_NOT_WORDS = {"n/a", "nan", "inf", "-nan", "+inf", "-inf"}
+
+
+def _row_shaped(toks: list[str]) -> bool:
+    """Could this line be an nccl-tests row (then a defect in it is an error), or is it someone
+    else's line (``8 more processes have sent help message help-mtl-ofi.txt / OFI call fail``,
+    an NCCL INFO/WARN line in an unexpected shape)? A row starts with two integers (size, count)
+    and has at most two words (type, redop); everything else is numbers, N/A or a timestamp."""
+    if not toks or not _INT.match(toks[0]) or "NCCL" in toks:
+        return False
+    if len(toks) >= 2 and not _INT.match(toks[1]):
+        return False
+    words = [t for t in toks[2:] if _WORD.match(t) and t.lower() not in _NOT_WORDS]
+    return len(words) <= 2
+
+
 def scan_text(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
+    """Lines -> sections (one per table). Line numbers count ``\n`` only, as editors and
+    ``grep -n`` do (``str.splitlines`` would also split at form feeds and other separators)."""
     sections: list[Section] = [Section()]
     labels: list[Counter] = [Counter()]
-    lines = text.splitlines()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
 
     def new_section(force: bool) -> Section:
         if force:
@@ -306,11 +326,12 @@ def scan_text(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
             sec.library["tests"] = f"rccl-tests {m.group(1)}"
             continue
         toks = s.split()
-        if not _INT.match(toks[0]):
-            continue  # launcher / application noise
+        if not _row_shaped(toks):
+            if sec.in_table():   # launcher / library output interleaved with the table: say so
+                sec.skipped.append((lineno, s if len(s) <= 80 else s[:77] + "..."))
+            continue             # before a table: launcher / application noise
         strict = sec.in_table() or (
-            len(toks) >= 3 and _INT.match(toks[1]) is not None and not _NUM.match(toks[2])
-            and re.match(r"^[A-Za-z][\w]*$", toks[2]) is not None)
+            len(toks) >= 3 and not _NUM.match(toks[2]) and re.match(r"^[A-Za-z][\w]*$", toks[2]) is not None)
         if not strict:
             continue
         if sec.footer or sec.concluded:
