@@ -50,7 +50,8 @@ def _resolution(tok: str) -> float:
     t = tok.lower()
     mant, _, exp = t.partition("e")
     dec = len(mant.split(".")[1]) if "." in mant else 0
-    return 0.5 * 10.0 ** (-dec) * (10.0 ** int(exp) if exp else 1.0)
+    e = int(exp) - dec if exp else -dec
+    return 0.5 * 10.0 ** max(min(e, 300), -300)   # '1e999' (inf when read) must not overflow here
 
 
 def _number(tok: str, what: str) -> float:
