@@ -4,6 +4,12 @@ Internally llmpar uses bytes, seconds, FLOP/s and bytes/second (DESIGN.md, Units
 command-line options accept strings such as ``80 GiB``, ``3.35 TB/s``, ``900 GB/s bidirectional``,
 ``400 Gb/s`` (bits), ``989 TFLOPS``, ``2 us`` and bare counts such as ``7.5B``.
 Conversion happens only here, at the edges.
+
+One rule for ``b`` and ``B`` everywhere (SI / IEC 80000-13): ``B`` is a byte, ``b`` (or ``bit``,
+``bits``) is a bit. Bandwidths accept both (``400 Gb/s`` = 50e9 bytes/s). Sizes are bytes: a
+size written in bits (``100Mb``, ``4Gb``, ``1 Gibit``) is refused with the byte spelling to use,
+never read as bytes - ``100Mb`` is the classic typo for ``100MB`` and reading it either way would
+be wrong for someone. (In counts, ``7.5B`` is a billion parameters: counts have no bytes.)
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import re
 from llmpar.errors import UserError
 
 _DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
-_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE]i?)?\s*([bB])?\s*$")
+_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE]i?)?\s*(B|b|bits?|bytes?)?\s*$")
+_PREFIX_WORD = {"": "", "k": "kilo", "K": "kilo", "M": "mega", "G": "giga", "T": "tera", "P": "peta", "E": "exa",
+                "Ki": "kibi", "Mi": "mebi", "Gi": "gibi", "Ti": "tebi", "Pi": "pebi", "Ei": "exbi"}
 _BW_RE = re.compile(
     rf"^\s*{_NUM}\s*([kKMGTP])?\s*(B|b|bit|bits)\s*/\s*s(?:ec)?\s*"
     r"(bidirectional|bidir|bi-directional|per[ _-]direction|unidirectional|uni)?\s*$"
@@ -41,10 +49,28 @@ def parse_bytes(text: str | int | float, what: str = "size", allow_zero: bool = 
     m = _SIZE_RE.match(str(text))
     if not m:
         raise UserError(f"cannot read {what} {text!r}: expected a number with an optional unit such as 512MB, 1GiB, 80 GiB")
-    num, prefix, _b = m.groups()
+    num, prefix, unit = m.groups()
     prefix = prefix or ""
+    if prefix.endswith("i") and prefix[0] in "kK":
+        prefix = "Ki"                   # kiB and KiB: both kibi (IEC writes Ki)
+    if prefix not in _BIN and prefix not in _DEC:
+        raise UserError(f"cannot read {what} {text!r}: unknown unit prefix {prefix!r}")
+    if unit is not None and unit.startswith("b") and not unit.startswith("byte"):
+        raise UserError(_bits_message(str(text).strip(), num, prefix, what))
     scale = _BIN[prefix] if prefix.endswith("i") else _DEC[prefix]
     return _positive(float(num) * scale, str(text), what, allow_zero)
+
+
+def _bits_message(text: str, num: str, prefix: str, what: str) -> str:
+    """'100Mb is megabits; sizes are in bytes: write 100MB or 100MiB' (b = bit, B = byte)."""
+    word = _PREFIX_WORD.get(prefix, "")
+    if not prefix:
+        fix = f"{num}B or {num}"
+    elif prefix.endswith("i"):
+        fix = f"{num}{prefix}B"
+    else:
+        fix = f"{num}{prefix.upper() if prefix != 'k' else 'k'}B or {num}{prefix.upper()}iB"
+    return f"{what} {text} is {word}bits; sizes are in bytes (b = bit, B = byte): write {fix}"
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> tuple[float, bool]:

@@ -16,7 +16,6 @@ from llmpar.units import fmt_seconds, fmt_size, parse_bytes
 
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum"}
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
-_PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")  # nccl-tests paramcount
 _TYPE_BYTES = 4  # nccl-tests default type: float
 
 
@@ -36,7 +35,11 @@ def _sweep_sizes(text: str) -> list[float]:
     return sizes
 
 
-def _group(hw, gpus: int | None, per_node: int | None, collective: str) -> tuple[int, int, list[str]]:
+def _group(hw, gpus: int | None, per_node: int | None, collective: str) -> tuple[int, dict, list[str]]:
+    """Check --gpus/--gpus-per-node and place the group by the rule ``step`` and ``plan`` use
+    (:func:`llmpar.cost.topology.collective_group`)."""
+    from llmpar.cost.topology import collective_group
+
     notes: list[str] = []
     domain = hw.nvlink_domain
     if gpus is None:
@@ -44,11 +47,7 @@ def _group(hw, gpus: int | None, per_node: int | None, collective: str) -> tuple
         notes.append(f"no --gpus: one node of {hw.name} ({gpus} GPUs)")
     if gpus < 2:
         raise UserError(f"--gpus must be at least 2 for a collective, got {gpus}")
-    if collective == "send_recv" and gpus < 2:
-        raise UserError("send_recv needs 2 GPUs")
-    if per_node is None:
-        per_node = min(gpus, domain)
-    else:
+    if per_node is not None:
         if per_node < 1:
             raise UserError(f"--gpus-per-node must be a positive integer, got {per_node}")
         if per_node > domain:
@@ -59,7 +58,16 @@ def _group(hw, gpus: int | None, per_node: int | None, collective: str) -> tuple
             raise UserError(f"--gpus-per-node {per_node} is larger than the group (--gpus {gpus})")
         if gpus % per_node:
             raise UserError(f"--gpus {gpus} is not a multiple of --gpus-per-node {per_node}")
-    return gpus, per_node, notes
+    place = collective_group(hw, gpus, per_node)
+    k = place["members_per_node"]
+    if per_node is None and place["crosses_nodes"] and gpus % domain:
+        notes.append(f"{gpus} consecutive ranks fill {place['domains']} domains of {domain} unevenly "
+                     f"({gpus - (place['domains'] - 1) * domain} in the last): the smallest part, "
+                     f"k = {k} per domain, sets the NIC pace, as in step and plan")
+    elif per_node is not None and domain % per_node:
+        notes.append(f"--gpus-per-node {per_node} does not divide the {domain}-GPU domain: "
+                     f"taken as stated, {per_node} per domain")
+    return gpus, place, notes
 
 
 def _int_if_whole(x: float):
@@ -73,53 +81,43 @@ def _row_dict(r) -> dict[str, Any]:
         "busbw_GBps": r.busbw_GBps if r.available else None, "tiers": r.tiers if r.available else [],
         "available": r.available, "nccl_choice": r.nccl,
         "latency_s": r.latency_s if r.available else None, "bandwidth_s": r.bandwidth_s if r.available else None,
+        **({} if r.available else {"unavailable_because": r.unavailable_because}),
     }
 
 
-def _why_not(algorithm: str, hw, nodes: int, per_node: int) -> str:
-    """Why an algorithm cannot run for this group (shown in the table and the JSON)."""
-    nvls_hw = any(t.in_network_reduction for t in hw.tiers[:-1])
-    if algorithm == "nvls":
-        return "group spans NVLink domains" if nodes > 1 else "no NVLink SHARP on this hardware"
-    if algorithm == "nvls_tree":
-        return "no NVLink SHARP on this hardware" if not nvls_hw else ("single node" if nodes == 1 else "1 GPU per node")
-    if algorithm == "collnet":
-        return "no SHARP on the NIC tier" if not hw.tiers[-1].in_network_reduction else "single node"
-    if algorithm == "hierarchical":
-        return "single node" if nodes == 1 else "1 GPU per node"
-    return "not available"
+def _placement_dict(place: dict) -> dict[str, Any]:
+    return {"members_per_node": place["members_per_node"], "nodes": place["domains"],
+            "crosses_nodes": place["crosses_nodes"], "tiers": place["tiers"]}
 
 
-def build_single(hw, collective: str, size: float, gpus: int, per_node: int, algorithm: str | None,
+def build_single(hw, collective: str, size: float, gpus: int, place: dict, algorithm: str | None,
                  notes: list[str], explain: bool = False) -> dict[str, Any]:
     from llmpar.cost import collectives as C
 
-    rep = C.collective_report(hw, collective, size, gpus, per_node, algorithm=algorithm)
+    rep = C.collective_report(hw, collective, size, gpus, place["members_per_node"], algorithm=algorithm)
     out = {
         "collective": rep.collective, "size_bytes": _int_if_whole(rep.size_bytes), "gpus": gpus, "hardware": hw.name,
-        "members_per_node": rep.members_per_node, "nodes": rep.domains, "bus_factor": rep.bus_factor,
+        **_placement_dict(place), "bus_factor": rep.bus_factor,
         "chosen": rep.chosen, "chosen_protocol": rep.chosen_protocol,
         "time_s": rep.chosen_row.time_s if rep.chosen_row else None,
         "algorithms": [_row_dict(r) for r in rep.rows],
         "assumptions": notes,
     }
-    for row in out["algorithms"]:
-        if not row["available"]:
-            row["unavailable_because"] = _why_not(row["algorithm"], hw, rep.domains, rep.members_per_node)
     if explain:
         out["explain"] = C.explain(rep, hw)
     return out
 
 
-def build_sweep(hw, collective: str, sizes: list[float], gpus: int, per_node: int, algorithm: str | None,
+def build_sweep(hw, collective: str, sizes: list[float], gpus: int, place: dict, algorithm: str | None,
                 notes: list[str]) -> dict[str, Any]:
     from llmpar.cost import collectives as C
 
+    per_node = place["members_per_node"]
     rows = []
     for s in sizes:
         rep = C.collective_report(hw, collective, s, gpus, per_node, algorithm=algorithm)
         r = rep.chosen_row
-        count = s / _TYPE_BYTES / (gpus if rep.collective in _PER_RANK_COUNT else 1)
+        count = s / _TYPE_BYTES / (gpus if rep.collective in C.GATHERED else 1)
         rows.append({
             "size_bytes": _int_if_whole(s), "count": int(count), "type": "float", "redop": _REDOP.get(rep.collective, "none"),
             "root": 0 if rep.collective in _ROOTED else -1,
@@ -127,10 +125,9 @@ def build_sweep(hw, collective: str, sizes: list[float], gpus: int, per_node: in
             "busbw_GBps": r.busbw_GBps if r else None,
             "algorithm": r.algorithm if r else None, "protocol": r.protocol if r else None,
         })
-    rep0 = C.collective_report(hw, collective, sizes[0], gpus, per_node, algorithm=algorithm)
     return {
-        "collective": rep0.collective, "gpus": gpus, "hardware": hw.name, "members_per_node": rep0.members_per_node,
-        "nodes": rep0.domains, "bus_factor": rep0.bus_factor, "algorithm": algorithm, "sweep": rows,
+        "collective": C.normalize_collective(collective), "gpus": gpus, "hardware": hw.name, **_placement_dict(place),
+        "bus_factor": C.bus_factor(collective, gpus), "algorithm": algorithm, "sweep": rows,
         "assumptions": notes,
     }
 
@@ -140,7 +137,8 @@ def build_sweep(hw, collective: str, sizes: list[float], gpus: int, per_node: in
 @click.option("--size", help="Message size, nccl-tests convention (all-gather/reduce-scatter: the whole array), e.g. 1GiB.")
 @click.option("--gpus", type=int, help="GPUs in the group (default: one node).")
 @click.option("--gpus-per-node", "per_node", type=int,
-              help="Group members per node / NVLink domain (default: min(gpus, domain size)).")
+              help="Group members per node / NVLink domain (default: consecutive ranks filling whole domains, "
+                   "as step and plan place a data-parallel group; an uneven last domain sets k).")
 @click.option("--hardware", default="h100-sxm", show_default=True, help="Profile name or YAML path.")
 @click.option("--algorithm", help="Force one algorithm: naive, ring, tree, nvls, nvls_tree, collnet, hierarchical.")
 @click.option("--sweep", help="Size range A:B, doubling (nccl-tests layout), e.g. 1KiB:8GiB.")
@@ -161,11 +159,11 @@ def collective(collective_name, size, gpus, per_node, hardware, algorithm, sweep
     if algorithm:
         algorithm = C.normalize_algorithm(algorithm, name)
     hw = load_hardware(hardware)
-    gpus, per_node, notes = _group(hw, gpus, per_node, name)
+    gpus, place, notes = _group(hw, gpus, per_node, name)
     if sweep and size:
         raise UserError("give --size or --sweep, not both")
     if sweep:
-        result = build_sweep(hw, name, _sweep_sizes(sweep), gpus, per_node, algorithm, notes)
+        result = build_sweep(hw, name, _sweep_sizes(sweep), gpus, place, algorithm, notes)
         if as_json:
             echo_json(result)
         else:
@@ -175,11 +173,11 @@ def collective(collective_name, size, gpus, per_node, hardware, algorithm, sweep
         size = "1GiB"
         notes.append("no --size: 1 GiB")
     nbytes = parse_bytes(size, "size")
-    result = build_single(hw, name, nbytes, gpus, per_node, algorithm, notes, explain=explain)
+    result = build_single(hw, name, nbytes, gpus, place, algorithm, notes, explain=explain)
     if algorithm and result["chosen"] is None:
         raise UserError(
-            f"algorithm {algorithm!r} cannot run {name} over {gpus} GPUs with {per_node} per node on {hw.name}: "
-            + _why_not(algorithm, hw, result["nodes"], per_node)
+            f"algorithm {algorithm!r} cannot run {name} over {gpus} GPUs with {place['members_per_node']} per node "
+            f"on {hw.name}: " + next(a["unavailable_because"] for a in result["algorithms"] if a["algorithm"] == algorithm)
         )
     if as_json:
         echo_json(result)

@@ -44,6 +44,9 @@ COLLECTIVES = (
     "broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather", "reduce_scatter",
     "all_to_all", "send_recv",
 )
+#: collectives whose nccl-tests ``size`` counts every rank's piece (size = count x typesize x ranks;
+#: nccl-tests ``paramcount`` is per rank): the size convention of this module and of the logs
+GATHERED = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 ALGORITHMS = ("naive", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical")
 PROTOCOLS = ("ll", "ll128", "simple")
 PROTOCOL_NAMES = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
@@ -257,123 +260,149 @@ def _log2ceil(n):
     return np.ceil(np.log2(np.maximum(n, 1.0)))
 
 
+class _Ctx:
+    """The shape of one evaluation of :func:`_table` (size S, group P, k per domain, n domains),
+    the tier parameters it uses, and the three helpers every algorithm's formula is written with."""
+
+    def __init__(self, hw, c: str, size_bytes, group_size, members_per_node):
+        S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
+        self.S, self.P, self.k, self.n = S, P, k, n
+        self.multi = n > 1.0
+        self.has_local = k > 1.0
+        self.ti = ti = _intra_params(hw, k, c)
+        self.to = to = tier_params(hw.tiers[-1], c)
+        self.r_i, self.r_o = ti["proto_bw"], to["proto_bw"]   # per-protocol bandwidth factors of each tier
+        self.a_i, self.a_o = ti["alpha"], to["alpha"]
+        self.b_i = ti["beta"]
+        self.b_o = k * to["beta"]                    # k NIC shares pooled (DESIGN.md, Collectives)
+        self.b_nvls = ti["beta_inr"]
+        self.b_sharp = k * to["beta_inr"]
+        self.zero = np.zeros_like(S * P)
+        # fraction of a ring's edges that stay inside a domain, as seen by one GPU: with the group
+        # spread over n domains, n of the P edges of each ring cross; NCCL spreads the crossing edges
+        # of its channels over the k GPUs (one NIC each), so each GPU sends (k-1)/k of its ring
+        # traffic over NVLink and 1/k over its NIC (whose share the pooled beta_o already counts).
+        self.ring_intra = np.where(self.multi, (k - 1.0) / k, 1.0)
+        self.flat = (P - 1.0) / P
+        self.intra_inr = np.asarray(ti["inr"], dtype=bool)
+        self.any_intra_inr = bool(np.any(self.intra_inr))
+        self.x_o_tree = np.where(n <= 2.0, 1.0, 2.0)
+
+    def bw(self, x_i, beta_i, x_o, beta_o):
+        """Seconds to move S*x_i per GPU over the scale-up tier and S*x_o per domain over the
+        scale-out tier, both in flight at once (pipelined): the slower one sets the time.
+        One value per protocol (each tier's LL/LL128 factor; 1 unless calibrated)."""
+        S = self.S
+        t_i = np.where(x_i > 0, S * x_i / beta_i, 0.0)
+        t_o = np.where(self.multi & (x_o > 0), S * x_o / beta_o, 0.0)
+        return [np.maximum(t_i / self.r_i[p], t_o / self.r_o[p]) for p in range(3)]
+
+    def steps_latency(self, algo, n_intra, n_inter):
+        base = BASE_LATENCY_US[algo]
+        return [base[p] * 1e-6 + n_intra * self.a_i[p] + n_inter * self.a_o[p] for p in range(3)]
+
+    def per_proto(self, algo, t_bw, lat, **kw):
+        frac = PROTO_BW[algo]
+        bwt = [t / f if f > 0 else self.zero + np.inf for t, f in zip(t_bw, frac)]
+        return _Algo(latency=lat, bw_time=bwt, **kw)
+
+
 def _table(hw, collective: str, size_bytes, group_size, members_per_node=None, only=None) -> dict[str, _Algo]:
     """Latency and bandwidth time of every algorithm x protocol for ``collective``.
 
     ``only``: the algorithms to evaluate (default: all defined for the collective).
     """
-    c = collective
-    want = set(only) if only is not None else set(_ALGOS_FOR[c])
-    S, P, k, n = _shape(hw, size_bytes, group_size, members_per_node)
-    multi = n > 1.0
-    has_local = k > 1.0
-    ti = _intra_params(hw, k, c)
-    to = tier_params(hw.tiers[-1], c)
-    r_i, r_o = ti["proto_bw"], to["proto_bw"]   # per-protocol bandwidth factors of each tier
-    a_i = ti["alpha"]
-    a_o = to["alpha"]
-    b_i = ti["beta"]
-    b_o = k * to["beta"]                    # k NIC shares pooled (DESIGN.md, Collectives)
-    b_nvls = ti["beta_inr"]
-    b_sharp = k * to["beta_inr"]
-    zero = np.zeros_like(S * P)
-    inf = np.inf
+    want = set(only) if only is not None else set(_ALGOS_FOR[collective])
+    x = _Ctx(hw, collective, size_bytes, group_size, members_per_node)
+    if collective == "all_reduce":
+        return _all_reduce_algos(x, want)
+    return _other_algos(x, collective, want)
 
-    def bw(x_i, beta_i, x_o, beta_o):
-        """Seconds to move S*x_i per GPU over the scale-up tier and S*x_o per domain over the
-        scale-out tier, both in flight at once (pipelined): the slower one sets the time.
-        One value per protocol (each tier's LL/LL128 factor; 1 unless calibrated)."""
-        t_i = np.where(x_i > 0, S * x_i / beta_i, 0.0)
-        t_o = np.where(multi & (x_o > 0), S * x_o / beta_o, 0.0)
-        return [np.maximum(t_i / r_i[p], t_o / r_o[p]) for p in range(3)]
 
-    def steps_latency(algo, n_intra, n_inter):
-        base = BASE_LATENCY_US[algo]
-        return [base[p] * 1e-6 + n_intra * a_i[p] + n_inter * a_o[p] for p in range(3)]
-
-    def per_proto(algo, t_bw, lat, **kw):
-        frac = PROTO_BW[algo]
-        bwt = [t / f if f > 0 else zero + inf for t, f in zip(t_bw, frac)]
-        return _Algo(latency=lat, bw_time=bwt, **kw)
-
-    # fraction of a ring's edges that stay inside a domain, as seen by one GPU: with the group
-    # spread over n domains, n of the P edges of each ring cross; NCCL spreads the crossing edges
-    # of its channels over the k GPUs (one NIC each), so each GPU sends (k-1)/k of its ring
-    # traffic over NVLink and 1/k over its NIC (whose share the pooled beta_o already counts).
-    ring_intra = np.where(multi, (k - 1.0) / k, 1.0)
+def _all_reduce_algos(x: _Ctx, want: set) -> dict[str, _Algo]:
+    """All-reduce: ring, tree, NVLS, NVLS-tree, CollNet, hierarchical, naive."""
+    S, P, k, n, multi, has_local, flat, zero, inf = x.S, x.P, x.k, x.n, x.multi, x.has_local, x.flat, x.zero, np.inf
+    ti, to, r_i, r_o, a_i, a_o = x.ti, x.to, x.r_i, x.r_o, x.a_i, x.a_o
+    b_i, b_o, b_nvls, b_sharp = x.b_i, x.b_o, x.b_nvls, x.b_sharp
+    ring_intra, intra_inr, any_intra_inr, x_o_tree = x.ring_intra, x.intra_inr, x.any_intra_inr, x.x_o_tree
+    bw, steps_latency, per_proto = x.bw, x.steps_latency, x.per_proto
     out: dict[str, _Algo] = {}
-    flat = (P - 1.0) / P
+    if "ring" in want:
+        x = 2.0 * flat
+        lat = steps_latency("ring", 2.0 * (P - 1.0) - 2.0 * (n - 1.0), 2.0 * (n - 1.0))
+        lat[2] = lat[2] * np.where(multi, RING_PLATEAU, 1.0)
+        out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
+                                bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
+    if "tree" in want:
+        # double binary tree (Sanders et al. 2009; NCCL 2.4): a chain inside the domain, a
+        # tree of domains across the NICs. A chain of k GPUs carries S up (partial sums) and S
+        # down (result) on each of its k-1 edges; NCCL builds every channel's chain in a
+        # different order, so each GPU sends 2(k-1)/k S on average. A domain sends S out with
+        # 2 domains (each is the other's root/child), 2S with more (inner tree node).
+        x_i_tree = 2.0 * (k - 1.0) / k
+        lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p])
+               for p in range(3)]
+        out["tree"] = per_proto("tree", bw(x_i_tree, b_i, x_o_tree, b_o), lat,
+                                bytes_per_rank=S * (x_i_tree + np.where(multi, x_o_tree / k, 0.0)),
+                                intra=has_local, inter=multi, available=P > 1)
+    if "nvls" in want:
+        # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and
+        # receives S of multicast stores, plus its own S/P shard each way: S(1 + 1/P).
+        nvls_ok = (~multi) & has_local & intra_inr
+        lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
+        out["nvls"] = _unavailable(S * (1.0 + 1.0 / P), zero) if not any_intra_inr else per_proto(
+            "nvls", bw(1.0 + 1.0 / P, b_nvls, 0.0, b_o), lat,
+            bytes_per_rank=S * (1.0 + 1.0 / P), intra=True, inter=False, available=nvls_ok)
+    if "nvls_tree" in want:
+        # NVLS-tree: NVLS inside each domain, tree of domains across the NIC tier.
+        nvt_ok = multi & has_local & intra_inr
+        lat = [zero + inf, zero + inf, ti["inr_latency"] + 2.0 * _log2ceil(n) * a_o[2]]
+        out["nvls_tree"] = _unavailable(S * (1.0 + 1.0 / k), zero) if not any_intra_inr else per_proto(
+            "nvls_tree", bw(1.0 + 1.0 / k, b_nvls, x_o_tree, b_o), lat,
+            bytes_per_rank=S * (1.0 + 1.0 / k) + S * x_o_tree / k,
+            intra=True, inter=True, available=nvt_ok)
+    if "collnet" in want:
+        # CollNet (IB SHARP): each domain sends its partial sum S into the switch tree once
+        # and receives the result once; inside the domain NVLS if present, else ring RS/AG.
+        x_i_cn = np.where(intra_inr, 1.0 + 1.0 / k, 2.0 * (k - 1.0) / k)
+        if not to["inr"]:
+            out["collnet"] = _unavailable(S * np.where(has_local, x_i_cn, 0.0) + S / k, zero)
+        else:
+            b_i_cn = np.where(intra_inr, b_nvls, b_i)
+            lat = [zero + inf, zero + inf, 2.0 * (k - 1.0) * a_i[2] + to["inr_latency"]]
+            out["collnet"] = per_proto("collnet", bw(np.where(has_local, x_i_cn, 0.0), b_i_cn, 1.0, b_sharp),
+                                       lat, bytes_per_rank=S * np.where(has_local, x_i_cn, 0.0) + S / k,
+                                       intra=has_local, inter=True, available=multi)
+    if "hierarchical" in want:
+        # Hierarchical (Horovod/BlueConnect-style): ring reduce-scatter inside the domain,
+        # ring all-reduce of the S/k shard across domains (each GPU on its own NIC share),
+        # ring all-gather inside the domain. Phases run one after the other: times add.
+        x_loc = (k - 1.0) / k
+        t_loc = S * x_loc / b_i
+        t_net = S * 2.0 * (n - 1.0) / n / b_o
+        lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
+               for p in range(3)]
+        out["hierarchical"] = per_proto("hierarchical", [2.0 * t_loc / r_i[p] + t_net / r_o[p] for p in range(3)], lat,
+                                        bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
+                                        intra=has_local, inter=multi, available=multi & has_local)
+    if "naive" in want:
+        # Naive: every rank sends its whole D to every other rank: D(P-1) sent per rank (the
+        # seeds' "2DP" adds the D(P-1) it receives). Per domain k(P-k)D leaves over k shares.
+        lat = steps_latency("naive", k - 1.0, P - k)
+        out["naive"] = per_proto("naive", bw(k - 1.0, b_i, k * (P - k), b_o), lat,
+                                 bytes_per_rank=S * (P - 1.0), intra=has_local, inter=multi, available=P > 1)
+    return out
 
-    intra_inr = np.asarray(ti["inr"], dtype=bool)
-    any_intra_inr = bool(np.any(intra_inr))
-    x_o_tree = np.where(n <= 2.0, 1.0, 2.0)
 
-    if c == "all_reduce":
-        if "ring" in want:
-            x = 2.0 * flat
-            lat = steps_latency("ring", 2.0 * (P - 1.0) - 2.0 * (n - 1.0), 2.0 * (n - 1.0))
-            lat[2] = lat[2] * np.where(multi, RING_PLATEAU, 1.0)
-            out["ring"] = per_proto("ring", bw(x * ring_intra, b_i, x, b_o), lat,
-                                    bytes_per_rank=S * x, intra=has_local, inter=multi, available=P > 1)
-        if "tree" in want:
-            # double binary tree (Sanders et al. 2009; NCCL 2.4): a chain inside the domain, a
-            # tree of domains across the NICs. A chain of k GPUs carries S up (partial sums) and S
-            # down (result) on each of its k-1 edges; NCCL builds every channel's chain in a
-            # different order, so each GPU sends 2(k-1)/k S on average. A domain sends S out with
-            # 2 domains (each is the other's root/child), 2S with more (inner tree node).
-            x_i_tree = 2.0 * (k - 1.0) / k
-            lat = [BASE_LATENCY_US["tree"][p] * 1e-6 + 2.0 * ((k - 1.0) * a_i[p] + _log2ceil(n) * a_o[p])
-                   for p in range(3)]
-            out["tree"] = per_proto("tree", bw(x_i_tree, b_i, x_o_tree, b_o), lat,
-                                    bytes_per_rank=S * (x_i_tree + np.where(multi, x_o_tree / k, 0.0)),
-                                    intra=has_local, inter=multi, available=P > 1)
-        if "nvls" in want:
-            # NVLS (NVLink SHARP) inside one domain: each GPU serves S of multimem loads and
-            # receives S of multicast stores, plus its own S/P shard each way: S(1 + 1/P).
-            nvls_ok = (~multi) & has_local & intra_inr
-            lat = [zero + inf, zero + inf, zero + ti["inr_latency"]]
-            out["nvls"] = _unavailable(S * (1.0 + 1.0 / P), zero) if not any_intra_inr else per_proto(
-                "nvls", bw(1.0 + 1.0 / P, b_nvls, 0.0, b_o), lat,
-                bytes_per_rank=S * (1.0 + 1.0 / P), intra=True, inter=False, available=nvls_ok)
-        if "nvls_tree" in want:
-            # NVLS-tree: NVLS inside each domain, tree of domains across the NIC tier.
-            nvt_ok = multi & has_local & intra_inr
-            lat = [zero + inf, zero + inf, ti["inr_latency"] + 2.0 * _log2ceil(n) * a_o[2]]
-            out["nvls_tree"] = _unavailable(S * (1.0 + 1.0 / k), zero) if not any_intra_inr else per_proto(
-                "nvls_tree", bw(1.0 + 1.0 / k, b_nvls, x_o_tree, b_o), lat,
-                bytes_per_rank=S * (1.0 + 1.0 / k) + S * x_o_tree / k,
-                intra=True, inter=True, available=nvt_ok)
-        if "collnet" in want:
-            # CollNet (IB SHARP): each domain sends its partial sum S into the switch tree once
-            # and receives the result once; inside the domain NVLS if present, else ring RS/AG.
-            x_i_cn = np.where(intra_inr, 1.0 + 1.0 / k, 2.0 * (k - 1.0) / k)
-            if not to["inr"]:
-                out["collnet"] = _unavailable(S * np.where(has_local, x_i_cn, 0.0) + S / k, zero)
-            else:
-                b_i_cn = np.where(intra_inr, b_nvls, b_i)
-                lat = [zero + inf, zero + inf, 2.0 * (k - 1.0) * a_i[2] + to["inr_latency"]]
-                out["collnet"] = per_proto("collnet", bw(np.where(has_local, x_i_cn, 0.0), b_i_cn, 1.0, b_sharp),
-                                           lat, bytes_per_rank=S * np.where(has_local, x_i_cn, 0.0) + S / k,
-                                           intra=has_local, inter=True, available=multi)
-        if "hierarchical" in want:
-            # Hierarchical (Horovod/BlueConnect-style): ring reduce-scatter inside the domain,
-            # ring all-reduce of the S/k shard across domains (each GPU on its own NIC share),
-            # ring all-gather inside the domain. Phases run one after the other: times add.
-            x_loc = (k - 1.0) / k
-            t_loc = S * x_loc / b_i
-            t_net = S * 2.0 * (n - 1.0) / n / b_o
-            lat = [BASE_LATENCY_US["hierarchical"][p] * 1e-6 + 2.0 * (k - 1.0) * a_i[p] + 2.0 * (n - 1.0) * a_o[p]
-                   for p in range(3)]
-            out["hierarchical"] = per_proto("hierarchical", [2.0 * t_loc / r_i[p] + t_net / r_o[p] for p in range(3)], lat,
-                                            bytes_per_rank=S * (2.0 * x_loc + 2.0 * (n - 1.0) / n / k),
-                                            intra=has_local, inter=multi, available=multi & has_local)
-        if "naive" in want:
-            # Naive: every rank sends its whole D to every other rank: D(P-1) sent per rank (the
-            # seeds' "2DP" adds the D(P-1) it receives). Per domain k(P-k)D leaves over k shares.
-            lat = steps_latency("naive", k - 1.0, P - k)
-            out["naive"] = per_proto("naive", bw(k - 1.0, b_i, k * (P - k), b_o), lat,
-                                     bytes_per_rank=S * (P - 1.0), intra=has_local, inter=multi, available=P > 1)
-    elif c in ("all_gather", "reduce_scatter"):
+def _other_algos(x: _Ctx, c: str, want: set) -> dict[str, _Algo]:
+    """All-gather, reduce-scatter, broadcast, reduce, all-to-all, gather, scatter, send/recv."""
+    S, P, k, n, multi, has_local, flat, zero, inf = x.S, x.P, x.k, x.n, x.multi, x.has_local, x.flat, x.zero, np.inf
+    ti, to, r_i, r_o = x.ti, x.to, x.r_i, x.r_o
+    b_i, b_o, b_nvls = x.b_i, x.b_o, x.b_nvls
+    ring_intra, intra_inr, any_intra_inr = x.ring_intra, x.intra_inr, x.any_intra_inr
+    bw, steps_latency, per_proto = x.bw, x.steps_latency, x.per_proto
+    out: dict[str, _Algo] = {}
+    if c in ("all_gather", "reduce_scatter"):
         lat = steps_latency("ring", (P - 1.0) - (n - 1.0), n - 1.0)
         out["ring"] = per_proto("ring", bw(flat * ring_intra, b_i, flat, b_o), lat,
                                 bytes_per_rank=S * flat, intra=has_local, inter=multi, available=P > 1)
@@ -496,6 +525,7 @@ class AlgorithmRow:
     latency_s: float = 0.0
     bandwidth_s: float = 0.0
     protocols: dict = field(default_factory=dict)   # protocol -> time_s (available ones)
+    unavailable_because: str | None = None          # why not, for an unavailable row
 
     def as_dict(self) -> dict:
         return {
@@ -503,7 +533,7 @@ class AlgorithmRow:
             "bytes_per_rank": self.bytes_per_rank, "algbw_GBps": self.algbw_GBps,
             "busbw_GBps": self.busbw_GBps, "tiers": self.tiers, "available": self.available,
             "nccl": self.nccl, "latency_s": self.latency_s, "bandwidth_s": self.bandwidth_s,
-            "protocols": self.protocols,
+            "protocols": self.protocols, "unavailable_because": self.unavailable_because,
         }
 
 
@@ -559,6 +589,8 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
             latency_s=float(alg.latency[p]) if avail else float("inf"),
             bandwidth_s=float(alg.bw_time[p]) if avail else float("inf"),
             protocols={PROTOCOLS[i]: times[i] for i in range(3) if times[i] < np.inf},
+            unavailable_because=None if avail else why_unavailable(
+                a, bool(ti["inr"]), bool(to["inr"]), multi=bool(n > 1), has_local=bool(k > 1)),
         ))
     pool = [r for r in rows if r.available and (r.algorithm == algorithm if algorithm else r.nccl)]
     best = min(pool, key=lambda r: r.time_s) if pool else None
@@ -568,6 +600,26 @@ def collective_report(hw, collective: str, size_bytes: float, group_size: int, m
         bus_factor=float(factor), rows=rows, chosen=best.algorithm if best else None,
         chosen_protocol=best.protocol if best else None, tiers=tiers_used,
     )
+
+
+def why_unavailable(algorithm: str, intra_inr: bool, outer_inr: bool, *, multi: bool, has_local: bool) -> str:
+    """Why ``algorithm`` cannot run for a group: the availability masks of :func:`_table` in words.
+
+    ``intra_inr``/``outer_inr``: the scale-up tier the group uses / the scale-out tier has
+    in-network reduction (NVLink SHARP / IB SHARP); ``multi``: the group spans domains;
+    ``has_local``: more than one member per domain.
+    """
+    if algorithm == "nvls":          # available: one domain, k > 1, NVLink SHARP
+        return "no NVLink SHARP on this hardware" if not intra_inr else "group spans NVLink domains"
+    if algorithm == "nvls_tree":     # available: several domains, k > 1, NVLink SHARP
+        if not intra_inr:
+            return "no NVLink SHARP on this hardware"
+        return "single node" if not multi else "1 GPU per node"
+    if algorithm == "collnet":       # available: SHARP on the NIC tier, several domains
+        return "no SHARP on the NIC tier" if not outer_inr else "single node"
+    if algorithm == "hierarchical":  # available: several domains, k > 1
+        return "single node" if not multi else "1 GPU per node"
+    return "not available"
 
 
 # ----------------------------------------------------------------------------- explain

@@ -120,13 +120,11 @@ def strides(par, order=DEFAULT_ORDER) -> dict:
     return out
 
 
-def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
-    """dim -> (group size, members per domain k) for each parallel group of layout ``par``.
+def _groups(par, order) -> dict:
+    """dim -> (group size, stride) of every group kind of layout ``par`` (see dims_placement).
 
-    Keys: ``tp``, ``cp``, ``dp``, ``pp`` (the groups of each degree), ``ep`` (expert-parallel:
-    e consecutive ranks of the dp x cp space), ``edp`` (expert data-parallel: dp*cp/ep ranks),
-    ``dpcp`` (the dp x cp group over which dense gradients are reduced and ZeRO shards when
-    cp > 1, as Megatron does). Fields of ``par`` may be numpy arrays.
+    The one place the group table is built: :func:`dims_placement` (the planner's and ``step``'s
+    view) and :func:`placement_table` (``--explain``) both read it.
     """
     st = strides(par, order)
     # the dp x cp space: when cp and dp are adjacent in the order it is one strided block whose
@@ -135,44 +133,80 @@ def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
     s_space = st[inner]
     dpcp = par.dp * par.cp
     ep = par.ep
-    edp = dpcp // ep
-    groups = {
+    return {
         "tp": (par.tp, st["tp"]),
         "cp": (par.cp, st["cp"]),
         "dp": (par.dp, st["dp"]),
         "pp": (par.pp, st["pp"]),
         "ep": (ep, s_space),
-        "edp": (edp, s_space * ep),
+        "edp": (dpcp // ep, s_space * ep),
         "dpcp": (dpcp, s_space),
     }
+
+
+def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
+    """dim -> (group size, members per domain k) for each parallel group of layout ``par``.
+
+    Keys: ``tp``, ``cp``, ``dp``, ``pp`` (the groups of each degree), ``ep`` (expert-parallel:
+    e consecutive ranks of the dp x cp space), ``edp`` (expert data-parallel: dp*cp/ep ranks),
+    ``dpcp`` (the dp x cp group over which dense gradients are reduced and ZeRO shards when
+    cp > 1, as Megatron does). Fields of ``par`` may be numpy arrays.
+    """
     out = {}
-    total = par.gpus
-    for dim, (size, stride) in groups.items():
-        k, _ = group_placement(hw, size, stride, total)
+    for dim, (size, stride) in _groups(par, order).items():
+        k, _ = group_placement(hw, size, stride, par.gpus)
         out[dim] = (size, k)
     return out
 
 
+def tiers_of(hw, k: int, crosses: bool) -> list[str]:
+    """Tier names a group with k members per domain uses: the smallest scale-up tier whose domain
+    holds k (as the collective model picks it, ``collectives._intra_params``), then the
+    scale-out tier if the group crosses domains."""
+    inner = list(hw.tiers[:-1])
+    tiers = []
+    if k > 1 and inner:
+        tiers.append(next((t.name for t in inner if t.domain_size >= k), inner[-1].name))
+    if crosses:
+        tiers.append(hw.tiers[-1].name)
+    return tiers
+
+
+def describe(hw, size: int, stride: int, total: int | None) -> dict:
+    """One scalar group: {size, stride, members_per_node, crosses_nodes, tiers}."""
+    k, crosses = group_placement(hw, int(size), int(stride), total)
+    return {"size": int(size), "stride": int(stride), "members_per_node": k, "crosses_nodes": crosses,
+            "tiers": tiers_of(hw, k, crosses)}
+
+
 def placement_table(hw, par, order=DEFAULT_ORDER) -> dict:
     """Scalar layouts: dim -> {size, stride, members_per_node, crosses_nodes, tiers} (for --explain)."""
-    st = strides(par, order)
-    inner = "cp" if order.index("cp") < order.index("dp") else "dp"
-    dpcp = int(par.dp * par.cp)
-    ep = int(par.ep)
-    groups = {
-        "tp": (int(par.tp), st["tp"]), "cp": (int(par.cp), st["cp"]), "dp": (int(par.dp), st["dp"]),
-        "pp": (int(par.pp), st["pp"]), "ep": (ep, st[inner]), "edp": (dpcp // ep, st[inner] * ep),
-        "dpcp": (dpcp, st[inner]),
-    }
-    out = {}
     total = int(par.gpus)
-    inner = [t for t in hw.tiers[:-1]]
-    for dim, (size, stride) in groups.items():
-        k, crosses = group_placement(hw, size, int(stride), total)
-        tiers = []
-        if k > 1 and inner:
-            tiers.append(next((t.name for t in inner if t.domain_size >= k), inner[-1].name))
-        if crosses:
-            tiers.append(hw.tiers[-1].name)
-        out[dim] = {"size": size, "stride": int(stride), "members_per_node": k, "crosses_nodes": crosses, "tiers": tiers}
+    return {dim: describe(hw, size, stride, total) for dim, (size, stride) in _groups(par, order).items()}
+
+
+def collective_group(hw, gpus: int, per_node: int | None = None) -> dict:
+    """Placement of the group ``llmpar collective`` costs, by the rule ``step`` and ``plan`` use.
+
+    Without ``per_node``: ``gpus`` consecutive ranks from rank 0 in a job of ``gpus`` GPUs - the
+    data-parallel group of a dp-only layout (:func:`dims_placement` with tp = cp = pp = 1). Filled
+    domain by domain, so 12 GPUs on 8-GPU nodes are 8 + 4 and the smaller side (k = 4) sets the
+    NIC pace. With ``per_node`` = m dividing the domain D: the group of stride D/m (the dp group
+    under tp = D/m), m members in each of gpus/m domains. An m that does not divide D is taken
+    as stated (m members per domain: a job that leaves GPUs of each node idle).
+    Adds ``domains``: the scale-up domains the group's ranks occupy.
+    """
+    D = int(hw.nvlink_domain)
+    if per_node is None:
+        out = describe(hw, gpus, 1, gpus)
+        out["domains"] = -(-gpus // D)
+        return out
+    if D % per_node == 0:
+        stride = D // per_node
+        out = describe(hw, gpus, stride, gpus * stride)
+    else:
+        crosses = gpus > per_node
+        out = {"size": int(gpus), "stride": 1, "members_per_node": int(per_node), "crosses_nodes": crosses,
+               "tiers": tiers_of(hw, per_node, crosses)}
+    out["domains"] = -(-gpus // per_node)
     return out
