@@ -97,7 +97,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *under("comparison.layout_differences[].", ("key", "winner", "other"))),
     "collective": (
         "collective", "size_bytes", "gpus", "hardware", "members_per_node", "nodes", "bus_factor", "chosen",
-        "chosen_protocol", "time_s", "assumptions[]", *under("algorithms[].", (
+        "chosen_protocol", "time_s", "assumptions[]", "crosses_nodes", "tiers[]", *under("algorithms[].", (
             "algorithm", "protocol", "time_s", "bytes_per_rank", "algbw_GBps", "busbw_GBps", "tiers[]", "available",
             "nccl_choice", "latency_s", "bandwidth_s", "unavailable_because"))),
     "bubble": BUBBLE,
@@ -128,7 +128,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "calibrate parse": under("files[].", (
         "file", "section", "collective", "ranks", "nodes", "gpus_per_node", "gpu", "hosts[]", "format", "library",
         "avg_busbw_GBps", "flagged_rows", "inferred.*", "notes[]",
-        *under("rows[].", ("size_bytes", "count", "type", "redop", "root", "flagged", "line", "timestamp",
+        *under("rows[].", ("size_bytes", "count", "type", "redop", "root", "flagged", "line", "timestamp", "problem",
                            *under("out_of_place.", TIMES), *under("in_place.", TIMES))))),
     "calibrate fit": (
         "base", "hardware", "primary_collective", "date", "out", "profile.*",
