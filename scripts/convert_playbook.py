@@ -53,7 +53,11 @@ about: >-
   scripts/scaling_benchmarks.py ("Generates configs and SLURM scripts for scaling benchmarks used
   in" the playbook): 1B = 16 layers, hidden 2048, 32 heads, FFN 8192; 3B = 28 layers, hidden 3072,
   32 heads, FFN 8192; vocab 32768, MHA, tied embeddings (FFN < 10000), Llama block (SwiGLU,
-  RMSNorm, RoPE), as src/llmpar/validate/playbook.py uses them.
+  RMSNorm, RoPE), as src/llmpar/validate/playbook.py uses them. Recompute: none (nanotron's
+  recompute_layer defaults to false and the scaling benchmark script does not set it -- inferred).
+  Hardware: the runs were on AWS p5 (EFA between nodes); llmpar's h100-sxm profile (InfiniBand
+  NDR, the same 400 Gb/s per GPU line rate) stands in for it -- no EFA nccl-tests sweep is in the
+  validation set to calibrate an EFA tier from.
 hardware: h100-sxm
 stack: nanotron
 metric: tokens_per_s_per_gpu
@@ -62,7 +66,7 @@ convention: "tokens/s per GPU and MFU as nanotron logs them; peak memory in byte
 models:
   playbook-1b: {{source: "huggingface/nanotron scripts/scaling_benchmarks.py model_configs (inferred, see about)", family: llama, layers: 16, hidden: 2048, heads: 32, kv_heads: 32, ffn_hidden: 8192, ffn_type: swiglu, vocab: 32768, tied_embeddings: true, norm: rmsnorm, position: rope, max_seq: 4096, attention: flash}}
   playbook-3b: {{source: "huggingface/nanotron scripts/scaling_benchmarks.py model_configs (inferred, see about)", family: llama, layers: 28, hidden: 3072, heads: 32, kv_heads: 32, ffn_hidden: 8192, ffn_type: swiglu, vocab: 32768, tied_embeddings: true, norm: rmsnorm, position: rope, max_seq: 4096, attention: flash}}
-common: {{seq: 4096, dtype: bf16, cp: 1}}
+common: {{seq: 4096, dtype: bf16, cp: 1, recompute: none}}
 runs:
 '''
 

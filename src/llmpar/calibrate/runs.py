@@ -53,7 +53,10 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "overlap.pp": (0.0, 1.0, 0.5, False),
     "fixed.per_step_s": (0.0, 30.0, 0.5, False),
     "fixed.per_microbatch_s": (0.0, 1.0, 0.02, False),
+    "network.scale_out_efficiency": (0.05, 1.0, 0.3, False),
+    "network.scale_out_latency": (0.5, 20.0, 3.0, False),
     "memory.activation_factor": (0.3, 6.0, 1.0, False),
+    "memory.working_layers": (0.0, 40.0, 5.0, False),
     "memory.allocator_overhead": (0.0, 1.0, 0.2, False),
 }
 SPEED_DEFAULT = ("kernels.gemm_efficiency", "kernels.attention.forward_efficiency", "fixed.per_microbatch_s")
@@ -242,7 +245,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
 @dataclass
 class Predictions:
     step_time_s: np.ndarray          # per run: the fastest candidate (that fits, if any fits)
-    memory_bytes: np.ndarray         # predicted peak of that candidate, comparable to the measured one
+    memory_bytes: np.ndarray         # predicted total of that candidate (pool + CUDA context + NCCL): the OOM bound
     capacity_bytes: np.ndarray
     fits: np.ndarray
     model_flops: np.ndarray          # per step, attention in full (convention 'full')
@@ -300,6 +303,15 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                            "sp": bool(par.sp)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
                        out["gpus"], pick, out["alloc"], out["pool"])
+
+
+def comparable_peak(runs: list[Run], pred: Predictions) -> np.ndarray:
+    """The predicted figure each run's measured peak is compared with: the allocator pool for a
+    measured torch max_memory_reserved, the allocated bytes for max_memory_allocated (neither
+    includes the CUDA context or NCCL buffers, which torch does not count); the total otherwise."""
+    return np.array([pred.reserved_bytes[i] if r.peak_reserved_bytes else
+                     pred.allocated_bytes[i] if r.peak_allocated_bytes else pred.memory_bytes[i]
+                     for i, r in enumerate(runs)], dtype=float)
 
 
 def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
@@ -385,7 +397,7 @@ def data_residuals(runs, pred: Predictions, t_meas, m_meas, use) -> np.ndarray:
     """log errors of speed (ran) and memory (ran: peak; OOM: one-sided lower bound)."""
     speed = np.where(use & np.isfinite(t_meas), np.log(pred.step_time_s / np.where(np.isfinite(t_meas), t_meas, 1.0)), 0.0)
     mem_ok = use & np.isfinite(m_meas)
-    mem = np.where(mem_ok, np.log(pred.memory_bytes / np.where(mem_ok, m_meas, 1.0)), 0.0)
+    mem = np.where(mem_ok, np.log(comparable_peak(runs, pred) / np.where(mem_ok, m_meas, 1.0)), 0.0)
     oom = use & np.array([r.status == "oom" for r in runs])
     bound = np.where(oom, np.maximum(np.log(pred.capacity_bytes / pred.memory_bytes), 0.0), 0.0)
     return np.nan_to_num(np.concatenate([speed, mem, bound]), nan=0.0, posinf=10.0, neginf=-10.0)
@@ -496,6 +508,7 @@ class RunsFit:
 
 
 def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict[str, Any]]:
+    peak_before, peak_after = comparable_peak(runs, pred_before), comparable_peak(runs, pred_after)
     rows = []
     for i, r in enumerate(runs):
         row = {"source": r.source, "model": r.model, "status": r.status, "layout": dict(r.layout),
@@ -504,8 +517,8 @@ def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict
                "predicted_step_time_s_before": float(pred_before.step_time_s[i]),
                "predicted_step_time_s_after": float(pred_after.step_time_s[i]),
                "measured_memory_bytes": float(m_meas[i]) if np.isfinite(m_meas[i]) else None,
-               "predicted_memory_bytes_before": float(pred_before.memory_bytes[i]),
-               "predicted_memory_bytes_after": float(pred_after.memory_bytes[i]),
+               "predicted_memory_bytes_before": float(peak_before[i]),
+               "predicted_memory_bytes_after": float(peak_after[i]),
                "predicted_fits_after": bool(pred_after.fits[i])}
         if cv_t is not None:
             row["predicted_step_time_s_cv"] = float(cv_t[i]) if np.isfinite(cv_t[i]) else None
@@ -528,7 +541,7 @@ def _summary(runs, pred, t_meas, m_meas) -> dict[str, Any]:
     verdicts = (ok_mem & pred.fits) | (oom & ~pred.fits)
     judged = ok_mem | oom
     return {"speed": error_stats(speed_error(pred.step_time_s, t_meas)),
-            "memory": error_stats(memory_error(pred.memory_bytes, m_meas)),
+            "memory": error_stats(memory_error(comparable_peak(runs, pred), m_meas)),
             "fits_agreement": float(np.mean(verdicts[judged])) if judged.any() else None,
             "regret": regret(runs, pred.step_time_s, t_meas, pred.fits)}
 
@@ -570,17 +583,20 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     cv_t = np.full(len(runs), np.nan)
     cv_m = np.full(len(runs), np.nan)
     cv_fits = np.zeros(len(runs), dtype=bool)
+    cv_a, cv_r = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
     for f in range(k):
         held = {key for j, key in enumerate(keys) if j % k == f}
         test = np.array([c in held for c in cfg])
         sub = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, ~test)
         xf = _solve(sub, start=x)   # warm start from the full fit: same optimum basin, a third of the work
         pf = predict(runs, groups, stack_with(stack, dict(zip(names, xf)), generation))
-        cv_t[test], cv_m[test], cv_fits[test] = pf.step_time_s[test], pf.memory_bytes[test], pf.fits[test]
+        cv_t[test], cv_fits[test] = pf.step_time_s[test], pf.fits[test]
+        cv_m[test], cv_a[test], cv_r[test] = pf.memory_bytes[test], pf.allocated_bytes[test], pf.reserved_bytes[test]
     summ = {"before": _summary(runs, pred0, t_meas, m_meas), "after_in_sample": _summary(runs, pred1, t_meas, m_meas),
             "folds": k}
     if k:
-        cvp = dataclasses.replace(pred1, step_time_s=cv_t, memory_bytes=cv_m, fits=cv_fits)
+        cvp = dataclasses.replace(pred1, step_time_s=cv_t, memory_bytes=cv_m, fits=cv_fits, allocated_bytes=cv_a,
+                                  reserved_bytes=cv_r)
         summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
     return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,

@@ -106,7 +106,7 @@ def pp_microbatch(hw, model, par, placement, e=2.0):
     return np.where(size > 1, t, 0.0), np.where(size > 1, nbytes, 0.0)
 
 
-def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes):
+def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes, bucket_bytes=0.0):
     """Data-parallel traffic of one step (before overlap).
 
     dense_params: parameters on this GPU replicated across the dp*cp group; expert_params: routed-
@@ -119,15 +119,22 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
     Returns (seconds, bytes sent per GPU, seconds of the ZeRO-1/2 weight all-gather): that
     all-gather runs after the optimizer and can hide behind the next step's forward
     (Megatron-Core --overlap-param-gather), so cost/step.py gives it its own window.
+
+    Buckets (``bucket_bytes`` > 0: the stack's overlap.dp_bucket_bytes): frameworks reduce the
+    gradients in n = ceil(gradient bytes / bucket) collectives of one bucket each (PyTorch DDP
+    bucket_cap_mb, Megatron-Core bucket_size, DeepSpeed reduce_bucket_size), and so do the weight
+    gathers; each collective pays its own latency: n x time(bytes / n). At hundreds of ranks the
+    latency term of n ring collectives (2(P-1) steps each) can outweigh the bandwidth term.
     """
     out_t, out_b, out_ag = 0.0, 0.0, 0.0
     for key, nparam in (("dp", dense_params), ("edp", expert_params)):
         size, k = placement[key]
         g = nparam * grad_bytes
         w = nparam * weight_bytes
-        t_ar = collective_time(hw, "all_reduce", g, size, k)
-        t_rs = collective_time(hw, "reduce_scatter", g, size, k)
-        t_ag = collective_time(hw, "all_gather", w, size, k)
+        n = np.maximum(np.ceil(g / bucket_bytes), 1.0) if bucket_bytes else 1.0
+        t_ar = n * collective_time(hw, "all_reduce", g / n, size, k)
+        t_rs = n * collective_time(hw, "reduce_scatter", g / n, size, k)
+        t_ag = n * collective_time(hw, "all_gather", w / n, size, k)
         f = _frac(size)
         z = par.zero
         m = par.microbatches

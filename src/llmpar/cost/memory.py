@@ -146,7 +146,11 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     first_x = np.where(is_first, cm["first_x"], 0.0)
     last_x = np.where(is_last, cm["last_x"], 0.0)
     mem = settings.stack.memory
-    act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor
+    # working set of the backward: gradient and upcast temporaries of the layer being
+    # differentiated, ``working_layers`` x one layer's saved activations of one micro-batch, live
+    # once however many micro-batches are in flight (memory.working_layers; fitted per stack)
+    working = mem.working_layers * peak_kept
+    act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor + working
     buffers = np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + np.zeros_like(np.asarray(w, dtype=float))
     n_comm = np.asarray(communicators(par.tp, p, par.dp, par.cp, par.ep, embedding=is_first | is_last))
     return {

@@ -75,9 +75,40 @@ def _mix(frac_moe, dense, moe):
     return tuple((1 - frac_moe) * d + frac_moe * m for d, m in zip(dense, moe))
 
 
+def stack_hardware(hw: Hardware, net) -> Hardware:
+    """The hardware as the stack's collectives see it: the scale-out tier's efficiencies and
+    latencies and the scale-up tier's efficiencies times the stack's ``network`` multipliers
+    (identity: the same object). Efficiencies stay <= 1."""
+    if (net.scale_out_efficiency, net.scale_out_latency, net.scale_up_efficiency) == (1.0, 1.0, 1.0):
+        return hw
+    out = hw.model_copy(deep=True)
+
+    def scale(tier, eff, lat):
+        for f in ("efficiency", "ll_efficiency", "ll128_efficiency", "inr_efficiency"):
+            if f in ("efficiency", "inr_efficiency") and getattr(tier, f) is not None:
+                setattr(tier, f, min(1.0, getattr(tier, f) * eff))
+        for f in ("latency", "ll128_latency", "simple_latency", "inr_latency"):
+            if getattr(tier, f) is not None:
+                setattr(tier, f, getattr(tier, f) * lat)
+        for fit in (tier.collectives or {}).values():
+            for f in ("efficiency", "inr_efficiency"):
+                if getattr(fit, f) is not None:
+                    setattr(fit, f, min(1.0, getattr(fit, f) * eff))
+            for f in ("latency", "ll128_latency", "simple_latency", "inr_latency"):
+                if getattr(fit, f) is not None:
+                    setattr(fit, f, getattr(fit, f) * lat)
+
+    scale(out.tiers[-1], net.scale_out_efficiency, net.scale_out_latency)
+    for tier in out.tiers[:-1]:
+        scale(tier, net.scale_up_efficiency, 1.0)
+    return out
+
+
 def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, *, with_memory: bool = True,
               reserve=None) -> dict:
     """Step time, throughput, MFU/HFU and the breakdown for layout(s) ``par``. See module doc."""
+    hw_mem = hw
+    hw = stack_hardware(hw, settings.stack.network)
     e = DTYPE_BYTES[settings.dtype if settings.dtype != "fp8" else "bf16"]  # activations stay 16-bit under fp8
     place = dims_placement(hw, par, tuple(settings.rank_order.split("-")))
     b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
@@ -162,7 +193,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     pipe_total, bubble = pipeline.pipeline_time(t_f, t_b, p, m, par.schedule, v)
 
     # ---- data parallel and optimizer
-    mem = memory.memory_per_gpu(model, hw, par, settings, reserve) if with_memory else None
+    mem = memory.memory_per_gpu(model, hw_mem, par, settings, reserve) if with_memory else None
     shard = memory.layer_shard(model, par)
     moe_on_stage = np.minimum(n_mid, model.moe_layers)
     expert_params = moe_on_stage * np.asarray(shard.experts, dtype=float)
@@ -178,7 +209,8 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
-    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_comm)
+    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_comm,
+                                         ov.dp_bucket_bytes)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
     #   Megatron-Core overlap_grad_reduce);

@@ -105,6 +105,9 @@ class Overlap(_Strict):
     grad_reduce_dtype: Literal["fp32", "model"] = Field(
         "fp32", description="dtype of the data-parallel gradient reduction: fp32 (Megatron-Core grad_reduce_in_fp32, "
                             "nanotron's fp32 accumulation buffer) or the 16-bit model dtype (Megatron-LM 2021 fp16, DeepSpeed)")
+    dp_bucket_bytes: MEMORY_BYTES = Field(
+        0.0, description="bytes of gradients per data-parallel collective (DDP bucket_cap_mb, Megatron-Core "
+                         "bucket_size, DeepSpeed reduce_bucket_size); each bucket pays its own latency; 0 = one collective")
     tp_mode: Literal["none", "async", "userbuffers"] = Field(
         "none", description="how TP communication is overlapped (informational: its effect is overlap.tp)")
     tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
@@ -113,6 +116,17 @@ class Overlap(_Strict):
     pp: float = Field(0.0, ge=0, le=1, description="pipeline p2p behind compute (1 = async send/recv, 0 = blocking)")
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
     ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
+
+
+class Network(_Strict):
+    """What the framework's collectives achieve of the hardware's links (NCCL plugins, transport,
+    SM contention): multipliers on the collective model's tier parameters (cost/collectives.py)."""
+
+    scale_out_efficiency: float = Field(
+        1.0, gt=0, le=1.5, description="multiplier on the scale-out tier's achieved bandwidth (e.g. NCCL over a "
+                                       "provider plugin or sockets vs the InfiniBand the profile measured)")
+    scale_out_latency: float = Field(1.0, gt=0, description="multiplier on the scale-out tier's per-step latencies")
+    scale_up_efficiency: float = Field(1.0, gt=0, le=1.5, description="multiplier on the NVLink tier's achieved bandwidth")
 
 
 class MemoryModel(_Strict):
@@ -125,6 +139,9 @@ class MemoryModel(_Strict):
         None, description="the RMSNorm's saved set when it differs from `activations` (nanotron: a fused Triton "
                           "RMSNorm inside an otherwise eager block); None = as `activations`")
     activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
+    working_layers: float = Field(
+        0.0, ge=0, description="backward working set: temporaries worth this many layers' saved activations of one "
+                               "micro-batch, live once (not per micro-batch in flight); fitted")
     fp32_logits: bool = Field(True, description="the logits are upcast to fp32 for the loss (4 B per element)")
     logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
@@ -156,6 +173,7 @@ class Stack(_Strict):
         description="ZeRO stages the framework implements (the planner and calibrate runs search only these)")
     kernels: Kernels = Field(default_factory=Kernels)
     overlap: Overlap = Field(default_factory=Overlap)
+    network: Network = Field(default_factory=Network)
     memory: MemoryModel = Field(default_factory=MemoryModel)
     fixed: FixedCosts = Field(default_factory=FixedCosts)
     calibration: dict | None = Field(None, description="what `llmpar calibrate runs` fitted, on what, how well")
