@@ -261,12 +261,14 @@ def test_zero3_wins_when_its_traffic_is_hidden():
     # ZeRO-3 re-gathers the weights for every micro-batch (3x the ZeRO-1 traffic): with that traffic
     # half exposed (the default dp_overlap 0.5) it does not pay. When the network keeps up with
     # compute so the gathers hide behind it entirely (perfect prefetch: dp_overlap 1), its memory
-    # savings let Llama-3-70B on 256 GPUs drop PP (no bubble): ZeRO-3 wins.
+    # savings let Llama-3-70B on 256 GPUs drop context parallelism (the cp = 2 K/V exchange that
+    # the best ZeRO-1 layout needs to fit 8K sequences): ZeRO-3 wins.
     exposed = plan("llama-3-70b", gpus=256, top=3)
     hidden = plan("llama-3-70b", gpus=256, top=3, dp_overlap=1.0)
     assert all(p.parallel.zero != 3 for p in exposed.plans)
+    assert exposed.best.parallel.cp == 2
     assert hidden.best.parallel.zero == 3
-    assert hidden.best.parallel.pp == 1
+    assert hidden.best.parallel.cp == 1
     assert hidden.best.step_time_s < exposed.best.step_time_s
 
 

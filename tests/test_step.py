@@ -12,7 +12,7 @@ from llmpar.cost import step as S
 from llmpar.cost.collectives import collective_time
 from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
-from llmpar.specs import load_hardware, load_model
+from llmpar.specs import load_hardware, load_model, load_stack
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import Stack
 from llmpar.validate.runner import evaluate_all, summary
@@ -20,6 +20,11 @@ from llmpar.validate.runner import evaluate_all, summary
 # A stack with every software inefficiency removed: GEMMs on the hardware curve (factor 1), a
 # fused causal attention kernel at 100 % of peak forward and backward, nothing overlapped, no
 # fixed costs. With ideal_hw() below, step time = FLOPs / peak, derivable by hand.
+# the default stack with its gradient reduction in one collective (no buckets): the DP tests below
+# derive the overlap arithmetic for one all-reduce; test_dp_buckets_each_pay_latency the buckets
+NO_BUCKETS = load_stack("megatron-core").model_copy(deep=True)
+NO_BUCKETS.overlap.dp_bucket_bytes = 0.0
+
 IDEAL = Stack.model_validate({
     "name": "ideal", "kernels": {"gemm_efficiency": 1.0, "attention": {
         "kernel": "flash-3", "forward_efficiency": 1.0, "backward_efficiency": 1.0, "causal_skip": True}},
@@ -140,9 +145,9 @@ def test_dp_overlap_uses_the_backward_window():
 
     n = total_params(TINY)
     t_ar = collective_time(hw, "all_reduce", n * 4.0, 8, 8)
-    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="bf16"), with_memory=False)
+    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="bf16", stack=NO_BUCKETS), with_memory=False)
     assert none["breakdown_s"]["dp"] == pytest.approx(t_ar, rel=1e-12)
-    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="bf16"), with_memory=False)
+    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="bf16", stack=NO_BUCKETS), with_memory=False)
     t_b = half["stage_backward_s"]
     assert half["breakdown_s"]["dp"] == pytest.approx(max(t_ar - 0.5 * min(t_ar, t_b), t_ar / 4), rel=1e-12)
 
@@ -201,9 +206,26 @@ def test_zero1_weight_gather_hides_behind_the_next_forward():
     n = total_params(TINY)
     t_rs = collective_time(hw, "reduce_scatter", n * 4.0, 8, 8)
     t_ag = collective_time(hw, "all_gather", n * 2.0, 8, 8)
-    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="fp32"), with_memory=False)
+    none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
     assert none["breakdown_s"]["dp"] == pytest.approx(t_rs + t_ag, rel=1e-12)
-    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="fp32"), with_memory=False)
+    half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
     t_f, t_b = half["stage_forward_s"], half["stage_backward_s"]
     hidden = 0.5 * (min(t_rs, t_b) + min(t_ag, t_f))
     assert half["breakdown_s"]["dp"] == pytest.approx(max(t_rs + t_ag - hidden, (t_rs + t_ag) / 4), rel=1e-12)
+
+
+def test_dp_buckets_each_pay_latency():
+    # With a 160 MB bucket (megatron-core's 40M fp32 elements), the ZeRO-0 all-reduce of the
+    # n = total_params(TINY) fp32 gradients runs as k = ceil(4n / 160e6) all-reduces of 4n/k bytes:
+    # k x time(4n/k) > time(4n) by (k - 1) latencies (cost/comm.dp_step).
+    hw = load_hardware("a100-80gb")
+    par = Parallel(tp=1, pp=1, dp=8, micro_batch=1, microbatches=1, seq=2048)
+    from llmpar.cost.params import total_params
+
+    n = total_params(TINY)
+    k = -(-4.0 * n // 160e6)
+    assert k >= 2
+    bucketed = k * collective_time(hw, "all_reduce", 4.0 * n / k, 8, 8)
+    out = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0), with_memory=False)
+    assert out["breakdown_s"]["dp"] == pytest.approx(bucketed, rel=1e-12)
+    assert bucketed > collective_time(hw, "all_reduce", 4.0 * n, 8, 8)
