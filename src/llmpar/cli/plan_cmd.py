@@ -49,6 +49,9 @@ _SEARCH = [
                  help="Search only these values of one knob, e.g. --allow zero=0,1,3 (repeatable)."),
     click.option("--max-tp", type=int, help="Largest tensor-parallel degree to search."),
     click.option("--pareto", is_flag=True, help="Also list the time-memory frontier."),
+    click.option("--margin", default=None, metavar="X",
+                 help="Keep only layouts whose memory x (1 + X) fits the HBM, e.g. 0.05 or 5% (default 0: every layout "
+                      "that fits; the stack's memory.uncertainty drops every TIGHT one)."),
     click.option("--explain-rank", type=int, default=2, show_default=True, metavar="N",
                  help="Explain why #1 beats #N."),
 ]
@@ -193,9 +196,15 @@ def _rows_table(rows, fmt, unit, title):
         table.add_row(*[str(x) for x in (
             p.rank, d["tp"], d["pp"], d["dp"], d["cp"], d["ep"], d["zero"], "on" if d["sp"] else "off",
             _REC_SHORT[d["recompute"]], d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
-            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", fmt(p.memory_bytes),
+            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
             f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
     return table
+
+
+def _mem_cell(p, fmt) -> str:
+    """Memory per GPU; a TIGHT row (within the stack's memory.uncertainty of the HBM) says so."""
+    text = fmt(p.memory_bytes)
+    return f"{text} TIGHT" if p.memory.get("verdict") == "tight" else text
 
 
 def _explain_lines(c, fmt, unit) -> list[str]:
@@ -249,7 +258,16 @@ def render(r, units: str = "gb") -> None:
              ("overlap", f"tp {r.settings.tp_overlap:g} / dp {r.settings.dp_overlap:g}")]
     if r.settings.convention != "llmpar":
         pairs.append(("convention", r.settings.convention))
-    pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} (reserve {fmt(r.reserved_bytes)} {unit})"))
+    # the runtime (CUDA context + NCCL buffers, or --reserve) is what is held back from the HBM; it
+    # depends on the layout's communicators, so say whose it is. (reserved_bytes is the allocator's pool.)
+    runtime = r.best.memory.get("runtime_bytes")
+    hbm = f"{fmt(r.capacity_bytes)} {unit}"
+    if runtime is not None:
+        hbm += f" (runtime reserve {fmt(runtime)} {unit} at #1)"
+    pairs.append(("HBM", hbm))
+    margin = getattr(r.space, "margin", 0.0)
+    if margin:
+        pairs.append(("margin", f"memory x {1 + margin:g} must fit the HBM"))
     con.print(R.header("settings", pairs))
     R.print_assumptions(con, r.assumptions)
     con.print()
@@ -273,7 +291,10 @@ def render(r, units: str = "gb") -> None:
     s = r.space
     con.print()
     rej = ", ".join(f"{k} {v:,}" for k, v in s.rejected.items() if v) or "none"
-    con.print(f"space: {s.candidates:,} candidates, {s.feasible:,} feasible; rejected: {rej}", highlight=False)
+    u = r.settings.stack.memory.uncertainty
+    tight = (f" ({s.tight:,} TIGHT: within the stack's {u * 100:g} % memory uncertainty of the HBM)"
+             if getattr(s, "tight", 0) else "")
+    con.print(f"space: {s.candidates:,} candidates, {s.feasible:,} feasible{tight}; rejected: {rej}", highlight=False)
     rate = s.memory_evaluated / s.search_s if s.search_s else float("inf")
     con.print(f"[dim]evaluated {s.memory_evaluated:,} layouts for memory and timed {s.step_evaluated:,} in "
               f"{s.search_s:.2f} s ({rate:,.0f} per second); {r.elapsed_s:.2f} s in all[/dim]")
