@@ -12,14 +12,16 @@ import io
 
 import click
 
-from llmpar.cli.common import echo_json, overlap_options, precision_options
+from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
+                               precision_options)
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
 from llmpar.units import fmt_seconds
 
 _LAYOUT = [
-    click.option("--hardware", "hardware", default=None, help="Shipped profile or YAML path (default h100-sxm)."),
+    click.option("--hardware", "hardware", default=None, shell_complete=complete_hardware,
+                 help="Shipped profile or YAML path (default h100-sxm)."),
     click.option("--gpus", type=int, help="GPUs to plan for (required)."),
     click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
     click.option("--global-batch", type=int, help="Sequences per step (default 4,194,304 tokens / seq)."),
@@ -71,7 +73,7 @@ def _apply(options, f):
 
 
 @click.command("plan")
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @lambda f: _apply(_LAYOUT, f)
 @precision_options
 @lambda f: _apply(_SEARCH, f)
@@ -79,6 +81,7 @@ def _apply(options, f):
 @overlap_options
 @training_options
 @lambda f: _apply(_OUTPUT, f)
+@plot_option("the time-memory frontier (every feasible layout, step time vs memory per GPU, #1 marked)")
 def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
 
@@ -96,9 +99,14 @@ def plan(model, **kw):
     from llmpar.plan.search import plan as run_plan
 
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
+    plot_path = kw.pop("plot_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
-    result = run_plan(model, units=units, **kw)
+    result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.plan_figure(result, units=units), plot_path)
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:
@@ -106,6 +114,8 @@ def plan(model, **kw):
         click.echo(to_csv([_csv_row(p) for p in rows]), nl=False)
     else:
         render(result, units=units)
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
 
 
 # --------------------------------------------------------------------------------------- CSV

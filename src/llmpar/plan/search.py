@@ -148,6 +148,9 @@ class PlanResult:
     pareto: list[PlanRow] | None = None
     comparison: Comparison | None = None
     training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
+    # every feasible candidate (arrays: step_time_s, memory_bytes, tp, pp, schedule, frontier) when asked
+    # for (``keep_points``: `plan --plot`); not part of the JSON
+    points: dict[str, Any] | None = None
 
     @property
     def best(self) -> PlanRow:
@@ -277,7 +280,7 @@ def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
 
 def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, objective: str = "time",
            top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb",
-           margin: float = 0.0) -> dict[str, Any]:
+           margin: float = 0.0, keep_points: bool = False) -> dict[str, Any]:
     """Enumerate, evaluate through ``llmpar.cost`` and rank (see the module doc).
 
     ``margin``: a candidate is feasible when total * (1 + margin) <= HBM
@@ -324,21 +327,28 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
         n = explain_rank
         other = rows[n - 1] if n <= len(rows) else row(n - 1)
         comparison = compare(rows[0], other, objective)
-    frontier = None
-    if pareto:
+    frontier = points = None
+    if pareto or keep_points:
         # time-memory frontier: walk by time (then memory); keep each layout that needs less
         # memory than every faster one
         by_time = np.lexsort((total, t))
         run_min = np.minimum.accumulate(total[by_time])
         keep = np.ones(by_time.size, dtype=bool)
         keep[1:] = total[by_time][1:] < run_min[:-1]
+    if keep_points:
+        on_frontier = np.zeros(t.size, dtype=bool)
+        on_frontier[by_time[keep]] = True
+        each = lambda x: np.broadcast_to(np.asarray(x), t.shape).copy()  # noqa: E731 - a knob fixed by --fix is a scalar
+        points = {"step_time_s": t, "memory_bytes": total, "tp": each(par.tp), "pp": each(par.pp),
+                  "schedule": each(par.schedule), "frontier": on_frontier, "best": int(groups[0][0])}
+    if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
         rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), [g.size for g in groups])
         frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
     n_tight = int(np.count_nonzero(np.asarray(mem["verdict_code"]) == 1))   # mem is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
                            step_evaluated=n_fit, search_s=time.perf_counter() - t0, tight=n_tight, margin=margin)
-    return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary,
+    return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary, "points": points,
             "capacity_bytes": float(np.asarray(mem["capacity_bytes"]).flat[0]),
             "reserved_bytes": float(np.asarray(mem["reserved_bytes"]).flat[0])}
 
@@ -418,6 +428,7 @@ def plan(
     gpu_hour_price=None,
     power_per_gpu=None,
     margin: float = 0.0,
+    keep_points: bool = False,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -524,7 +535,7 @@ def plan(
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
-                   pareto=pareto, explain_rank=explain_rank, units=units, margin=margin)
+                   pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points)
     training = None
     if train_in["tokens"] is not None:
         best = found["plans"][0]
@@ -536,7 +547,7 @@ def plan(
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
         reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
-        pareto=found["pareto"], comparison=found["comparison"], training=training,
+        pareto=found["pareto"], comparison=found["comparison"], training=training, points=found["points"],
     )
 
 
