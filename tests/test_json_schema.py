@@ -58,7 +58,7 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
-PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "equivalent[]",
+PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",
             *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
                                             "global_batch", "microbatches", "seq", "schedule", "virtual_stages")))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
@@ -88,7 +88,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "plan": (
         "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
         *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
-        *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s")),
+        *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
+                          "margin")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "batch", "sp_seq", "schedule",
                                    "convention", "memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",

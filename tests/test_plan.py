@@ -403,3 +403,68 @@ def test_subset_and_divisors_helpers():
     cand = SP.enumerate_space(TINY, SP.SpaceSpec(gpus=4, seq=8, global_batch=4), api.make_settings(TINY))
     sub = SP.subset(cand.par, np.arange(cand.size) < 3)
     assert sub.tp.shape == (3,) and np.array_equal(sub.tp, cand.par.tp[:3])
+
+
+# ------------------------------------------------------------------ --margin and TIGHT (issue 8 §3)
+
+def test_margin_uses_the_fits_with_margin_rule_and_counts_tight():
+    """A candidate is feasible when total*(1+X) <= HBM (cost.runtime.fits_with_margin); the feasible
+    TIGHT ones (verdict_code 1: within the stack's memory.uncertainty) are counted in space.tight."""
+    import numpy as np
+
+    from llmpar import api
+    from llmpar.cost.memory import memory_per_gpu
+    from llmpar.plan import space as SP
+    from llmpar.plan.search import plan
+
+    r0 = plan("llama-3-8b", gpus=8, top=3)
+    r5 = plan("llama-3-8b", gpus=8, top=3, margin=0.05)
+    assert r0.space.margin == 0.0 and r5.space.margin == 0.05
+    assert r5.space.feasible <= r0.space.feasible
+    assert r0.space.candidates == r5.space.candidates
+    # recount by hand from cost.memory on the same candidates
+    model = api.load_model_spec("llama-3-8b", None)[0]
+    hw = api.load_hardware_spec("h100-sxm")
+    settings = api.make_settings(model)
+    spec = SP.SpaceSpec(gpus=8, seq=r0.seq, global_batch=r0.global_batch, allowed={}, max_tp=None, microbatches=None)
+    cand = SP.enumerate_space(model, spec, settings)
+    mem = memory_per_gpu(model, hw, cand.par, settings, None)
+    total, cap = np.asarray(mem["total_bytes"]), np.asarray(mem["capacity_bytes"])
+    code = np.asarray(mem["verdict_code"])
+    for r, m in ((r0, 0.0), (r5, 0.05)):
+        keep = total * (1 + m) <= cap
+        assert r.space.feasible == int(keep.sum())
+        assert r.space.tight == int((keep & (code == 1)).sum())
+    # margin = the stack's uncertainty keeps FITS only
+    u = settings.stack.memory.uncertainty
+    ru = plan("llama-3-8b", gpus=8, top=3, margin=u)
+    assert ru.space.tight == int(((total * (1 + u) <= cap) & (code == 1)).sum())   # only exact-boundary ties
+    assert all(p.memory["verdict"] in ("fits", "tight") for p in r0.plans)
+
+
+def test_margin_input_is_checked():
+    from llmpar.errors import UserError
+    from llmpar.plan.search import plan
+
+    assert plan("llama-3-8b", gpus=8, top=1, margin="5%").space.margin == 0.05
+    for bad in ("-0.1", "1", "lots"):
+        with pytest.raises(UserError, match="--margin"):
+            plan("llama-3-8b", gpus=8, top=1, margin=bad)
+
+
+def test_plan_cli_reports_tight_and_the_runtime_reserve(cli):
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "5")
+    assert res.code == 0, res.err
+    d = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "5", "--json").json()
+    assert d["space"]["tight"] > 0 and d["space"]["margin"] == 0.0
+    assert f"({d['space']['tight']:,} TIGHT" in res.out
+    # a TIGHT row says so in its memory cell, and only those
+    tight_ranks = [p["rank"] for p in d["plans"] if p["memory"]["verdict"] == "tight"]
+    marked = [ln for ln in res.out.splitlines() if "TIGHT" in ln and ln.strip()[:1].isdigit()]
+    assert len(marked) == len(tight_ranks)
+    # the header names the runtime reserve (CUDA context + NCCL), not the allocator pool
+    runtime_gb = d["plans"][0]["memory"]["runtime_bytes"] / 1e9
+    assert f"runtime reserve {runtime_gb:.2f} GB at #1" in " ".join(res.out.split())
+    m = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "5", "--margin", "10%", "--json").json()
+    assert m["space"]["margin"] == pytest.approx(0.10)
+    assert m["space"]["feasible"] < d["space"]["feasible"]

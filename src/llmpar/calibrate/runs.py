@@ -548,9 +548,12 @@ def _summary(runs, pred, t_meas, m_meas) -> dict[str, Any]:
 
 def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] | None = None,
              folds: int = 5, models: dict | None = None, files: list[str] | None = None,
-             check_only: bool = False) -> RunsFit:
+             check_only: bool = False, progress=None) -> RunsFit:
     """Fit ``parameters`` of ``stack`` (default: what the runs constrain) to ``runs``; report the
-    in-sample and cross-validated errors and the planner's regret. ``check_only``: no fit."""
+    in-sample and cross-validated errors and the planner's regret. ``check_only``: no fit.
+    ``progress``: an optional ``progress(name, done, total)`` callback (the CLI's bar), called
+    after the base prediction, the fit and each cross-validation fold."""
+    tick = progress or (lambda name, done, total: None)
     from llmpar.specs import load_stack
 
     stack = load_stack(stack)
@@ -565,6 +568,9 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     if unknown:
         raise UserError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(PARAMETERS)}")
     pred0 = predict(runs, groups, stack)
+    n_cfg = len(set(configurations(runs)))
+    steps = 1 if (check_only or not names) else 2 + (max(2, min(folds, n_cfg)) if n_cfg >= 2 else 0)   # k below
+    tick("predict", 1, steps)
     t_meas = measured_step_time(runs, pred0)
     m_meas = measured_memory(runs)
     use = np.ones(len(runs), dtype=bool)
@@ -576,6 +582,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     x = _solve(prob)
     fitted = stack_with(stack, dict(zip(names, x)), generation)
     pred1 = predict(runs, groups, fitted)
+    tick("fit", 2, steps)
     # k-fold over configurations: each fold fitted without its configurations predicts them
     cfg = configurations(runs)
     keys = sorted(set(cfg), key=str)
@@ -592,6 +599,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         pf = predict(runs, groups, stack_with(stack, dict(zip(names, xf)), generation))
         cv_t[test], cv_fits[test] = pf.step_time_s[test], pf.fits[test]
         cv_m[test], cv_a[test], cv_r[test] = pf.memory_bytes[test], pf.allocated_bytes[test], pf.reserved_bytes[test]
+        tick(f"fold {f + 1}/{k}", 3 + f, steps)
     summ = {"before": _summary(runs, pred0, t_meas, m_meas), "after_in_sample": _summary(runs, pred1, t_meas, m_meas),
             "folds": k}
     if k:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from llmpar.cli.common import plot_option
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES
 
@@ -197,7 +198,8 @@ def render(result: dict) -> None:
 @click.option("--virtual-stages", type=int, help="Model chunks per stage v (interleaved only; default 2 there).")
 @click.option("--layers", type=int, help="Optional: transformer layers, to show (uneven) stage sizes and check v.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bubble(pp, microbatches, schedule, virtual_stages, layers, as_json):
+@plot_option("the schedule as a Gantt chart (one row per stage; forward, backward and idle coloured)")
+def bubble(pp, microbatches, schedule, virtual_stages, layers, as_json, plot_path):
     """Draw a pipeline schedule (a row per stage) and print its bubble ratios.
 
     "Bubble over ideal" is idle time divided by the bubble-free compute time ((p-1)/m for
@@ -206,6 +208,10 @@ def bubble(pp, microbatches, schedule, virtual_stages, layers, as_json):
     Example: llmpar bubble --pp 4 --microbatches 8 --schedule interleaved --virtual-stages 2
     """
     result = build(schedule, pp, microbatches, virtual_stages, layers)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.bubble_figure(result), plot_path)
     if as_json:
         from llmpar.cli.common import echo_json
 
@@ -213,3 +219,5 @@ def bubble(pp, microbatches, schedule, virtual_stages, layers, as_json):
                   | {"drawn_idle_fraction": result["timeline"]["idle_fraction"] if "timeline" in result else None})
         return
     render(result)
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")

@@ -348,31 +348,10 @@ def _chart_lines(sizes, measured, predicted, width: int = 40) -> list[str]:
 
 
 def _plot(result, path: Path) -> None:
-    import matplotlib
+    """measured vs predicted busbw (cli/plots.py draws it)."""
+    from llmpar.cli import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from llmpar.calibrate.check import chart_points
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for f in result.files:
-        s, m, p = chart_points(result, f.file)
-        name = Path(f.file).name          # "dir/log.txt (table 2)" -> "log.txt (table 2)"
-        line = ax.plot(s, m, "o", label=f"{name} measured")[0]
-        ax.plot(s, p, "-", color=line.get_color(), label=f"{name} predicted")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(f"llmpar calibrate check: {result.hardware}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left")
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    plots.save(plots.calibrate_check_figure(result), path)
 
 
 @calibrate.command("check")
@@ -398,10 +377,10 @@ def check_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, toleranc
 
     tol = checkmod.parse_tolerance(tolerance)
     if plot_path is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UserError("--plot needs matplotlib: pip install 'llmpar[plot]' (or leave out --plot)") from None
+        from llmpar.cli import plots
+
+        plots.check_path(plot_path)
+        plots.require()
     parsed = _parse_logs(logs, collective, ranks, nodes, gpu)
     result = checkmod.check(parsed, hardware, tolerance=tol, statistic=statistic, algorithm=algorithm)
     if plot_path is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llmpar.cli.common import echo_json
+from llmpar.cli.common import complete_hardware, complete_model, complete_stack, echo_json, plot_option
 from llmpar.errors import CheckFailed, UserError
 
 
@@ -90,9 +90,9 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
 
 @click.command("runs")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--stack", help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
-@click.option("--hardware", help="Hardware for runs that name none (name or YAML path).")
-@click.option("--model", help="Model for runs that name none (e.g. logs).")
+@click.option("--stack", shell_complete=complete_stack, help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
+@click.option("--hardware", shell_complete=complete_hardware, help="Hardware for runs that name none (name or YAML path).")
+@click.option("--model", shell_complete=complete_model, help="Model for runs that name none (e.g. logs).")
 @click.option("--fit", "fit_names", help="Comma list of stack parameters to fit (default: what the runs constrain).")
 @click.option("--folds", type=click.IntRange(0, 50), default=5, show_default=True,
               help="Cross-validation folds over configurations (model x GPU count); 0 = none.")
@@ -102,7 +102,9 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
 @click.option("--name", "out_name", help="Name of the written stack (default: the file name).")
 @click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, out, out_name, show_rows, as_json):
+@plot_option("predicted vs measured step time and peak memory, before and after the fit, with the y = x line")
+def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, out, out_name, show_rows, as_json,
+             plot_path):
     """Fit a stack's kernel efficiencies, overlaps, fixed costs and memory factors to measured runs.
 
     \b
@@ -127,8 +129,15 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
         named = {r.stack for r in read.runs if r.stack}
         stack = named.pop() if len(named) == 1 else "megatron-core"
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
-    result = fit_runs(read.runs, stack, hardware=hardware, parameters=names, folds=folds, models=read.models,
-                      files=[str(f) for f in files], check_only=check)
+    from llmpar.cli.progress import progress_bar
+
+    with progress_bar("calibrate runs", enabled=not as_json) as tick:
+        result = fit_runs(read.runs, stack, hardware=hardware, parameters=names, folds=folds, models=read.models,
+                          files=[str(f) for f in files], check_only=check, progress=tick)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.calibrate_runs_figure(result), plot_path)
     if out is not None:
         name = out_name or out.stem
         try:
@@ -141,6 +150,8 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
                    "out": str(out) if out else None})
     else:
         render(result, read.notes, check, out, show_rows)
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
     if tol is not None:
         before = result.summary["before"]
         worst = max(v for v in (before["speed"]["median_abs"], before["memory"]["median_abs"]) if v is not None) \

@@ -14,6 +14,7 @@ from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZ
 
 _LAYOUT_OPTIONS = [
     click.option("--hardware", "hardware", default="h100-sxm", show_default=True,
+                 shell_complete=lambda c, p, i: complete_hardware(c, p, i),
                  help="Shipped profile name (see `llmpar hardware`) or a YAML path."),
     click.option("--gpus", type=int, help="Total GPUs = tp*cp*pp*dp."),
     click.option("--tp", type=int, help="Tensor-parallel degree (default 1)."),
@@ -35,7 +36,7 @@ _LAYOUT_OPTIONS = [
 _PRECISION_OPTIONS = [
     click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="Compute/weight dtype."),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True),
-    click.option("--stack", default=None,
+    click.option("--stack", default=None, shell_complete=lambda c, p, i: complete_stack(c, p, i),
                  help="Framework profile: shipped name (see `llmpar stacks`) or a YAML path (default megatron-core)."),
     click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES),
                  help="Gradient dtype (default: the stack's: fp32 when it keeps an fp32 main-grad buffer, else bf16)."),
@@ -122,3 +123,56 @@ def _jsonable(obj):
 
 def echo_json(obj: Any) -> None:
     click.echo(json.dumps(_jsonable(obj), indent=2))
+
+
+def plot_option(what: str):
+    """``--plot FILE.png|svg`` (cli/plots.py draws it). The suffix and matplotlib are checked when
+    the option is read, before any work: a missing matplotlib is one line naming the extra, exit 2."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        from llmpar.cli.plots import check_path, require
+
+        path = check_path(value)
+        require()
+        return path
+
+    return click.option("--plot", "plot_path", default=None, metavar="FILE.png|svg", callback=check,
+                        help=f"Also draw {what} into an image (.png or .svg; needs matplotlib: "
+                             "pip install 'llmpar[plot]').")
+
+
+# ------------------------------------------------------------------------------ shell completion
+# click's own completion (`_LLMPAR_COMPLETE=bash_source llmpar`, docs/cli.md) calls these for MODEL,
+# --hardware and --stack: the shipped names and aliases from the registry, or files for a path.
+
+def _complete(kind: str, incomplete: str, *, comma_list: bool = False):
+    from click.shell_completion import CompletionItem
+
+    head, sep, word = incomplete.rpartition(",") if comma_list else ("", "", incomplete)
+    if "/" in word or word.startswith(".") or word.endswith((".yaml", ".yml", ".json")):
+        return [CompletionItem(incomplete, type="file")]
+    try:
+        from llmpar.specs.registry import _index
+
+        names = sorted(_index(kind))          # canonical names and aliases
+    except Exception:  # noqa: BLE001 - completion must never crash the shell
+        return []
+    prefix = head + sep
+    return [CompletionItem(prefix + n) for n in names if n.startswith(word.lower())]
+
+
+def complete_model(ctx, param, incomplete: str):
+    """Shipped model names and aliases starting with ``incomplete`` (files for a path)."""
+    return _complete("models", incomplete)
+
+
+def complete_hardware(ctx, param, incomplete: str):
+    """Shipped hardware profile names (also after a comma: `sweep --hardware h100-sxm,b2<TAB>`)."""
+    return _complete("hardware", incomplete, comma_list=True)
+
+
+def complete_stack(ctx, param, incomplete: str):
+    """Shipped stack names and aliases."""
+    return _complete("stacks", incomplete)

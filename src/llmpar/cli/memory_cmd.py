@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import common_options, echo_json
+from llmpar.cli.common import common_options, complete_model, echo_json, plot_option
 from llmpar.parallel import DTYPES
 from llmpar.units import fmt_count
 
@@ -16,7 +16,7 @@ _OUTPUT_KEYS = ("units", "as_json", "explain")
 
 
 @click.command("memory")
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @common_options
 @click.option("--params", help="Model states of a bare parameter count, e.g. 7.5B (no MODEL needed).")
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
@@ -25,6 +25,7 @@ _OUTPUT_KEYS = ("units", "as_json", "explain")
 @click.option("--batch", type=int, help="Sequences served at once (--inference; default 1).")
 @click.option("--context", type=int, help="Tokens per sequence in the KV cache (--inference; default: --seq).")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache dtype (--inference; default bf16).")
+@plot_option("the per-stage memory as stacked bars against the HBM line (implies --per-stage)")
 def memory(model, **kw):
     """Per-GPU memory of MODEL (a shipped name or alias, a YAML file, or a config.json).
 
@@ -38,11 +39,24 @@ def memory(model, **kw):
     from llmpar import api
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
+    plot_path = kw.pop("plot_path")
+    if plot_path is not None:
+        if kw.get("inference") or kw.get("params"):
+            from llmpar.errors import UserError
+
+            raise UserError("--plot draws the per-stage training memory: leave out --inference/--params")
+        kw["per_stage"] = True
     result = api.memory(model, explain=out["explain"], **kw)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.memory_figure(result, units=out["units"]), plot_path)
     if out["as_json"]:
         echo_json(result.to_dict())
         return
     render(result, units=out["units"], explain=out["explain"])
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
 
 
 # ----------------------------------------------------------------------------------- render

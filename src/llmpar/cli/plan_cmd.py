@@ -12,14 +12,16 @@ import io
 
 import click
 
-from llmpar.cli.common import echo_json, overlap_options, precision_options
+from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
+                               precision_options)
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
 from llmpar.units import fmt_seconds
 
 _LAYOUT = [
-    click.option("--hardware", "hardware", default=None, help="Shipped profile or YAML path (default h100-sxm)."),
+    click.option("--hardware", "hardware", default=None, shell_complete=complete_hardware,
+                 help="Shipped profile or YAML path (default h100-sxm)."),
     click.option("--gpus", type=int, help="GPUs to plan for (required)."),
     click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
     click.option("--global-batch", type=int, help="Sequences per step (default 4,194,304 tokens / seq)."),
@@ -49,6 +51,9 @@ _SEARCH = [
                  help="Search only these values of one knob, e.g. --allow zero=0,1,3 (repeatable)."),
     click.option("--max-tp", type=int, help="Largest tensor-parallel degree to search."),
     click.option("--pareto", is_flag=True, help="Also list the time-memory frontier."),
+    click.option("--margin", default=None, metavar="X",
+                 help="Keep only layouts whose memory x (1 + X) fits the HBM, e.g. 0.05 or 5% (default 0: every layout "
+                      "that fits; the stack's memory.uncertainty drops every TIGHT one)."),
     click.option("--explain-rank", type=int, default=2, show_default=True, metavar="N",
                  help="Explain why #1 beats #N."),
 ]
@@ -68,7 +73,7 @@ def _apply(options, f):
 
 
 @click.command("plan")
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @lambda f: _apply(_LAYOUT, f)
 @precision_options
 @lambda f: _apply(_SEARCH, f)
@@ -76,6 +81,7 @@ def _apply(options, f):
 @overlap_options
 @training_options
 @lambda f: _apply(_OUTPUT, f)
+@plot_option("the time-memory frontier (every feasible layout, step time vs memory per GPU, #1 marked)")
 def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
 
@@ -93,9 +99,14 @@ def plan(model, **kw):
     from llmpar.plan.search import plan as run_plan
 
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
+    plot_path = kw.pop("plot_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
-    result = run_plan(model, units=units, **kw)
+    result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.plan_figure(result, units=units), plot_path)
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:
@@ -103,6 +114,8 @@ def plan(model, **kw):
         click.echo(to_csv([_csv_row(p) for p in rows]), nl=False)
     else:
         render(result, units=units)
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
 
 
 # --------------------------------------------------------------------------------------- CSV
@@ -193,9 +206,15 @@ def _rows_table(rows, fmt, unit, title):
         table.add_row(*[str(x) for x in (
             p.rank, d["tp"], d["pp"], d["dp"], d["cp"], d["ep"], d["zero"], "on" if d["sp"] else "off",
             _REC_SHORT[d["recompute"]], d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
-            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", fmt(p.memory_bytes),
+            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
             f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
     return table
+
+
+def _mem_cell(p, fmt) -> str:
+    """Memory per GPU; a TIGHT row (within the stack's memory.uncertainty of the HBM) says so."""
+    text = fmt(p.memory_bytes)
+    return f"{text} TIGHT" if p.memory.get("verdict") == "tight" else text
 
 
 def _explain_lines(c, fmt, unit) -> list[str]:
@@ -249,7 +268,16 @@ def render(r, units: str = "gb") -> None:
              ("overlap", f"tp {r.settings.tp_overlap:g} / dp {r.settings.dp_overlap:g}")]
     if r.settings.convention != "llmpar":
         pairs.append(("convention", r.settings.convention))
-    pairs.append(("HBM", f"{fmt(r.capacity_bytes)} {unit} (reserve {fmt(r.reserved_bytes)} {unit})"))
+    # the runtime (CUDA context + NCCL buffers, or --reserve) is what is held back from the HBM; it
+    # depends on the layout's communicators, so say whose it is. (reserved_bytes is the allocator's pool.)
+    runtime = r.best.memory.get("runtime_bytes")
+    hbm = f"{fmt(r.capacity_bytes)} {unit}"
+    if runtime is not None:
+        hbm += f" (runtime reserve {fmt(runtime)} {unit} at #1)"
+    pairs.append(("HBM", hbm))
+    margin = getattr(r.space, "margin", 0.0)
+    if margin:
+        pairs.append(("margin", f"memory x {1 + margin:g} must fit the HBM"))
     con.print(R.header("settings", pairs))
     R.print_assumptions(con, r.assumptions)
     con.print()
@@ -273,7 +301,10 @@ def render(r, units: str = "gb") -> None:
     s = r.space
     con.print()
     rej = ", ".join(f"{k} {v:,}" for k, v in s.rejected.items() if v) or "none"
-    con.print(f"space: {s.candidates:,} candidates, {s.feasible:,} feasible; rejected: {rej}", highlight=False)
+    u = r.settings.stack.memory.uncertainty
+    tight = (f" ({s.tight:,} TIGHT: within the stack's {u * 100:g} % memory uncertainty of the HBM)"
+             if getattr(s, "tight", 0) else "")
+    con.print(f"space: {s.candidates:,} candidates, {s.feasible:,} feasible{tight}; rejected: {rej}", highlight=False)
     rate = s.memory_evaluated / s.search_s if s.search_s else float("inf")
     con.print(f"[dim]evaluated {s.memory_evaluated:,} layouts for memory and timed {s.step_evaluated:,} in "
               f"{s.search_s:.2f} s ({rate:,.0f} per second); {r.elapsed_s:.2f} s in all[/dim]")

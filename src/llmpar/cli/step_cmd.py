@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import click
 
-from llmpar.cli.common import common_options, echo_json, overlap_options
+from llmpar.cli.common import common_options, complete_model, echo_json, overlap_options
 from llmpar.cli.training import print_training, training_options
 from llmpar.units import fmt_bytes, fmt_seconds
 
@@ -31,7 +31,7 @@ _NOTES = {
 
 
 @click.command("step")
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @common_options
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @overlap_options

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import echo_json, overlap_options, precision_options
+from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
+                               precision_options)
 from llmpar.cli.training import fmt_days, fmt_quantity, fmt_tokens, training_options
 from llmpar.errors import CheckFailed, UserError
 
@@ -37,11 +38,11 @@ def _plan_options(f):
 
 
 @click.command("sweep")
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @click.option("--gpus", "gpus", required=True, metavar="N,N,...",
               help="GPU counts to plan, e.g. 256,512,1024 or 256,512,...,16384 (the ratio of the first two, up to "
                    "the last).")
-@click.option("--hardware", "hardware", default=None, metavar="NAME[,NAME]",
+@click.option("--hardware", "hardware", default=None, metavar="NAME[,NAME]", shell_complete=complete_hardware,
               help="Hardware profiles, comma-separated (shipped names or YAML paths; default h100-sxm).")
 @_plan_options
 @precision_options
@@ -50,6 +51,7 @@ def _plan_options(f):
 @training_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV (nested keys joined with dots).")
+@plot_option("tokens/s, MFU and days vs GPUs, one line per hardware")
 def sweep(model, **kw):
     """Plan MODEL at each GPU count on each hardware profile: best layout, step time, tokens/s,
     MFU, scaling efficiency, and with --tokens the days, GPU-hours, energy and cost to train.
@@ -67,9 +69,17 @@ def sweep(model, **kw):
     from llmpar.plan.sweep import sweep as run_sweep
 
     as_json, as_csv = kw.pop("as_json"), kw.pop("as_csv")
+    plot_path = kw.pop("plot_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
-    result = run_sweep(model, **kw)
+    from llmpar.cli.progress import progress_bar
+
+    with progress_bar("sweep", enabled=not (as_json or as_csv)) as tick:
+        result = run_sweep(model, progress=tick, **kw)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.sweep_figure(result), plot_path)
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:
@@ -78,6 +88,8 @@ def sweep(model, **kw):
         click.echo(to_csv([_csv_row(r.to_dict()) for r in result.rows]), nl=False)
     else:
         render(result)
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
     if not result.any_ok:
         raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({len(result.rows)} rows: see the reasons)")
 

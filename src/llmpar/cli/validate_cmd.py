@@ -92,19 +92,10 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
     from llmpar.cli.render import console
 
     con = console()
-    show_progress = con.is_terminal and not as_json and not (as_markdown and out is None)
-    if show_progress:
-        from rich.progress import Progress
+    from llmpar.cli.progress import progress_bar
 
-        with Progress(console=con, transient=True) as bar:
-            task = bar.add_task("validate", total=None)
-
-            def progress(name, done, total):
-                bar.update(task, total=total, completed=done, description=f"validate {name}".rstrip())
-
-            result = run_validation(list(sources) or None, stack, limit, progress)
-    else:
-        result = run_validation(list(sources) or None, stack, limit)
+    with progress_bar("validate", enabled=not as_json and not (as_markdown and out is None), console=con) as tick:
+        result = run_validation(list(sources) or None, stack, limit, tick)
     if as_json:
         from llmpar.cli.common import echo_json
 

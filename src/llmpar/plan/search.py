@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.api import MEMORY_COMPONENTS, StepFigures, step_numbers
+from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
                              Parallel, Settings, check_settings, default_global_batch, seq_note)
@@ -94,11 +95,13 @@ class SpaceSummary:
     memory_evaluated: int      # candidates whose memory went through cost.memory
     step_evaluated: int        # candidates timed through cost.step (the ones that fit)
     search_s: float = 0.0      # enumeration + evaluation + ranking (no spec loading)
+    tight: int = 0             # feasible candidates whose verdict is TIGHT (within the stack's memory.uncertainty)
+    margin: float = 0.0        # --margin: a candidate fits when total * (1 + margin) <= HBM
 
     def to_dict(self) -> dict[str, Any]:
         return {"candidates": self.candidates, "feasible": self.feasible, "rejected": dict(self.rejected),
                 "memory_evaluated": self.memory_evaluated, "step_evaluated": self.step_evaluated,
-                "search_s": self.search_s}
+                "search_s": self.search_s, "tight": self.tight, "margin": self.margin}
 
 
 @dataclass
@@ -145,6 +148,9 @@ class PlanResult:
     pareto: list[PlanRow] | None = None
     comparison: Comparison | None = None
     training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
+    # every feasible candidate (arrays: step_time_s, memory_bytes, tp, pp, schedule, frontier) when asked
+    # for (``keep_points``: `plan --plot`); not part of the JSON
+    points: dict[str, Any] | None = None
 
     @property
     def best(self) -> PlanRow:
@@ -209,7 +215,8 @@ def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
     memory = {k: f(mem[k]) for k in MEMORY_COMPONENTS}
     memory.update({"capacity_bytes": f(mem["capacity_bytes"]), "fits": bool(mem["fits"][i]),
                    "max_micro_batch": None if max_b == float("inf") else int(max_b),
-                   "params_per_gpu": _num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i])})
+                   "params_per_gpu": _num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i]),
+                   "verdict": str(verdict_name(int(np.asarray(mem["verdict_code"])[i])))})
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
         **step_numbers(out, i),
@@ -239,7 +246,7 @@ def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> NoLayout:
                     f"and seq {spec.seq:,}: every one of the {cand.total:,} candidates breaks a rule - {why}", hits)
 
 
-def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
+def _nothing_fits(model, mem, par: Parallel, units: str, margin: float = 0.0) -> CheckFailed:
     from llmpar.units import unit_scale
 
     scale, unit = unit_scale(units)
@@ -250,8 +257,9 @@ def _nothing_fits(model, mem, par: Parallel, units: str) -> CheckFailed:
     run = float(np.asarray(mem["runtime_bytes"])[i])
     # the runtime (CUDA context + NCCL buffers) is part of the total; "reserved" is the allocator's
     # pool, not a reserve held back from the HBM (main printed it as "the reserve", larger than the HBM)
+    rule = f" with --margin {margin:g} (total x {1 + margin:g} must be within the HBM)" if margin else ""
     return CheckFailed(
-        f"no layout fits: smallest memory needed {tot[i] / scale:.1f} {unit} (of which runtime, CUDA context + "
+        f"no layout fits{rule}: smallest memory needed {tot[i] / scale:.1f} {unit} (of which runtime, CUDA context + "
         f"NCCL buffers, {run / scale:.1f} {unit}) > {cap / scale:.1f} {unit} of HBM per GPU at {_layout_text(par.take(i))}"
     )
 
@@ -271,8 +279,14 @@ def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
 
 
 def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, objective: str = "time",
-           top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb") -> dict[str, Any]:
+           top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb",
+           margin: float = 0.0, keep_points: bool = False) -> dict[str, Any]:
     """Enumerate, evaluate through ``llmpar.cost`` and rank (see the module doc).
+
+    ``margin``: a candidate is feasible when total * (1 + margin) <= HBM
+    (:func:`llmpar.cost.runtime.fits_with_margin`, the rule ``llmpar memory`` states); 0 keeps
+    every candidate whose total fits. Feasible candidates whose verdict is TIGHT (within the
+    stack's memory.uncertainty of the HBM) are counted in ``space.tight``.
 
     Returns a dict with plans (one row per group of exact ties), pareto, comparison, space
     (SpaceSummary). Raises CheckFailed (exit 1) when no layout passes the divisibility/batch/schedule
@@ -286,12 +300,12 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     if cand.size == 0:
         raise _nothing_valid(cand, spec, model)
     mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
-    fits = np.asarray(mem["fits"], dtype=bool)
+    fits = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin), dtype=bool)
     n_fit = int(np.count_nonzero(fits))
     rejected = dict(cand.rejected)
     rejected["memory"] = cand.size - n_fit
     if n_fit == 0:
-        raise _nothing_fits(model, mem, cand.par, units)
+        raise _nothing_fits(model, mem, cand.par, units, margin)
     idx = np.flatnonzero(fits)
     par = SP.subset(cand.par, idx)
     mem = _pick(mem, idx)
@@ -313,20 +327,28 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
         n = explain_rank
         other = rows[n - 1] if n <= len(rows) else row(n - 1)
         comparison = compare(rows[0], other, objective)
-    frontier = None
-    if pareto:
+    frontier = points = None
+    if pareto or keep_points:
         # time-memory frontier: walk by time (then memory); keep each layout that needs less
         # memory than every faster one
         by_time = np.lexsort((total, t))
         run_min = np.minimum.accumulate(total[by_time])
         keep = np.ones(by_time.size, dtype=bool)
         keep[1:] = total[by_time][1:] < run_min[:-1]
+    if keep_points:
+        on_frontier = np.zeros(t.size, dtype=bool)
+        on_frontier[by_time[keep]] = True
+        each = lambda x: np.broadcast_to(np.asarray(x), t.shape).copy()  # noqa: E731 - a knob fixed by --fix is a scalar
+        points = {"step_time_s": t, "memory_bytes": total, "tp": each(par.tp), "pp": each(par.pp),
+                  "schedule": each(par.schedule), "frontier": on_frontier, "best": int(groups[0][0])}
+    if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
         rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), [g.size for g in groups])
         frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
+    n_tight = int(np.count_nonzero(np.asarray(mem["verdict_code"]) == 1))   # mem is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
-                           step_evaluated=n_fit, search_s=time.perf_counter() - t0)
-    return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary,
+                           step_evaluated=n_fit, search_s=time.perf_counter() - t0, tight=n_tight, margin=margin)
+    return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary, "points": points,
             "capacity_bytes": float(np.asarray(mem["capacity_bytes"]).flat[0]),
             "reserved_bytes": float(np.asarray(mem["reserved_bytes"]).flat[0])}
 
@@ -405,6 +427,8 @@ def plan(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
+    margin: float = 0.0,
+    keep_points: bool = False,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -419,7 +443,9 @@ def plan(
     layout passes the divisibility rules (:class:`NoLayout`) or none fits in memory (a valid
     request, nothing feasible). ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``,
     ``power_per_gpu``: days, GPU-hours, energy and cost to train that budget with plan #1
-    (:func:`llmpar.cost.training.estimate`), in ``PlanResult.training``.
+    (:func:`llmpar.cost.training.estimate`), in ``PlanResult.training``. ``margin``: keep only
+    candidates whose total memory * (1 + margin) fits the HBM (e.g. the stack's
+    memory.uncertainty, 0.05, drops every TIGHT one); ``space.tight`` counts the TIGHT ones kept.
     """
     from llmpar import api
     from llmpar.cost import training as TR
@@ -439,6 +465,7 @@ def plan(
     top = _pos(top, "top")
     max_tp = _pos(max_tp, "max-tp")
     explain_rank = _pos(explain_rank, "explain-rank")
+    margin = _margin(margin)
     if explain_rank < 2:
         raise UserError("--explain-rank must be 2 or more (it explains why #1 beats #N)")
 
@@ -508,7 +535,7 @@ def plan(
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
-                   pareto=pareto, explain_rank=explain_rank, units=units)
+                   pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points)
     training = None
     if train_in["tokens"] is not None:
         best = found["plans"][0]
@@ -520,8 +547,22 @@ def plan(
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
         reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
-        pareto=found["pareto"], comparison=found["comparison"], training=training,
+        pareto=found["pareto"], comparison=found["comparison"], training=training, points=found["points"],
     )
+
+
+def _margin(value) -> float:
+    """--margin as a fraction in [0, 1): 0.1 or "10%"."""
+    if value is None:
+        return 0.0
+    text = str(value).strip()
+    try:
+        m = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UserError(f"--margin must be a fraction such as 0.1 or a percentage such as 10%, got {value!r}") from None
+    if not 0.0 <= m < 1.0:
+        raise UserError(f"--margin must be at least 0 and below 1 (100 %), got {value!r}")
+    return m
 
 
 def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: int | None = None) -> None:

@@ -214,6 +214,7 @@ def sweep(
     global_batch: int | None = None,
     tokens_per_batch: int | None = None,
     hf: str | None = None,
+    progress=None,
     **plan_options,
 ) -> SweepResult:
     """Plan each of ``gpus`` (a list, or ``"256,512,...,16384"``) on each ``hardware`` profile
@@ -223,7 +224,8 @@ def sweep(
     ``power_per_gpu``: as in :func:`llmpar.cost.training.estimate`. Every other keyword is
     :func:`llmpar.plan.search.plan`'s (``fix``, ``allow``, ``max_tp``, ``zero``, ``dtype``,
     ``stack``, ...) and applies at every count. Raises UserError for bad input (an unknown
-    profile, a bad count); a count where nothing runs is a row with a ``reason``.
+    profile, a bad count); a count where nothing runs is a row with a ``reason``. ``progress``:
+    an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar import api
     from llmpar.cost import training as TR
@@ -274,6 +276,8 @@ def sweep(
         for n in counts:
             row, result = _row_for(spec, hw, n, opts, global_batch, train_in)
             rows.append(row)
+            if progress is not None:
+                progress(f"{hw.name} x {n:,}", len(rows), len(hws) * len(counts))
             if first is None and result is not None:
                 first = result
     if first is not None:

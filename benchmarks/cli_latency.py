@@ -1,0 +1,51 @@
+"""Wall-clock latency of the two commands a user types first (issue 10: both under 0.3 s).
+
+    python benchmarks/cli_latency.py [-n 15]
+
+Runs each command N times in a fresh interpreter (``python -m llmpar ...``, a subprocess, as a
+shell would) and prints the median and the fastest run. The start-up is mostly imports and spec
+loading; `python -X importtime -m llmpar memory llama-3-70b` shows where it goes. This is a
+benchmark, not a test: nothing in the test suite times anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+COMMANDS = {
+    "llmpar --help": ["--help"],
+    "llmpar memory llama-3-70b": ["memory", "llama-3-70b"],
+}
+TARGET_S = 0.3
+
+
+def time_once(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "llmpar", *args], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=15, help="runs per command (default 15)")
+    n = ap.parse_args().n
+    time_once(["--help"])   # warm the OS file cache and the .pyc files
+    base = [sys.executable, "-c", "pass"]
+    t0 = time.perf_counter()
+    for _ in range(3):
+        subprocess.run(base, check=True)
+    bare = (time.perf_counter() - t0) / 3
+    print(f"python start-up alone: {bare:.3f} s")
+    for name, args in COMMANDS.items():
+        times = [time_once(args) for _ in range(n)]
+        med = statistics.median(times)
+        flag = "ok" if med < TARGET_S else f"over {TARGET_S} s"
+        print(f"{name:<28} median {med:.3f} s  fastest {min(times):.3f} s  ({n} runs; {flag})")
+
+
+if __name__ == "__main__":
+    main()
