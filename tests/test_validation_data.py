@@ -31,6 +31,8 @@ EXPECTED_RUNS = {
     "playbook-nanotron-h100.yaml": 1650,    # playbook grid: 808 runs of 1B + 842 of 3B
     "torchtitan-h100-2024.yaml": 18,        # docs/performance.md Tables 1-6: 3 + 4 + 3 + 2 + 2 + 4
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
+    "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
+    "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
 }
 # The playbook grid's status counts (shared hf_playbook_runs_1b_3b.yaml): (model, status) -> runs
 PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
