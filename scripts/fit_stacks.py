@@ -6,6 +6,7 @@ this script:
     python scripts/fit_stacks.py megatron-core      # H100: Megatron-Core table, NeMo FP8 tables, Llama 3, DeepSeek-V3
     python scripts/fit_stacks.py megatron-2022      # A100: Korthikanti 2022 Table 5, Narayanan 2021 Table 1
     python scripts/fit_stacks.py nanotron           # H100: playbook runs on 1-2 nodes; 4-64 nodes held out
+    python scripts/fit_stacks.py megatron-core-blackwell   # B200/GB200: NeMo 25.11 dense rows; MoE rows held out
 
 It takes a few minutes per stack (every fold refits). Nothing here is used at run time.
 """
@@ -29,6 +30,13 @@ PLANS = {
         parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency", "kernels.attention.forward_efficiency",
                     "kernels.attention.backward_efficiency", "overlap.tp", "overlap.dp", "fixed.per_step_s"],
         folds=10),
+    # Blackwell: the per-generation values only (the overlap and fixed values stay the Hopper fit's);
+    # fitted on the dense rows; the MoE rows are reported, not fitted (grouped GEMMs and the EP
+    # all-to-all are the least-validated parts of the model)
+    "megatron-core-blackwell": dict(
+        stack="megatron-core", files=["nemo-2511-b200", "nemo-2511-gb200"],
+        train=lambda r: not r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),
+        parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"], folds=20),
     "megatron-2022": dict(files=["narayanan2021-table1", "korthikanti2022-table5"],
                           parameters=["kernels.gemm_efficiency"], folds=18),
     # nanotron: fit on 1-2 nodes only; runs slower than half their cell's best measured run are
@@ -76,7 +84,7 @@ def main(name: str) -> None:
                 best[key] = max(best.get(key, 0.0), r.tokens_per_s_per_gpu)
         fit_set = [r for r in train if r.status != "ok" or not r.tokens_per_s_per_gpu
                    or r.tokens_per_s_per_gpu >= plan["healthy"] * best[(r.model, r.layout["gpus"])]]
-    fit = R.fit_runs(fit_set, name, parameters=plan["parameters"], models=read.models, folds=plan["folds"])
+    fit = R.fit_runs(fit_set, plan.get("stack", name), parameters=plan["parameters"], models=read.models, folds=plan["folds"])
     out = {"stack": name, "generation": fit.generation, "runs_fitted": len(fit_set),
            "parameters": {k: round(v["after"], 4) for k, v in fit.parameters.items()},
            "summary": fit.summary}
