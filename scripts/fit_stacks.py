@@ -42,7 +42,7 @@ PLANS = {
     # nanotron: fit on 1-2 nodes only; runs slower than half their cell's best measured run are
     # left out of the fit (TP across EFA nodes runs at 20-40 tokens/s per GPU, 1000x below the
     # cell's best: an environment pathology, not kernel physics; they stay in every error figure)
-    "nanotron": dict(files=["playbook-nanotron-h100"], train=lambda r: r.layout["gpus"] <= 16,
+    "nanotron": dict(files=["playbook-nanotron-h100"], train=R.run_selector("gpus<=16"),
                      healthy=0.5,
                      parameters=["kernels.gemm_efficiency", "kernels.launch_s_per_layer",
                                  "overlap.tp", "overlap.dp", "network.scale_out_efficiency", "network.scale_out_latency",
@@ -52,46 +52,17 @@ PLANS = {
 }
 
 
-def fastest_quarter(result) -> dict:
-    """Per (model, GPU count) cell: the median |tokens/s error| over the cell's fastest quarter of
-    measured runs (issue 8's nanotron target), and the median over cells."""
-    cells: dict = {}
-    for r, row in zip(result.runs, result.rows):
-        t = row["measured_step_time_s"]
-        if t is None:
-            continue
-        cells.setdefault((r.model, r.layout["gpus"]), []).append((t, t / row["predicted_step_time_s_after"] - 1))
-    per = {}
-    for key, vals in sorted(cells.items(), key=str):
-        vals.sort()
-        top = vals[:max(1, len(vals) // 4)]
-        per[f"{key[0]} x {key[1]}"] = float(np.median([abs(e) for _, e in top]))
-    return {"per_cell": per, "median_over_cells": float(np.median(list(per.values()))) if per else None,
-            "worst_cell": max(per.values()) if per else None}
-
-
 def main(name: str) -> None:
     plan = PLANS[name]
     read = read_runs([ROOT / "validation" / f"{f}.yaml" for f in plan["files"]])
-    runs = read.runs
-    train = [r for r in runs if plan.get("train", lambda r: True)(r)]
-    fit_set = train
-    if plan.get("healthy"):
-        best = {}
-        for r in train:
-            if r.tokens_per_s_per_gpu:
-                key = (r.model, r.layout["gpus"])
-                best[key] = max(best.get(key, 0.0), r.tokens_per_s_per_gpu)
-        fit_set = [r for r in train if r.status != "ok" or not r.tokens_per_s_per_gpu
-                   or r.tokens_per_s_per_gpu >= plan["healthy"] * best[(r.model, r.layout["gpus"])]]
-    fit = R.fit_runs(fit_set, plan.get("stack", name), parameters=plan["parameters"], models=read.models, folds=plan["folds"])
-    out = {"stack": name, "generation": fit.generation, "runs_fitted": len(fit_set),
+    fit, held = R.fit_and_hold_out(read.runs, plan.get("stack", name), train=plan.get("train"),
+                                   healthy=plan.get("healthy"), parameters=plan["parameters"], models=read.models,
+                                   folds=plan["folds"])
+    out = {"stack": plan.get("stack", name), "generation": fit.generation, "runs_fitted": len(fit.runs),
            "parameters": {k: round(v["after"], 4) for k, v in fit.parameters.items()},
            "summary": fit.summary}
-    held = [r for r in runs if r not in train]
-    if held:
-        ev = R.fit_runs(held, fit.fitted, models=read.models, check_only=True)
-        out["held_out"] = {"runs": len(held), **ev.summary["before"], "fastest_quarter": fastest_quarter(ev)}
+    if held is not None:
+        out["held_out"] = {"runs": len(held.runs), **held.summary["before"]}
     print(json.dumps(out, indent=1, default=lambda x: float(x) if isinstance(x, np.floating) else str(x)))
 
 

@@ -145,7 +145,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                             *under("summary.", ERRORS))),
         *under("check.", ("statistic", "tolerance", "value", "passed"))),
     "calibrate runs --check": (
-        "stack", "generation", "parameters.*", "notes[]", "out",
+        "stack", "generation", "parameters.*", "notes[]", "out", "held_out",
         *under("summary.before.", (
             "fits_agreement", *under("speed.", ("runs", "median_abs", "mean_abs", "max_abs")),
             *under("memory.", ("runs", "median_abs", "mean_abs", "max_abs")),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -609,3 +610,74 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
     return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,
                    files or [])
+
+
+# ------------------------------------------------------------------- fit small, predict big
+
+_SELECT = re.compile(r"^\s*(gpus|tp|pp|dp|cp|ep|zero|micro_batch|seq)\s*(<=|>=|<|>|==|=)\s*(\d+)\s*$")
+
+
+def run_selector(text: str):
+    """``'gpus<=16'`` -> a predicate on runs (layout key, comparison, integer): which runs a fit
+    uses (``calibrate runs --train``); the others are held out and predicted."""
+    m = _SELECT.match(str(text))
+    if not m:
+        raise UserError(f"--train {text!r}: expected KEY OP N with KEY one of gpus, tp, pp, dp, cp, ep, zero, "
+                        f"micro_batch, seq and OP one of <=, >=, <, >, = (e.g. gpus<=16)")
+    key, op, n = m.group(1), m.group(2), int(m.group(3))
+    ops = {"<=": lambda a: a <= n, ">=": lambda a: a >= n, "<": lambda a: a < n, ">": lambda a: a > n,
+           "==": lambda a: a == n, "=": lambda a: a == n}
+    return lambda r: r.layout.get(key) is not None and ops[op](int(r.layout[key]))
+
+
+def healthy_runs(runs: list, fraction: float) -> list:
+    """Runs that ran no slower than ``fraction`` of their configuration's (model x GPU count) best
+    measured throughput, plus every run without a throughput: the fit's speed data without the
+    pathological runs (a transport falling back, a hang) that no kernel or overlap value explains.
+    They stay in every error figure."""
+    runs = [as_run(r) for r in runs]
+    cfg = configurations(runs)
+    best: dict = {}
+    for c, r in zip(cfg, runs):
+        if r.tokens_per_s_per_gpu:
+            best[c] = max(best.get(c, 0.0), r.tokens_per_s_per_gpu)
+    return [r for c, r in zip(cfg, runs)
+            if r.status != "ok" or not r.tokens_per_s_per_gpu or r.tokens_per_s_per_gpu >= fraction * best[c]]
+
+
+def fastest_quarter(result: RunsFit) -> dict[str, Any]:
+    """Per configuration (model x GPU count): the median |throughput error| over its fastest
+    quarter of measured runs (the well-tuned ones a planner competes with), and the median over
+    configurations."""
+    cells: dict = {}
+    for key, row in zip(configurations(result.runs), result.rows):
+        t = row["measured_step_time_s"]
+        if t is not None:
+            cells.setdefault(key, []).append((t, t / row["predicted_step_time_s_after"] - 1))
+    per = {}
+    for key, vals in sorted(cells.items(), key=str):
+        vals.sort()
+        per[f"{key[0]} x {key[1]}"] = float(np.median([abs(e) for _, e in vals[:max(1, len(vals) // 4)]]))
+    vals = list(per.values())
+    return {"per_configuration": per, "median": float(np.median(vals)) if vals else None,
+            "max": max(vals) if vals else None}
+
+
+def fit_and_hold_out(runs, stack, *, train=None, healthy: float | None = None, **kw) -> tuple[RunsFit, RunsFit | None]:
+    """Fit on the runs ``train`` selects (all by default; minus the unhealthy ones with ``healthy``)
+    and evaluate the fitted stack on the rest (held out: never seen by the fit). Returns the fit
+    and the held-out evaluation (None when nothing is held out); the held-out summary gains
+    ``fastest_quarter``."""
+    runs = [as_run(r) for r in runs]
+    chosen = [r for r in runs if train(r)] if train is not None else runs
+    if not chosen:
+        raise UserError("--train selects no run")
+    fit_set = healthy_runs(chosen, healthy) if healthy else chosen
+    result = fit_runs(fit_set, stack, **kw)
+    held = [r for r in runs if train is not None and not train(r)]
+    if not held:
+        return result, None
+    kw2 = {k: v for k, v in kw.items() if k in ("hardware", "models", "files")}
+    ev = fit_runs(held, result.fitted, check_only=True, **kw2)
+    ev.summary["before"]["fastest_quarter"] = fastest_quarter(ev)
+    return result, ev

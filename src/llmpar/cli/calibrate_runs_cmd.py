@@ -88,6 +88,33 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
         con.print("(--out FILE.yaml writes the fitted stack)")
 
 
+def render_held_out(held) -> None:
+    """The runs the fit did not see, predicted by the fitted stack: errors, the fastest quarter of
+    each configuration, and the planner's regret per configuration."""
+    from rich.table import Table
+
+    from llmpar.cli.render import console
+
+    s = held.summary["before"]
+    con = console()
+    t = Table(title=f"Held out: {len(held.runs)} runs the fit did not use, predicted by the fitted stack")
+    for col in ("", "speed runs", "median", "mean", "max", "memory runs", "median", "FITS/OOM agree", "regret"):
+        t.add_column(col, justify="left" if not col else "right")
+    t.add_row(*_fmt_summary("held out", s))
+    con.print(t)
+    fq, reg = s["fastest_quarter"], s["regret"]["per_configuration"]
+    per = Table(title="Per configuration: |error| over its fastest quarter of runs; regret = how much slower the "
+                      "measured run of llmpar's pick is than the best measured")
+    for col in ("configuration", "fastest-quarter |error|", "planner regret"):
+        per.add_column(col, justify="left" if col == "configuration" else "right")
+    for key, v in fq["per_configuration"].items():
+        per.add_row(key, _pct(v), _pct(reg.get(key)))
+    con.print(per)
+    con.print(f"median over configurations: fastest-quarter |error| {_pct(fq['median'])}, regret "
+              f"{_pct(s['regret']['median'])} ({_pct(s['regret']['within_5pct'])} of configurations within 5 %)",
+              highlight=False)
+
+
 @click.command("runs")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--stack", shell_complete=complete_stack, help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
@@ -96,6 +123,10 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
 @click.option("--fit", "fit_names", help="Comma list of stack parameters to fit (default: what the runs constrain).")
 @click.option("--folds", type=click.IntRange(0, 50), default=5, show_default=True,
               help="Cross-validation folds over configurations (model x GPU count); 0 = none.")
+@click.option("--train", "train_sel", metavar="KEY<=N",
+              help="Fit on the runs this selects (e.g. gpus<=16); predict the others as held out.")
+@click.option("--drop-slower-than", "healthy", type=click.FloatRange(0, 1, min_open=True),
+              help="Leave out of the fit runs slower than this fraction of their configuration's best (e.g. 0.5).")
 @click.option("--check", is_flag=True, help="Report the stack's error on the runs; fit nothing.")
 @click.option("--tolerance", help="With --check: exit 1 if the median speed or memory error exceeds this (e.g. 10%).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the fitted stack here.")
@@ -103,8 +134,8 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
 @click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @plot_option("predicted vs measured step time and peak memory, before and after the fit, with the y = x line")
-def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, out, out_name, show_rows, as_json,
-             plot_path):
+def runs_cmd(files, stack, hardware, model, fit_names, folds, train_sel, healthy, check, tolerance, out, out_name,
+             show_rows, as_json, plot_path):
     """Fit a stack's kernel efficiencies, overlaps, fixed costs and memory factors to measured runs.
 
     \b
@@ -112,10 +143,11 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
     Examples:
       llmpar calibrate runs my-runs.csv --stack megatron-core --hardware h100-sxm --out my-stack.yaml
       llmpar calibrate runs logs/*.log --model llama-3-8b --hardware h100-sxm --check --tolerance 10%
+      llmpar calibrate runs playbook.yaml --train 'gpus<=16' --drop-slower-than 0.5   # fit small, predict big
     """
     import yaml
 
-    from llmpar.calibrate.runs import fit_runs
+    from llmpar.calibrate.runs import fit_and_hold_out, run_selector
     from llmpar.calibrate.runs_io import read_runs
 
     tol = _tolerance(tolerance)
@@ -123,6 +155,9 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
         raise UserError("--tolerance goes with --check")
     if check and out is not None:
         raise UserError("--check fits nothing: drop --out")
+    if check and (train_sel or healthy):
+        raise UserError("--check fits nothing: --train and --drop-slower-than choose what a fit uses")
+    train = run_selector(train_sel) if train_sel else None
     defaults = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
     read = read_runs(files, defaults=defaults)
     if stack is None:
@@ -132,8 +167,9 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
     from llmpar.cli.progress import progress_bar
 
     with progress_bar("calibrate runs", enabled=not as_json) as tick:
-        result = fit_runs(read.runs, stack, hardware=hardware, parameters=names, folds=folds, models=read.models,
-                          files=[str(f) for f in files], check_only=check, progress=tick)
+        result, held = fit_and_hold_out(read.runs, stack, train=train, healthy=healthy, hardware=hardware,
+                                        parameters=names, folds=folds, models=read.models,
+                                        files=[str(f) for f in files], check_only=check, progress=tick)
     if plot_path is not None:
         from llmpar.cli import plots
 
@@ -147,9 +183,13 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, check, tolerance, 
     if as_json:
         echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
                    "summary": result.summary, "rows": result.rows, "notes": read.notes,
-                   "out": str(out) if out else None})
+                   "out": str(out) if out else None,
+                   "held_out": None if held is None else {"runs": len(held.runs), "summary": held.summary["before"],
+                                                          "rows": held.rows}})
     else:
         render(result, read.notes, check, out, show_rows)
+        if held is not None:
+            render_held_out(held)
         if plot_path is not None:
             click.echo(f"plot: {plot_path}")
     if tol is not None:
