@@ -12,8 +12,6 @@ The Python API (docs/api.md), the same computations as the CLI:
 ``import llmpar`` (and ``llmpar --help``) loads neither numpy nor pydantic nor rich.
 """
 
-import importlib as _importlib
-
 _API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "sweep", "collective", "validate")
 
 # ``llmpar.plan`` and ``llmpar.validate`` are the API functions, but they are also the names of two
@@ -22,15 +20,18 @@ _API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "
 # __init__ files are import-free: import them here, once, and drop that binding, so that the
 # attribute resolves to the function (``__getattr__`` below) and a later ``import llmpar.plan.search``
 # (already-loaded parent) never rebinds it. Import their modules with ``from llmpar.plan import search``.
-for _pkg in ("plan", "validate"):
-    _importlib.import_module(f"{__name__}.{_pkg}")
-    del globals()[_pkg]
-del _pkg
+# (This import must come before ``__getattr__`` is defined: ``from llmpar import plan`` asks for the
+# attribute first, and ``__getattr__`` would answer with the function.)
+from llmpar import plan, validate  # noqa: E402, I001
+
+del plan, validate
 
 
 def __getattr__(name: str):
     if name in _API:
-        value = getattr(_importlib.import_module("llmpar.api"), name)
+        from llmpar import api
+
+        value = getattr(api, name)
         globals()[name] = value          # resolved once
         return value
     raise AttributeError(f"module 'llmpar' has no attribute {name!r}")
