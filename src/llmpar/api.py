@@ -1,97 +1,63 @@
 """Python API for scripts: the same computations as the CLI, returning result objects.
 
-Each function takes the CLI's common options as keyword arguments (DESIGN.md, CLI conventions:
-same names and meaning everywhere) and is a thin layer over :mod:`llmpar.parallel` (resolution)
-and :mod:`llmpar.cost` (formulas). Nothing here prints.
+``import llmpar`` exposes these functions lazily (``llmpar.memory``, ``llmpar.plan`` ...); this
+module is where they live. Each takes the command's options as keyword arguments, with
+underscores (DESIGN.md, CLI conventions: same names and meaning everywhere); a loaded
+ModelSpec, Hardware or Stack works wherever a name does. Each returns a pydantic result
+(:mod:`llmpar.results`) whose ``model_dump()`` is the command's ``--json`` object. Bad input
+raises :class:`llmpar.errors.UserError` (the CLI's exit 2); a check that fails — nothing
+feasible in ``plan``, ``validate`` over ``tolerance`` — raises
+:class:`llmpar.errors.CheckFailed` (exit 1). Nothing here prints. docs/api.md has the reference.
 
-    >>> import llmpar.api as api
-    >>> r = api.memory("llama-3-70b", zero=3, dp=8)
-    >>> r.fits, r.memory["total_bytes"]
+The numbers come from :mod:`llmpar.cost` through :mod:`llmpar.parallel` (resolution);
+:func:`plan` and :func:`sweep` are the planner's (:mod:`llmpar.plan`), :func:`validate` wraps
+:mod:`llmpar.validate.core`.
+
+    >>> import llmpar
+    >>> r = llmpar.memory("llama-3-70b", hardware="h100-sxm", zero=3, dp=8)
+    >>> r.fits, r.memory["total_bytes"], r.model_dump()["verdict"]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+import operator
 from typing import Any
 
-import numpy as np
-
-from llmpar.errors import UserError
-from llmpar.parallel import DTYPES, Parallel, Resolved, Settings, resolve
+from llmpar.errors import CheckFailed, UserError
+from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note
+from llmpar.parallel import DTYPES, Resolved, Settings, resolve
+from llmpar.plan.search import plan
+from llmpar.plan.sweep import sweep
+from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
+                            MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
+                            SweepRow, ValidateResult, num, step_numbers)
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
+from llmpar.specs.stack import Stack
 from llmpar.units import parse_bytes, parse_count
-
-MEMORY_COMPONENTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                     "buffers_bytes", "kv_cache_bytes", "allocated_bytes", "allocator_overhead_bytes",
-                     "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes")
-
 
 # ------------------------------------------------------------------------------ spec loading
 
-def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None) -> tuple[ModelSpec, str | None]:
-    """(spec, alias typed or None) from a shipped name/alias, a YAML path, or a HF config.json."""
-    from llmpar.specs import registry
 
-    if model is not None and hf is not None:
-        raise UserError("give either a MODEL or --hf config.json, not both")
-    if isinstance(model, ModelSpec):
-        return model, None
-    if hf is not None:
-        path = Path(hf)
-        if not path.is_file():
-            raise UserError(f"--hf: file not found: {hf}")
-        try:
-            from llmpar.specs.hf import load_hf_config
-        except ModuleNotFoundError:  # pragma: no cover - shipped with the package
-            raise UserError("reading Hugging Face configs is not available in this version") from None
-        return load_hf_config(path), None
-    spec = registry.load_model(str(model))
-    _, alias = registry.resolved_name(str(model)) if not registry._looks_like_path(str(model)) else (None, None)
-    return spec, alias
+def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None) -> ModelSpec:
+    """A model spec: a shipped name or alias (``"llama-70b"``), a YAML path, a Hugging Face
+    ``config.json`` path (or ``hf=`` one), or a loaded :class:`ModelSpec` (returned as is)."""
+    if model is None and hf is None:
+        raise UserError("give a MODEL (e.g. llama-3-70b) or hf= a config.json")
+    return load_model_spec(model, hf)[0]
 
 
-def load_hardware_spec(hardware: str | Hardware) -> Hardware:
-    from llmpar.specs import registry
-
-    return registry.load_hardware(hardware)
-
-
-def parse_reserve(reserve, hw: Hardware) -> float | None:
-    """--reserve as bytes: an explicit override of the runtime memory (CUDA context + NCCL buffers),
-    or None = the stack's runtime model (a legacy ``reserve`` in a user's hardware profile counts
-    as --reserve). Must leave room on the GPU."""
-    if reserve is None and getattr(hw, "reserve", None) is None:
-        return None
-    value = float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)
-    if value >= hw.gpu.memory:
-        raise UserError(f"--reserve {reserve} is not smaller than the {hw.gpu.memory / 1e9:.2f} GB of GPU memory")
-    return value
+def load_hardware(hardware: str | Hardware = "h100-sxm") -> Hardware:
+    """A hardware profile: a shipped name (``"h100-sxm"``), a YAML path, or a loaded :class:`Hardware`."""
+    return load_hardware_spec(hardware)
 
 
-def _fraction(value, option: str) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"--{option} must be a number between 0 and 1, got {value!r}") from None
+def load_stack(stack: str | Stack | None = None) -> Stack:
+    """A software stack: a shipped name (``"megatron-core"``), a YAML path, a loaded :class:`Stack`,
+    or None for the default stack."""
+    from llmpar.specs.registry import load_stack as _load_stack
 
-
-def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
-                  convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
-                  rank_order=None, stack=None) -> Settings:
-    """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
-    a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
-    kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
-    extra = {}
-    if dp_overlap is not None:
-        extra["dp_overlap"] = _fraction(dp_overlap, "dp-overlap")
-    if tp_overlap is not None:
-        extra["tp_overlap"] = _fraction(tp_overlap, "tp-overlap")
-    if rank_order is not None:
-        extra["rank_order"] = str(rank_order)
-    return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                    attention=attention, kv_dtype=kv, stack=stack, **extra)
+    return _load_stack(stack)
 
 
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
@@ -103,97 +69,6 @@ def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
 
 
 # ------------------------------------------------------------------------------------ memory
-
-@dataclass
-class MemoryResult:
-    """What `llmpar memory` computed; :meth:`to_dict` is the JSON contract (issue 2)."""
-
-    model: str
-    model_requested: str | None
-    hardware: str
-    parallel: Parallel
-    settings: Settings
-    mode: str                               # "training" | "inference" | "model_states"
-    params_total: float
-    params_per_gpu: float
-    memory: dict[str, float]
-    activation_bytes_per_layer: float | None
-    capacity_bytes: float
-    fits: bool
-    max_micro_batch: int | None
-    most_loaded_stage: int
-    bytes_per_param: dict[str, Any]
-    assumptions: list[str] = field(default_factory=list)
-    communicators: int = 0
-    stages: list[dict] | None = None
-    terms: list[Any] | None = None
-    inference: dict[str, Any] | None = None
-
-    @property
-    def gpus(self) -> int:
-        return int(self.parallel.gpus)
-
-    @property
-    def usable_bytes(self) -> float:
-        """HBM left for the allocator's pool: capacity − runtime (CUDA context + NCCL, or --reserve)."""
-        return self.capacity_bytes - self.memory["runtime_bytes"]
-
-    @property
-    def verdict(self) -> str:
-        """'fits' | 'tight' | 'does_not_fit' (cost.runtime.verdict_code: within the stack's
-        memory.uncertainty of the capacity on either side is 'tight')."""
-        from llmpar.cost.runtime import verdict_code, verdict_name
-
-        return verdict_name(verdict_code(self.memory["total_bytes"], self.capacity_bytes,
-                                         self.settings.stack.memory.uncertainty))
-
-    @property
-    def margin_bytes(self) -> float:
-        return self.capacity_bytes - self.memory["total_bytes"]
-
-    @property
-    def model_states_bytes(self) -> float:
-        return sum(self.memory[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes"))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "model": self.model,
-            "model_requested": self.model_requested,
-            "hardware": self.hardware,
-            "gpus": self.gpus,
-            "mode": self.mode,
-            "parallel": self.parallel.as_dict(),
-            "settings": self.settings.as_dict(),
-            "params_total": _num(self.params_total),
-            "params_per_gpu": _num(self.params_per_gpu),
-            "bytes_per_param": self.bytes_per_param,
-            "memory": dict(self.memory),
-            "model_states_bytes": self.model_states_bytes,
-            "activation_bytes_per_layer": self.activation_bytes_per_layer,
-            "capacity_bytes": self.capacity_bytes,
-            "usable_bytes": self.usable_bytes,
-            "fits": self.fits,
-            "verdict": self.verdict,
-            "margin_bytes": self.margin_bytes,
-            "uncertainty": self.settings.stack.memory.uncertainty,
-            "communicators": self.communicators,
-            "max_micro_batch": self.max_micro_batch,
-            "most_loaded_stage": self.most_loaded_stage,
-            "assumptions": list(self.assumptions),
-        }
-        if self.inference is not None:
-            out["inference"] = dict(self.inference)
-        if self.stages is not None:
-            out["stages"] = [dict(s) for s in self.stages]
-        if self.terms is not None:
-            out["terms"] = [t.as_dict() for t in self.terms]
-        return out
-
-
-def _num(x: float) -> int | float:
-    """Counts as ints in JSON when they are whole (they are, except for uneven bare splits)."""
-    return int(x) if float(x).is_integer() else float(x)
-
 
 def _int_or_none(x) -> int | None:
     x = float(x)
@@ -387,103 +262,7 @@ def _bpp(prec) -> dict[str, Any]:
             "fp8_weight_cache": prec.fp8_cache, "convention": prec.convention}
 
 
-
-
-
-
-def stack_note(settings: Settings) -> str:
-    """One line naming the stack and the values of it a result used, and what overrode it."""
-    st = settings.stack
-    over = settings.overrides()
-    parts = [f"attention {settings.attention} ({st.kernels.attention.kernel} kernel)",
-             f"grad dtype {settings.grad_dtype}", f"tp overlap {settings.tp_overlap:g}", f"dp overlap {settings.dp_overlap:g}"]
-    text = f"stack {st.name}: " + ", ".join(parts)
-    if over:
-        text += " (given: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in over.items()) + ")"
-    return text + " (`llmpar stacks show " + st.name + "`)"
-
-
 # -------------------------------------------------------------------------------------- step
-
-STEP_NUMBERS = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
-                "mfu", "hfu", "mfu_full_attention")
-
-
-def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
-    """The figures of one layout from :func:`llmpar.cost.step.step_time`'s output: the scalar
-    result (``i`` None) or entry ``i`` of the planner's arrays."""
-    def f(x):
-        return float(np.asarray(x) if i is None else np.asarray(x)[i])
-
-    return {**{k: f(out[k]) for k in STEP_NUMBERS}, "mfu_convention": out["mfu_convention"],
-            "breakdown_s": {k: f(v) for k, v in out["breakdown_s"].items()},
-            "comm_bytes_per_gpu": {k: f(v) for k, v in out["comm_bytes_per_gpu"].items()}}
-
-
-@dataclass
-class StepFigures:
-    """What every step-time result carries (`llmpar step`, each row of `llmpar plan`)."""
-
-    model: str
-    hardware: str
-    parallel: Parallel
-    settings: Settings
-    step_time_s: float
-    tokens_per_s: float
-    samples_per_s: float
-    model_tflops_per_gpu: float
-    hardware_tflops_per_gpu: float
-    mfu: float
-    hfu: float
-    mfu_full_attention: float
-    mfu_convention: str
-    breakdown_s: dict[str, float]
-    comm_bytes_per_gpu: dict[str, float]
-
-    @property
-    def gpus(self) -> int:
-        return int(self.parallel.gpus)
-
-    def step_json(self, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
-        """The JSON keys of a step-time result: the common keys of DESIGN.md plus issue 3's."""
-        return {
-            "model": self.model,
-            "hardware": self.hardware,
-            "gpus": self.gpus,
-            "parallel": self.parallel.as_dict(),
-            "settings": self.settings.as_dict(),
-            "tokens_per_step": int(self.parallel.tokens_per_step),
-            **{k: getattr(self, k) for k in STEP_NUMBERS},
-            "mfu_convention": self.mfu_convention,
-            "breakdown_s": dict(self.breakdown_s),
-            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
-            "memory": memory,
-            "fits": fits,
-        }
-
-
-@dataclass
-class StepResult(StepFigures):
-    """What `llmpar step` computed; :meth:`to_dict` is the JSON contract (issue 3)."""
-
-    model_requested: str | None = None
-    memory: MemoryResult | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    assumptions: list[str] = field(default_factory=list)
-    training: dict[str, Any] | None = None   # days, GPU-hours, energy, cost to train `tokens` (cost.training)
-
-    def to_dict(self) -> dict[str, Any]:
-        mem = self.memory
-        memory = {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
-                  "max_micro_batch": mem.max_micro_batch, "params_per_gpu": _num(mem.params_per_gpu)}
-        return {
-            "model_requested": self.model_requested,
-            **self.step_json(memory, mem.fits),
-            "detail": dict(self.detail),
-            "assumptions": list(self.assumptions),
-            **({"training": dict(self.training)} if self.training is not None else {}),
-        }
-
 
 def step(
     model: str | ModelSpec | None = None,
@@ -583,24 +362,206 @@ def step(
     )
 
 
-# -------------------------------------------------------------------------------------- plan
+# ---------------------------------------------------------------------------- plan and sweep
+#
+# plan() and sweep() are the planner's own functions (llmpar.plan.search.plan,
+# llmpar.plan.sweep.sweep), imported above: their keywords are documented there and in docs/api.md.
 
-def plan(model: str | ModelSpec | None = None, **options):
-    """Rank the layouts of ``gpus`` GPUs for ``model`` (issue 4): see :func:`llmpar.plan.search.plan`
-    for the keywords. Returns a :class:`llmpar.plan.search.PlanResult`."""
-    from llmpar.plan.search import plan as _plan
+# -------------------------------------------------------------------------------- collective
 
-    return _plan(model, **options)
-
-
-def sweep(model: str | ModelSpec | None = None, **options):
-    """Plan a list of GPU counts on one or more hardware profiles, with days, GPU-hours, energy and
-    cost to train ``tokens`` (issue 10): see :func:`llmpar.plan.sweep.sweep` for the keywords.
-    Returns a :class:`llmpar.plan.sweep.SweepResult`."""
-    from llmpar.plan.sweep import sweep as _sweep
-
-    return _sweep(model, **options)
+_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum"}
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+_TYPE_BYTES = 4  # nccl-tests default type: float
 
 
-__all__ = ["MemoryResult", "StepResult", "load_hardware_spec", "load_model_spec", "make_settings", "memory",
-           "parse_reserve", "plan", "step", "sweep"]
+def _sweep_sizes(text: str) -> list[float]:
+    parts = str(text).split(":")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise UserError(f"--sweep expects A:B (e.g. 1KiB:8GiB), got {text!r}")
+    lo = parse_bytes(parts[0], "sweep start")
+    hi = parse_bytes(parts[1], "sweep end")
+    if lo > hi:
+        raise UserError(f"--sweep start {parts[0].strip()} is larger than its end {parts[1].strip()}")
+    sizes = []
+    s = lo
+    while s <= hi * (1 + 1e-12):
+        sizes.append(s)
+        s *= 2
+    return sizes
+
+
+def _collective_group(hw, gpus: int | None, per_node: int | None) -> tuple[int, dict, list[str]]:
+    """Check gpus/gpus_per_node and place the group by the rule ``step`` and ``plan`` use
+    (:func:`llmpar.cost.topology.collective_group`)."""
+    from llmpar.cost.topology import collective_group
+
+    notes: list[str] = []
+    domain = hw.nvlink_domain
+    if gpus is None:
+        gpus = hw.gpus_per_node
+        notes.append(f"no --gpus: one node of {hw.name} ({gpus} GPUs)")
+    try:
+        gpus = operator.index(gpus)
+    except TypeError:
+        raise UserError(f"--gpus must be a whole number of GPUs, got {gpus!r}") from None
+    if gpus < 2:
+        raise UserError(f"--gpus must be at least 2 for a collective, got {gpus}")
+    if per_node is not None:
+        if isinstance(per_node, bool) or int(per_node) != per_node or per_node < 1:
+            raise UserError(f"--gpus-per-node must be a positive integer, got {per_node}")
+        per_node = int(per_node)
+        if per_node > domain:
+            raise UserError(
+                f"--gpus-per-node {per_node} is larger than the {domain}-GPU NVLink domain of {hw.name}"
+            )
+        if per_node > gpus:
+            raise UserError(f"--gpus-per-node {per_node} is larger than the group (--gpus {gpus})")
+        if gpus % per_node:
+            raise UserError(f"--gpus {gpus} is not a multiple of --gpus-per-node {per_node}")
+    place = collective_group(hw, gpus, per_node)
+    k = place["members_per_node"]
+    if per_node is None and place["crosses_nodes"] and gpus % domain:
+        notes.append(f"{gpus} consecutive ranks fill {place['domains']} domains of {domain} unevenly "
+                     f"({gpus - (place['domains'] - 1) * domain} in the last): the smallest part, "
+                     f"k = {k} per domain, sets the NIC pace, as in step and plan")
+    elif per_node is not None and domain % per_node:
+        notes.append(f"--gpus-per-node {per_node} does not divide the {domain}-GPU domain: "
+                     f"taken as stated, {per_node} per domain")
+    return gpus, place, notes
+
+
+def _algorithm_dict(r) -> dict[str, Any]:
+    return {
+        "algorithm": r.algorithm, "protocol": r.protocol, "time_s": r.time_s if r.available else None,
+        "bytes_per_rank": r.bytes_per_rank, "algbw_GBps": r.algbw_GBps if r.available else None,
+        "busbw_GBps": r.busbw_GBps if r.available else None, "tiers": r.tiers if r.available else [],
+        "available": r.available, "nccl_choice": r.nccl,
+        "latency_s": r.latency_s if r.available else None, "bandwidth_s": r.bandwidth_s if r.available else None,
+        **({} if r.available else {"unavailable_because": r.unavailable_because}),
+    }
+
+
+def _placement(place: dict) -> dict[str, Any]:
+    return {"members_per_node": place["members_per_node"], "nodes": place["domains"],
+            "crosses_nodes": place["crosses_nodes"], "tiers": place["tiers"]}
+
+
+def collective(
+    collective: str,
+    *,
+    size: str | float | None = None,
+    gpus: int | None = None,
+    gpus_per_node: int | None = None,
+    hardware: str | Hardware = "h100-sxm",
+    algorithm: str | None = None,
+    sweep: str | None = None,
+    explain: bool = False,
+) -> CollectiveResult | CollectiveSweepResult:
+    """Cost one collective (``"all-reduce"``, ``"all_gather"``, ``"reduce-scatter"``, ``"all-to-all"``,
+    ``"broadcast"``, ...) over ``gpus`` GPUs per algorithm and protocol, and the one NCCL would pick,
+    as `llmpar collective` does.
+
+    ``size``: the message (``"1GiB"`` or bytes; nccl-tests convention: all-gather/reduce-scatter
+    count the whole array; default 1 GiB). ``sweep="1KiB:8GiB"``: every doubling size instead,
+    returned as a :class:`CollectiveSweepResult` (NCCL's choice at each size). ``gpus``: default
+    one node. ``gpus_per_node``: group members per node / NVLink domain (default: consecutive
+    ranks, the placement ``step`` and ``plan`` use). ``algorithm``: force one (``"ring"``,
+    ``"tree"``, ``"nvls"``, ...). ``explain``: add each algorithm's latency and bandwidth terms.
+    Raises :class:`~llmpar.errors.UserError` for bad input (and for a forced algorithm that
+    cannot run this group)."""
+    from llmpar.cost import collectives as C
+
+    name = C.normalize_collective(collective)
+    if algorithm:
+        algorithm = C.normalize_algorithm(algorithm, name)
+    hw = load_hardware_spec(hardware)
+    gpus, place, notes = _collective_group(hw, gpus, gpus_per_node)
+    if sweep and size is not None:
+        raise UserError("give --size or --sweep, not both")
+    if sweep:
+        rows = []
+        for s in _sweep_sizes(sweep):
+            rep = C.collective_report(hw, name, s, gpus, place["members_per_node"], algorithm=algorithm)
+            r = rep.chosen_row
+            count = s / _TYPE_BYTES / (gpus if rep.collective in C.GATHERED else 1)
+            rows.append({
+                "size_bytes": num(s), "count": int(count), "type": "float", "redop": _REDOP.get(rep.collective, "none"),
+                "root": 0 if rep.collective in _ROOTED else -1,
+                "time_s": r.time_s if r else None, "algbw_GBps": r.algbw_GBps if r else None,
+                "busbw_GBps": r.busbw_GBps if r else None,
+                "algorithm": r.algorithm if r else None, "protocol": r.protocol if r else None,
+            })
+        return CollectiveSweepResult(collective=name, gpus=gpus, hardware=hw.name, **_placement(place),
+                                     bus_factor=C.bus_factor(name, gpus), algorithm=algorithm, sweep=rows,
+                                     assumptions=notes)
+    if size is None:
+        size = "1GiB"
+        notes.append("no --size: 1 GiB")
+    nbytes = parse_bytes(size, "size")
+    rep = C.collective_report(hw, name, nbytes, gpus, place["members_per_node"], algorithm=algorithm)
+    result = CollectiveResult(
+        collective=rep.collective, size_bytes=num(rep.size_bytes), gpus=gpus, hardware=hw.name, **_placement(place),
+        bus_factor=rep.bus_factor, chosen=rep.chosen, chosen_protocol=rep.chosen_protocol,
+        time_s=rep.chosen_row.time_s if rep.chosen_row else None,
+        algorithms=[_algorithm_dict(r) for r in rep.rows], assumptions=notes,
+        explain=C.explain(rep, hw) if explain else None,
+    )
+    if algorithm and result.chosen is None:
+        raise UserError(
+            f"algorithm {algorithm!r} cannot run {name} over {gpus} GPUs with {place['members_per_node']} per node "
+            f"on {hw.name}: " + next(a["unavailable_because"] for a in result.algorithms if a["algorithm"] == algorithm)
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------------- validate
+
+def parse_tolerance(value) -> float | None:
+    """``--tolerance``: a fraction (0.1) or a percentage (``"10%"``); None = no check."""
+    if value is None:
+        return None
+    t = str(value).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {value!r}") from None
+    if not 0 < v < 100:
+        raise UserError(f"--tolerance must be positive, got {value!r}")
+    return v
+
+
+def validate(
+    source: str | list[str] | None = None,
+    *,
+    stack: str | Stack | None = None,
+    limit: int | None = None,
+    tolerance: str | float | None = None,
+    progress=None,
+) -> ValidateResult:
+    """Published vs predicted for every shipped published run (or those of ``source``: one name or
+    a list), each under its source's stack or ``stack``, as `llmpar validate` does.
+
+    ``limit``: only the first N runs of each source. ``tolerance`` (``0.1`` or ``"10%"``): raise
+    :class:`~llmpar.errors.CheckFailed` if any group's mean absolute error exceeds it (the CLI's
+    exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
+    ``progress(name, done, total)`` is called before each source."""
+    from llmpar.validate.core import validate as _validate
+
+    tol = parse_tolerance(tolerance)
+    if limit is not None:
+        limit = _pos(limit, "limit")
+    r = _validate(source, stack, limit, progress)
+    result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack)
+    if tol is not None:
+        bad = result.over_tolerance(tol)
+        if bad:
+            what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
+            raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
+    return result
+
+
+__all__ = ["CollectiveResult", "CollectiveSweepResult", "Comparison", "MemoryResult", "PlanResult", "PlanRow",
+           "SpaceSummary", "StepFigures", "StepResult", "SweepResult", "SweepRow", "ValidateResult", "collective",
+           "load_hardware", "load_hardware_spec", "load_model", "load_model_spec", "load_stack", "make_settings",
+           "memory", "parse_reserve", "parse_tolerance", "plan", "stack_note", "step", "step_numbers", "sweep",
+           "validate", "MEMORY_COMPONENTS", "STEP_NUMBERS"]

@@ -1,7 +1,8 @@
 """`llmpar collective`: time, algbw and busbw of one collective, per algorithm, as NCCL would pick.
 
-The numbers come from :mod:`llmpar.cost.collectives` (``collective_report``); this module only
-checks the input, builds the result dict (the JSON contract) and renders it.
+The numbers come from :func:`llmpar.api.collective` (input checks, placement, and
+:mod:`llmpar.cost.collectives`' ``collective_report``), the function ``llmpar.collective`` is;
+this module only renders its result (``to_dict()`` is the JSON contract).
 """
 
 from __future__ import annotations
@@ -11,125 +12,7 @@ from typing import Any
 import click
 
 from llmpar.cli.common import echo_json
-from llmpar.errors import UserError
-from llmpar.units import fmt_seconds, fmt_size, parse_bytes
-
-_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum"}
-_ROOTED = ("broadcast", "reduce", "gather", "scatter")
-_TYPE_BYTES = 4  # nccl-tests default type: float
-
-
-def _sweep_sizes(text: str) -> list[float]:
-    parts = str(text).split(":")
-    if len(parts) != 2 or not all(p.strip() for p in parts):
-        raise UserError(f"--sweep expects A:B (e.g. 1KiB:8GiB), got {text!r}")
-    lo = parse_bytes(parts[0], "sweep start")
-    hi = parse_bytes(parts[1], "sweep end")
-    if lo > hi:
-        raise UserError(f"--sweep start {parts[0].strip()} is larger than its end {parts[1].strip()}")
-    sizes = []
-    s = lo
-    while s <= hi * (1 + 1e-12):
-        sizes.append(s)
-        s *= 2
-    return sizes
-
-
-def _group(hw, gpus: int | None, per_node: int | None, collective: str) -> tuple[int, dict, list[str]]:
-    """Check --gpus/--gpus-per-node and place the group by the rule ``step`` and ``plan`` use
-    (:func:`llmpar.cost.topology.collective_group`)."""
-    from llmpar.cost.topology import collective_group
-
-    notes: list[str] = []
-    domain = hw.nvlink_domain
-    if gpus is None:
-        gpus = hw.gpus_per_node
-        notes.append(f"no --gpus: one node of {hw.name} ({gpus} GPUs)")
-    if gpus < 2:
-        raise UserError(f"--gpus must be at least 2 for a collective, got {gpus}")
-    if per_node is not None:
-        if per_node < 1:
-            raise UserError(f"--gpus-per-node must be a positive integer, got {per_node}")
-        if per_node > domain:
-            raise UserError(
-                f"--gpus-per-node {per_node} is larger than the {domain}-GPU NVLink domain of {hw.name}"
-            )
-        if per_node > gpus:
-            raise UserError(f"--gpus-per-node {per_node} is larger than the group (--gpus {gpus})")
-        if gpus % per_node:
-            raise UserError(f"--gpus {gpus} is not a multiple of --gpus-per-node {per_node}")
-    place = collective_group(hw, gpus, per_node)
-    k = place["members_per_node"]
-    if per_node is None and place["crosses_nodes"] and gpus % domain:
-        notes.append(f"{gpus} consecutive ranks fill {place['domains']} domains of {domain} unevenly "
-                     f"({gpus - (place['domains'] - 1) * domain} in the last): the smallest part, "
-                     f"k = {k} per domain, sets the NIC pace, as in step and plan")
-    elif per_node is not None and domain % per_node:
-        notes.append(f"--gpus-per-node {per_node} does not divide the {domain}-GPU domain: "
-                     f"taken as stated, {per_node} per domain")
-    return gpus, place, notes
-
-
-def _int_if_whole(x: float):
-    return int(x) if float(x).is_integer() else x
-
-
-def _row_dict(r) -> dict[str, Any]:
-    return {
-        "algorithm": r.algorithm, "protocol": r.protocol, "time_s": r.time_s if r.available else None,
-        "bytes_per_rank": r.bytes_per_rank, "algbw_GBps": r.algbw_GBps if r.available else None,
-        "busbw_GBps": r.busbw_GBps if r.available else None, "tiers": r.tiers if r.available else [],
-        "available": r.available, "nccl_choice": r.nccl,
-        "latency_s": r.latency_s if r.available else None, "bandwidth_s": r.bandwidth_s if r.available else None,
-        **({} if r.available else {"unavailable_because": r.unavailable_because}),
-    }
-
-
-def _placement_dict(place: dict) -> dict[str, Any]:
-    return {"members_per_node": place["members_per_node"], "nodes": place["domains"],
-            "crosses_nodes": place["crosses_nodes"], "tiers": place["tiers"]}
-
-
-def build_single(hw, collective: str, size: float, gpus: int, place: dict, algorithm: str | None,
-                 notes: list[str], explain: bool = False) -> dict[str, Any]:
-    from llmpar.cost import collectives as C
-
-    rep = C.collective_report(hw, collective, size, gpus, place["members_per_node"], algorithm=algorithm)
-    out = {
-        "collective": rep.collective, "size_bytes": _int_if_whole(rep.size_bytes), "gpus": gpus, "hardware": hw.name,
-        **_placement_dict(place), "bus_factor": rep.bus_factor,
-        "chosen": rep.chosen, "chosen_protocol": rep.chosen_protocol,
-        "time_s": rep.chosen_row.time_s if rep.chosen_row else None,
-        "algorithms": [_row_dict(r) for r in rep.rows],
-        "assumptions": notes,
-    }
-    if explain:
-        out["explain"] = C.explain(rep, hw)
-    return out
-
-
-def build_sweep(hw, collective: str, sizes: list[float], gpus: int, place: dict, algorithm: str | None,
-                notes: list[str]) -> dict[str, Any]:
-    from llmpar.cost import collectives as C
-
-    per_node = place["members_per_node"]
-    rows = []
-    for s in sizes:
-        rep = C.collective_report(hw, collective, s, gpus, per_node, algorithm=algorithm)
-        r = rep.chosen_row
-        count = s / _TYPE_BYTES / (gpus if rep.collective in C.GATHERED else 1)
-        rows.append({
-            "size_bytes": _int_if_whole(s), "count": int(count), "type": "float", "redop": _REDOP.get(rep.collective, "none"),
-            "root": 0 if rep.collective in _ROOTED else -1,
-            "time_s": r.time_s if r else None, "algbw_GBps": r.algbw_GBps if r else None,
-            "busbw_GBps": r.busbw_GBps if r else None,
-            "algorithm": r.algorithm if r else None, "protocol": r.protocol if r else None,
-        })
-    return {
-        "collective": C.normalize_collective(collective), "gpus": gpus, "hardware": hw.name, **_placement_dict(place),
-        "bus_factor": C.bus_factor(collective, gpus), "algorithm": algorithm, "sweep": rows,
-        "assumptions": notes,
-    }
+from llmpar.units import fmt_seconds, fmt_size
 
 
 @click.command("collective")
@@ -152,37 +35,16 @@ def collective(collective_name, size, gpus, per_node, hardware, algorithm, sweep
     Example: llmpar collective all-reduce --size 1GiB --gpus 16 --hardware h100-sxm
              llmpar collective all-gather --gpus 8 --sweep 1KiB:8GiB
     """
-    from llmpar.cost import collectives as C
-    from llmpar.specs.registry import load_hardware
+    from llmpar import api
 
-    name = C.normalize_collective(collective_name)
-    if algorithm:
-        algorithm = C.normalize_algorithm(algorithm, name)
-    hw = load_hardware(hardware)
-    gpus, place, notes = _group(hw, gpus, per_node, name)
-    if sweep and size:
-        raise UserError("give --size or --sweep, not both")
-    if sweep:
-        result = build_sweep(hw, name, _sweep_sizes(sweep), gpus, place, algorithm, notes)
-        if as_json:
-            echo_json(result)
-        else:
-            _render_sweep(result)
-        return
-    if size is None:
-        size = "1GiB"
-        notes.append("no --size: 1 GiB")
-    nbytes = parse_bytes(size, "size")
-    result = build_single(hw, name, nbytes, gpus, place, algorithm, notes, explain=explain)
-    if algorithm and result["chosen"] is None:
-        raise UserError(
-            f"algorithm {algorithm!r} cannot run {name} over {gpus} GPUs with {place['members_per_node']} per node "
-            f"on {hw.name}: " + next(a["unavailable_because"] for a in result["algorithms"] if a["algorithm"] == algorithm)
-        )
+    result = api.collective(collective_name, size=size, gpus=gpus, gpus_per_node=per_node, hardware=hardware,
+                            algorithm=algorithm, sweep=sweep, explain=explain)
     if as_json:
-        echo_json(result)
+        echo_json(result.to_dict())
+    elif sweep:
+        _render_sweep(result.to_dict())
     else:
-        _render_single(result)
+        _render_single(result.to_dict())
 
 
 # ----------------------------------------------------------------------------- rendering

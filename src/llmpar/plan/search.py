@@ -19,17 +19,17 @@ Nothing here prints; :mod:`llmpar.cli.plan_cmd` renders the :class:`PlanResult`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from llmpar.api import MEMORY_COMPONENTS, StepFigures, step_numbers
+from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
                              Parallel, Settings, check_settings, default_global_batch, seq_note)
 from llmpar.plan import space as SP
+from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
 DEFAULT_MODEL = "llama-3-70b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -55,131 +55,6 @@ class FixConflict(UserError):
 
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
                  "activations_bytes": "activations", "reserved_bytes": "reserve"}
-
-
-# ----------------------------------------------------------------------------------- results
-
-@dataclass
-class PlanRow(StepFigures):
-    """One ranked layout, with the numbers and keys of ``llmpar step``."""
-
-    rank: int = 0
-    memory: dict[str, Any] = field(default_factory=dict)
-    # layouts with exactly this row's step time and memory (an exact tie: e.g. ZeRO-0 and ZeRO-1
-    # when dp*cp = 1 leaves nothing to shard): listed here instead of filling the ranking
-    equivalent: list[Parallel] = field(default_factory=list)
-
-    @property
-    def fits(self) -> bool:
-        return bool(self.memory["fits"])
-
-    @property
-    def memory_bytes(self) -> float:
-        return float(self.memory["total_bytes"])
-
-    def largest_overhead(self) -> tuple[str, float]:
-        """The largest breakdown term other than compute (compute is nearly always the largest)."""
-        name = max((k for k in self.breakdown_s if k != "compute"), key=lambda k: self.breakdown_s[k])
-        return name, self.breakdown_s[name]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
-                "equivalent": [p.as_dict() for p in self.equivalent]}
-
-
-@dataclass
-class SpaceSummary:
-    candidates: int
-    feasible: int
-    rejected: dict[str, int]
-    memory_evaluated: int      # candidates whose memory went through cost.memory
-    step_evaluated: int        # candidates timed through cost.step (the ones that fit)
-    search_s: float = 0.0      # enumeration + evaluation + ranking (no spec loading)
-    tight: int = 0             # feasible candidates whose verdict is TIGHT (within the stack's memory.uncertainty)
-    margin: float = 0.0        # --margin: a candidate fits when total * (1 + margin) <= HBM
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidates": self.candidates, "feasible": self.feasible, "rejected": dict(self.rejected),
-                "memory_evaluated": self.memory_evaluated, "step_evaluated": self.step_evaluated,
-                "search_s": self.search_s, "tight": self.tight, "margin": self.margin}
-
-
-@dataclass
-class Comparison:
-    """Why plan #1 ranks above plan #n: the breakdown terms (or memory components) that differ."""
-
-    winner: PlanRow
-    other: PlanRow
-    objective: str
-    margin: float                        # other - winner, in seconds (time) or bytes (memory)
-    terms: list[tuple[str, float, float]]   # (name, winner value, other value), largest |difference| first
-    knobs: list[tuple[str, Any, Any]]       # layout keys that differ
-
-    def to_dict(self) -> dict[str, Any]:
-        unit = "s" if self.objective == "time" else "bytes"
-        return {
-            "winner_rank": self.winner.rank, "other_rank": self.other.rank, "objective": self.objective,
-            f"margin_{unit}": self.margin,
-            "terms": [{"term": n, f"winner_{unit}": a, f"other_{unit}": b, f"difference_{unit}": b - a}
-                      for n, a, b in self.terms],
-            "layout_differences": [{"key": k, "winner": a, "other": b} for k, a, b in self.knobs],
-        }
-
-
-@dataclass
-class PlanResult:
-    """What `llmpar plan` computed; :meth:`to_dict` is the JSON contract (issue 4)."""
-
-    model: str
-    model_requested: str | None
-    hardware: str
-    gpus: int
-    seq: int
-    global_batch: int
-    objective: str
-    settings: Settings
-    capacity_bytes: float
-    reserved_bytes: float
-    plans: list[PlanRow]
-    space: SpaceSummary
-    elapsed_s: float
-    defaults_used: list[str] = field(default_factory=list)
-    assumptions: list[str] = field(default_factory=list)
-    pareto: list[PlanRow] | None = None
-    comparison: Comparison | None = None
-    training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
-    # every feasible candidate (arrays: step_time_s, memory_bytes, tp, pp, schedule, frontier) when asked
-    # for (``keep_points``: `plan --plot`); not part of the JSON
-    points: dict[str, Any] | None = None
-
-    @property
-    def best(self) -> PlanRow:
-        return self.plans[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "model": self.model,
-            "model_requested": self.model_requested,
-            "hardware": self.hardware,
-            "gpus": self.gpus,
-            "seq": self.seq,
-            "global_batch": self.global_batch,
-            "tokens_per_step": self.global_batch * self.seq,
-            "objective": self.objective,
-            "settings": self.settings.as_dict(),
-            "plans": [p.to_dict() for p in self.plans],
-            "space": self.space.to_dict(),
-            "elapsed_s": self.elapsed_s,
-            "defaults_used": list(self.defaults_used),
-            "assumptions": list(self.assumptions),
-        }
-        if self.comparison is not None:
-            out["comparison"] = self.comparison.to_dict()
-        if self.pareto is not None:
-            out["pareto"] = [p.to_dict() for p in self.pareto]
-        if self.training is not None:
-            out["training"] = dict(self.training)
-        return out
 
 
 # ------------------------------------------------------------------------------------ search
@@ -215,17 +90,13 @@ def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
     memory = {k: f(mem[k]) for k in MEMORY_COMPONENTS}
     memory.update({"capacity_bytes": f(mem["capacity_bytes"]), "fits": bool(mem["fits"][i]),
                    "max_micro_batch": None if max_b == float("inf") else int(max_b),
-                   "params_per_gpu": _num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i]),
+                   "params_per_gpu": num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i]),
                    "verdict": str(verdict_name(int(np.asarray(mem["verdict_code"])[i])))})
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
         **step_numbers(out, i),
         memory=memory, equivalent=[par.take(int(j)) for j in (group if group is not None else ())[1:]],
     )
-
-
-def _num(x: float):
-    return int(x) if float(x).is_integer() else float(x)
 
 
 def _layout_text(par: Parallel) -> str:
@@ -447,7 +318,6 @@ def plan(
     candidates whose total memory * (1 + margin) fits the HBM (e.g. the stack's
     memory.uncertainty, 0.05, drops every TIGHT one); ``space.tight`` counts the TIGHT ones kept.
     """
-    from llmpar import api
     from llmpar.cost import training as TR
     from llmpar.cost.memory import check_convention
 
@@ -472,19 +342,19 @@ def plan(
     if model is None and hf is None:
         model = DEFAULT_MODEL
         defaults.append(f"model {DEFAULT_MODEL}")
-    spec_model, alias = api.load_model_spec(model, hf)
+    spec_model, alias = inputs.load_model_spec(model, hf)
     if alias:
         notes.append(f"model {alias} -> {spec_model.name}")
     if hardware is None:
         hardware = DEFAULT_HARDWARE
         defaults.append(f"hardware {DEFAULT_HARDWARE}")
-    hw = api.load_hardware_spec(hardware)
-    reserve_bytes = api.parse_reserve(reserve, hw)
-    settings = api.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
-                                 convention=convention, attention=attention, dp_overlap=dp_overlap,
-                                 tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
+    hw = inputs.load_hardware_spec(hardware)
+    reserve_bytes = inputs.parse_reserve(reserve, hw)
+    settings = inputs.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
+                                    convention=convention, attention=attention, dp_overlap=dp_overlap,
+                                    tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
-    notes.append(api.stack_note(settings))
+    notes.append(inputs.stack_note(settings))
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 

@@ -20,91 +20,18 @@ The global batch is the same at every count (the plan's default, 4,194,304 token
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ
+from llmpar.results import SweepResult, SweepRow
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
 DEFAULT_HARDWARE = "h100-sxm"
 _NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective")
-
-
-@dataclass
-class SweepRow:
-    """One (hardware, GPU count): plan #1 and the cost to train, or why nothing runs."""
-
-    gpus: int
-    hardware: str
-    status: str
-    reason: str | None = None
-    plan: Any = None                      # llmpar.plan.search.PlanRow (#1) when status == "ok"
-    training: dict[str, Any] | None = None
-    scaling_efficiency: float | None = None
-    scaling_reference_gpus: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        t = self.training or {}
-        return {
-            "gpus": self.gpus,
-            "hardware": self.hardware,
-            "status": self.status,
-            "reason": self.reason,
-            "plan": self.plan.to_dict() if self.plan is not None else None,
-            "days": t.get("days"),
-            "gpu_hours": t.get("gpu_hours"),
-            "energy_mwh": t.get("energy_mwh"),
-            "cost": t.get("cost"),
-            "scaling_efficiency": self.scaling_efficiency,
-            "scaling_reference_gpus": self.scaling_reference_gpus,
-            "training": dict(self.training) if self.training is not None else None,
-        }
-
-
-@dataclass
-class SweepResult:
-    """What `llmpar sweep` computed; :meth:`to_dict` is the JSON contract (issue 10)."""
-
-    model: str
-    model_requested: str | None
-    hardware: list[str]
-    gpus: list[int]
-    seq: int
-    global_batch: int
-    tokens: float | None
-    rows: list[SweepRow]
-    settings: Any = None
-    elapsed_s: float = 0.0
-    defaults_used: list[str] = field(default_factory=list)
-    assumptions: list[str] = field(default_factory=list)
-
-    @property
-    def any_ok(self) -> bool:
-        return any(r.ok for r in self.rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "model_requested": self.model_requested,
-            "hardware": list(self.hardware),
-            "gpus": list(self.gpus),
-            "seq": self.seq,
-            "global_batch": self.global_batch,
-            "tokens_per_step": self.global_batch * self.seq,
-            "tokens": self.tokens,
-            "settings": self.settings.as_dict() if self.settings is not None else None,
-            "rows": [r.to_dict() for r in self.rows],
-            "elapsed_s": self.elapsed_s,
-            "defaults_used": list(self.defaults_used),
-            "assumptions": list(self.assumptions),
-        }
 
 
 # ------------------------------------------------------------------------------------ inputs
@@ -151,8 +78,6 @@ def parse_gpu_list(value) -> list[int]:
 
 
 def _hardware_list(value) -> list:
-    from llmpar import api
-
     if value is None:
         value = [DEFAULT_HARDWARE]
     elif isinstance(value, str):
@@ -163,7 +88,7 @@ def _hardware_list(value) -> list:
         raise UserError("--hardware: no hardware profile given")
     out, seen = [], set()
     for item in value:
-        hw = api.load_hardware_spec(item)   # unknown name: UserError (exit 2), one line
+        hw = inputs.load_hardware_spec(item)   # unknown name: UserError (exit 2), one line
         if hw.name not in seen:
             seen.add(hw.name)
             out.append(hw)
@@ -188,17 +113,18 @@ def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
         r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
     except (NoLayout, FixConflict) as exc:
         if exc.rejected and exc.rejected.get("batch"):
-            return SweepRow(n, hw.name, "batch_cannot_split", _batch_reason(exc.rejected, n, global_batch)), None
-        return SweepRow(n, hw.name, "no_layout", str(exc)), None
+            return SweepRow(gpus=n, hardware=hw.name, status="batch_cannot_split",
+                            reason=_batch_reason(exc.rejected, n, global_batch)), None
+        return SweepRow(gpus=n, hardware=hw.name, status="no_layout", reason=str(exc)), None
     except CheckFailed as exc:
-        return SweepRow(n, hw.name, "does_not_fit", str(exc)), None
+        return SweepRow(gpus=n, hardware=hw.name, status="does_not_fit", reason=str(exc)), None
     best = r.best
     training = None
     if train_in["tokens"] is not None:
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=n,
                                tokens_per_step=r.global_batch * r.seq, pue=train_in["pue"],
                                gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
-    return SweepRow(n, hw.name, "ok", plan=best, training=training), r
+    return SweepRow(gpus=n, hardware=hw.name, status="ok", plan=best, training=training), r
 
 
 def sweep(
@@ -227,7 +153,6 @@ def sweep(
     profile, a bad count); a count where nothing runs is a row with a ``reason``. ``progress``:
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
-    from llmpar import api
     from llmpar.cost import training as TR
     from llmpar.plan.search import DEFAULT_MODEL, _pos
 
@@ -245,7 +170,7 @@ def sweep(
         defaults.append(f"model {DEFAULT_MODEL}")
     if hardware is None:
         defaults.append(f"hardware {DEFAULT_HARDWARE}")
-    spec, alias = api.load_model_spec(model, hf)
+    spec, alias = inputs.load_model_spec(model, hf)
     if alias:
         notes.append(f"model {alias} -> {spec.name}")
 

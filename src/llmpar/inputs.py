@@ -1,0 +1,97 @@
+"""The first step of every command: its options turned into specs and settings.
+
+Model, hardware and stack names (or YAML paths, a Hugging Face config.json, or already-loaded
+spec objects) become :class:`~llmpar.specs.model.ModelSpec`, :class:`~llmpar.specs.hardware.Hardware`
+and :class:`~llmpar.parallel.Settings`; ``--reserve`` becomes bytes. The API
+(:mod:`llmpar.api`), the planner (:mod:`llmpar.plan.search`, :mod:`llmpar.plan.sweep`) and the
+CLI all start here, so a name means the same thing everywhere. Nothing here computes a cost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmpar.errors import UserError
+from llmpar.parallel import Settings
+from llmpar.specs.hardware import Hardware
+from llmpar.specs.model import ModelSpec
+from llmpar.units import parse_bytes
+
+
+def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None) -> tuple[ModelSpec, str | None]:
+    """(spec, alias typed or None) from a shipped name/alias, a YAML path, a HF config.json, or a
+    loaded :class:`ModelSpec`."""
+    from llmpar.specs import registry
+
+    if model is not None and hf is not None:
+        raise UserError("give either a MODEL or --hf config.json, not both")
+    if isinstance(model, ModelSpec):
+        return model, None
+    if hf is not None:
+        path = Path(hf)
+        if not path.is_file():
+            raise UserError(f"--hf: file not found: {hf}")
+        from llmpar.specs.hf import load_hf_config
+
+        return load_hf_config(path), None
+    spec = registry.load_model(str(model))
+    _, alias = registry.resolved_name(str(model)) if not registry._looks_like_path(str(model)) else (None, None)
+    return spec, alias
+
+
+def load_hardware_spec(hardware: str | Hardware) -> Hardware:
+    """A shipped profile name, a YAML path, or a loaded :class:`Hardware` (returned as is)."""
+    from llmpar.specs import registry
+
+    return registry.load_hardware(hardware)
+
+
+def parse_reserve(reserve, hw: Hardware) -> float | None:
+    """--reserve as bytes: an explicit override of the runtime memory (CUDA context + NCCL buffers),
+    or None = the stack's runtime model (a legacy ``reserve`` in a user's hardware profile counts
+    as --reserve). Must leave room on the GPU."""
+    if reserve is None and getattr(hw, "reserve", None) is None:
+        return None
+    value = float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)
+    if value >= hw.gpu.memory:
+        raise UserError(f"--reserve {reserve} is not smaller than the {hw.gpu.memory / 1e9:.2f} GB of GPU memory")
+    return value
+
+
+def _fraction(value, option: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--{option} must be a number between 0 and 1, got {value!r}") from None
+
+
+def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
+                  convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
+                  rank_order=None, stack=None) -> Settings:
+    """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
+    a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
+    kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
+    extra = {}
+    if dp_overlap is not None:
+        extra["dp_overlap"] = _fraction(dp_overlap, "dp-overlap")
+    if tp_overlap is not None:
+        extra["tp_overlap"] = _fraction(tp_overlap, "tp-overlap")
+    if rank_order is not None:
+        extra["rank_order"] = str(rank_order)
+    return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
+                    attention=attention, kv_dtype=kv, stack=stack, **extra)
+
+
+def stack_note(settings: Settings) -> str:
+    """One line naming the stack and the values of it a result used, and what overrode it."""
+    st = settings.stack
+    over = settings.overrides()
+    parts = [f"attention {settings.attention} ({st.kernels.attention.kernel} kernel)",
+             f"grad dtype {settings.grad_dtype}", f"tp overlap {settings.tp_overlap:g}", f"dp overlap {settings.dp_overlap:g}"]
+    text = f"stack {st.name}: " + ", ".join(parts)
+    if over:
+        text += " (given: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in over.items()) + ")"
+    return text + " (`llmpar stacks show " + st.name + "`)"
+
+
+__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "parse_reserve", "stack_note"]

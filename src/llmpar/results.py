@@ -1,0 +1,500 @@
+"""Result objects of every command: what ``llmpar memory|step|plan|sweep|collective|validate``
+computed, as pydantic models.
+
+These sit below both the API (:mod:`llmpar.api`) and the planner (:mod:`llmpar.plan.search`,
+:mod:`llmpar.plan.sweep`), which build them; nothing here computes a number or prints.
+
+Each result keeps the objects it was built from (``parallel`` is a
+:class:`~llmpar.parallel.Parallel`, ``settings`` a :class:`~llmpar.parallel.Settings`, a plan's
+rows are :class:`PlanRow` objects), so a script can reach ``r.parallel.tp`` or
+``r.settings.stack.name``. Its JSON is the contract: :meth:`Result.to_dict` builds it, and
+``model_dump()`` / ``model_dump_json()`` return exactly that — the keys of the command's
+``--json``, pinned by ``tests/test_json_schema.py`` and documented in docs/json.md, with numpy
+scalars as Python numbers and non-finite floats as None (JSON null), as the CLI prints them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, InstanceOf, model_serializer
+
+from llmpar.parallel import Parallel, Settings
+
+MEMORY_COMPONENTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                     "buffers_bytes", "kv_cache_bytes", "allocated_bytes", "allocator_overhead_bytes",
+                     "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes")
+STEP_NUMBERS = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "mfu", "hfu", "mfu_full_attention")
+
+
+def jsonable(obj: Any) -> Any:
+    """A JSON-ready copy: numpy arrays/scalars as Python values, non-finite floats as None."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    return obj
+
+
+def num(x: float) -> int | float:
+    """Counts as ints in JSON when they are whole (they are, except for uneven bare splits)."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+class Result(BaseModel):
+    """Base of every result: pydantic fields for the attributes, :meth:`to_dict` for the JSON.
+
+    ``model_dump()`` is ``jsonable(to_dict())``: the command's ``--json`` object, key for key.
+    A subclass whose fields *are* its JSON keys needs no ``to_dict`` of its own."""
+
+    # defer_build: a command builds the schema of the results it returns only (CLI latency);
+    # protected_namespaces: "model" and "model_requested" are JSON keys
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), defer_build=True)
+
+    #: keys left out of the JSON when their value is None (optional blocks such as ``explain``)
+    _optional: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in type(self).model_fields
+                if not (k in self._optional and getattr(self, k) is None)}
+
+    @model_serializer(mode="plain")
+    def _serialize(self) -> Any:
+        return jsonable(self.to_dict())
+
+
+# ------------------------------------------------------------------------------------ memory
+
+class MemoryResult(Result):
+    """What `llmpar memory` computed (issue 2)."""
+
+    model: str
+    model_requested: str | None
+    hardware: str
+    parallel: InstanceOf[Parallel]
+    settings: InstanceOf[Settings]
+    mode: str                               # "training" | "inference" | "model_states"
+    params_total: float
+    params_per_gpu: float
+    memory: dict[str, float]
+    activation_bytes_per_layer: float | None
+    capacity_bytes: float
+    fits: bool
+    max_micro_batch: int | None
+    most_loaded_stage: int
+    bytes_per_param: dict[str, Any]
+    assumptions: list[str] = []
+    communicators: int = 0
+    stages: list[dict] | None = None
+    terms: list[Any] | None = None
+    inference: dict[str, Any] | None = None
+
+    @property
+    def gpus(self) -> int:
+        return int(self.parallel.gpus)
+
+    @property
+    def usable_bytes(self) -> float:
+        """HBM left for the allocator's pool: capacity − runtime (CUDA context + NCCL, or --reserve)."""
+        return self.capacity_bytes - self.memory["runtime_bytes"]
+
+    @property
+    def verdict(self) -> str:
+        """'fits' | 'tight' | 'does_not_fit' (cost.runtime.verdict_code: within the stack's
+        memory.uncertainty of the capacity on either side is 'tight')."""
+        from llmpar.cost.runtime import verdict_code, verdict_name
+
+        return verdict_name(verdict_code(self.memory["total_bytes"], self.capacity_bytes,
+                                         self.settings.stack.memory.uncertainty))
+
+    @property
+    def margin_bytes(self) -> float:
+        return self.capacity_bytes - self.memory["total_bytes"]
+
+    @property
+    def model_states_bytes(self) -> float:
+        return sum(self.memory[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "mode": self.mode,
+            "parallel": self.parallel.as_dict(),
+            "settings": self.settings.as_dict(),
+            "params_total": num(self.params_total),
+            "params_per_gpu": num(self.params_per_gpu),
+            "bytes_per_param": self.bytes_per_param,
+            "memory": dict(self.memory),
+            "model_states_bytes": self.model_states_bytes,
+            "activation_bytes_per_layer": self.activation_bytes_per_layer,
+            "capacity_bytes": self.capacity_bytes,
+            "usable_bytes": self.usable_bytes,
+            "fits": self.fits,
+            "verdict": self.verdict,
+            "margin_bytes": self.margin_bytes,
+            "uncertainty": self.settings.stack.memory.uncertainty,
+            "communicators": self.communicators,
+            "max_micro_batch": self.max_micro_batch,
+            "most_loaded_stage": self.most_loaded_stage,
+            "assumptions": list(self.assumptions),
+        }
+        if self.inference is not None:
+            out["inference"] = dict(self.inference)
+        if self.stages is not None:
+            out["stages"] = [dict(s) for s in self.stages]
+        if self.terms is not None:
+            out["terms"] = [t.as_dict() for t in self.terms]
+        return out
+
+
+# -------------------------------------------------------------------------------------- step
+
+def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
+    """The figures of one layout from :func:`llmpar.cost.step.step_time`'s output: the scalar
+    result (``i`` None) or entry ``i`` of the planner's arrays."""
+    def f(x):
+        return float(np.asarray(x) if i is None else np.asarray(x)[i])
+
+    return {**{k: f(out[k]) for k in STEP_NUMBERS}, "mfu_convention": out["mfu_convention"],
+            "breakdown_s": {k: f(v) for k, v in out["breakdown_s"].items()},
+            "comm_bytes_per_gpu": {k: f(v) for k, v in out["comm_bytes_per_gpu"].items()}}
+
+
+class StepFigures(Result):
+    """What every step-time result carries (`llmpar step`, each row of `llmpar plan`)."""
+
+    model: str
+    hardware: str
+    parallel: InstanceOf[Parallel]
+    settings: InstanceOf[Settings]
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    mfu_full_attention: float
+    mfu_convention: str
+    breakdown_s: dict[str, float]
+    comm_bytes_per_gpu: dict[str, float]
+
+    @property
+    def gpus(self) -> int:
+        return int(self.parallel.gpus)
+
+    def step_json(self, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
+        """The JSON keys of a step-time result: the common keys of DESIGN.md plus issue 3's."""
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "parallel": self.parallel.as_dict(),
+            "settings": self.settings.as_dict(),
+            "tokens_per_step": int(self.parallel.tokens_per_step),
+            **{k: getattr(self, k) for k in STEP_NUMBERS},
+            "mfu_convention": self.mfu_convention,
+            "breakdown_s": dict(self.breakdown_s),
+            "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
+            "memory": memory,
+            "fits": fits,
+        }
+
+
+class StepResult(StepFigures):
+    """What `llmpar step` computed (issue 3)."""
+
+    model_requested: str | None = None
+    memory: MemoryResult | None = None
+    detail: dict[str, Any] = {}
+    assumptions: list[str] = []
+    training: dict[str, Any] | None = None   # days, GPU-hours, energy, cost to train `tokens` (cost.training)
+
+    def to_dict(self) -> dict[str, Any]:
+        mem = self.memory
+        memory = {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
+                  "max_micro_batch": mem.max_micro_batch, "params_per_gpu": num(mem.params_per_gpu)}
+        return {
+            "model_requested": self.model_requested,
+            **self.step_json(memory, mem.fits),
+            "detail": dict(self.detail),
+            "assumptions": list(self.assumptions),
+            **({"training": dict(self.training)} if self.training is not None else {}),
+        }
+
+
+# -------------------------------------------------------------------------------------- plan
+
+class PlanRow(StepFigures):
+    """One ranked layout, with the numbers and keys of ``llmpar step``."""
+
+    rank: int = 0
+    memory: dict[str, Any] = {}
+    # layouts with exactly this row's step time and memory (an exact tie: e.g. ZeRO-0 and ZeRO-1
+    # when dp*cp = 1 leaves nothing to shard): listed here instead of filling the ranking
+    equivalent: list[InstanceOf[Parallel]] = []
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.memory["fits"])
+
+    @property
+    def memory_bytes(self) -> float:
+        return float(self.memory["total_bytes"])
+
+    def largest_overhead(self) -> tuple[str, float]:
+        """The largest breakdown term other than compute (compute is nearly always the largest)."""
+        name = max((k for k in self.breakdown_s if k != "compute"), key=lambda k: self.breakdown_s[k])
+        return name, self.breakdown_s[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
+                "equivalent": [p.as_dict() for p in self.equivalent]}
+
+
+class SpaceSummary(Result):
+    """How many layouts the planner enumerated, rejected (per reason) and evaluated."""
+
+    candidates: int
+    feasible: int
+    rejected: dict[str, int]
+    memory_evaluated: int      # candidates whose memory went through cost.memory
+    step_evaluated: int        # candidates timed through cost.step (the ones that fit)
+    search_s: float = 0.0      # enumeration + evaluation + ranking (no spec loading)
+    tight: int = 0             # feasible candidates whose verdict is TIGHT (within the stack's memory.uncertainty)
+    margin: float = 0.0        # --margin: a candidate fits when total * (1 + margin) <= HBM
+
+
+class Comparison(Result):
+    """Why plan #1 ranks above plan #n: the breakdown terms (or memory components) that differ."""
+
+    winner: PlanRow
+    other: PlanRow
+    objective: str
+    margin: float                        # other - winner, in seconds (time) or bytes (memory)
+    terms: list[tuple[str, float, float]]   # (name, winner value, other value), largest |difference| first
+    knobs: list[tuple[str, Any, Any]]       # layout keys that differ
+
+    def to_dict(self) -> dict[str, Any]:
+        unit = "s" if self.objective == "time" else "bytes"
+        return {
+            "winner_rank": self.winner.rank, "other_rank": self.other.rank, "objective": self.objective,
+            f"margin_{unit}": self.margin,
+            "terms": [{"term": n, f"winner_{unit}": a, f"other_{unit}": b, f"difference_{unit}": b - a}
+                      for n, a, b in self.terms],
+            "layout_differences": [{"key": k, "winner": a, "other": b} for k, a, b in self.knobs],
+        }
+
+
+class PlanResult(Result):
+    """What `llmpar plan` computed (issue 4)."""
+
+    model: str
+    model_requested: str | None
+    hardware: str
+    gpus: int
+    seq: int
+    global_batch: int
+    objective: str
+    settings: InstanceOf[Settings]
+    capacity_bytes: float
+    reserved_bytes: float
+    plans: list[PlanRow]
+    space: SpaceSummary
+    elapsed_s: float
+    defaults_used: list[str] = []
+    assumptions: list[str] = []
+    pareto: list[PlanRow] | None = None
+    comparison: Comparison | None = None
+    training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
+    # every feasible candidate (arrays: step_time_s, memory_bytes, tp, pp, schedule, frontier) when asked
+    # for (``keep_points``: `plan --plot`); not part of the JSON
+    points: dict[str, Any] | None = None
+
+    @property
+    def best(self) -> PlanRow:
+        return self.plans[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "seq": self.seq,
+            "global_batch": self.global_batch,
+            "tokens_per_step": self.global_batch * self.seq,
+            "objective": self.objective,
+            "settings": self.settings.as_dict(),
+            "plans": [p.to_dict() for p in self.plans],
+            "space": self.space.to_dict(),
+            "elapsed_s": self.elapsed_s,
+            "defaults_used": list(self.defaults_used),
+            "assumptions": list(self.assumptions),
+        }
+        if self.comparison is not None:
+            out["comparison"] = self.comparison.to_dict()
+        if self.pareto is not None:
+            out["pareto"] = [p.to_dict() for p in self.pareto]
+        if self.training is not None:
+            out["training"] = dict(self.training)
+        return out
+
+
+# ------------------------------------------------------------------------------------- sweep
+
+class SweepRow(Result):
+    """One (hardware, GPU count): plan #1 and the cost to train, or why nothing runs."""
+
+    gpus: int
+    hardware: str
+    status: str                           # one of llmpar.plan.sweep.STATUSES
+    reason: str | None = None
+    plan: PlanRow | None = None           # plan #1 when status == "ok"
+    training: dict[str, Any] | None = None
+    scaling_efficiency: float | None = None
+    scaling_reference_gpus: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.training or {}
+        return {
+            "gpus": self.gpus,
+            "hardware": self.hardware,
+            "status": self.status,
+            "reason": self.reason,
+            "plan": self.plan.to_dict() if self.plan is not None else None,
+            "days": t.get("days"),
+            "gpu_hours": t.get("gpu_hours"),
+            "energy_mwh": t.get("energy_mwh"),
+            "cost": t.get("cost"),
+            "scaling_efficiency": self.scaling_efficiency,
+            "scaling_reference_gpus": self.scaling_reference_gpus,
+            "training": dict(self.training) if self.training is not None else None,
+        }
+
+
+class SweepResult(Result):
+    """What `llmpar sweep` computed (issue 10)."""
+
+    model: str
+    model_requested: str | None
+    hardware: list[str]
+    gpus: list[int]
+    seq: int
+    global_batch: int
+    tokens: float | None
+    rows: list[SweepRow]
+    settings: InstanceOf[Settings] | None = None
+    elapsed_s: float = 0.0
+    defaults_used: list[str] = []
+    assumptions: list[str] = []
+
+    @property
+    def any_ok(self) -> bool:
+        return any(r.ok for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_requested": self.model_requested,
+            "hardware": list(self.hardware),
+            "gpus": list(self.gpus),
+            "seq": self.seq,
+            "global_batch": self.global_batch,
+            "tokens_per_step": self.global_batch * self.seq,
+            "tokens": self.tokens,
+            "settings": self.settings.as_dict() if self.settings is not None else None,
+            "rows": [r.to_dict() for r in self.rows],
+            "elapsed_s": self.elapsed_s,
+            "defaults_used": list(self.defaults_used),
+            "assumptions": list(self.assumptions),
+        }
+
+
+# -------------------------------------------------------------------------------- collective
+
+class CollectiveResult(Result):
+    """What `llmpar collective --size` computed: one size, every algorithm, NCCL's choice.
+    Its fields are its JSON keys (``explain`` only when asked)."""
+
+    collective: str
+    size_bytes: int | float
+    gpus: int
+    hardware: str
+    members_per_node: int
+    nodes: int
+    crosses_nodes: bool
+    tiers: list[str]
+    bus_factor: float
+    chosen: str | None
+    chosen_protocol: str | None
+    time_s: float | None
+    algorithms: list[dict[str, Any]]
+    assumptions: list[str] = []
+    explain: list[dict[str, Any]] | None = None
+    _optional: ClassVar[tuple[str, ...]] = ("explain",)
+
+    @property
+    def chosen_row(self) -> dict[str, Any] | None:
+        """The ``algorithms`` entry NCCL would pick (None when none can run)."""
+        return next((a for a in self.algorithms if a["algorithm"] == self.chosen), None)
+
+
+class CollectiveSweepResult(Result):
+    """What `llmpar collective --sweep A:B` computed: NCCL's choice at each size (nccl-tests layout).
+    Its fields are its JSON keys."""
+
+    collective: str
+    gpus: int
+    hardware: str
+    members_per_node: int
+    nodes: int
+    crosses_nodes: bool
+    tiers: list[str]
+    bus_factor: float
+    algorithm: str | None
+    sweep: list[dict[str, Any]]
+    assumptions: list[str] = []
+
+
+# ---------------------------------------------------------------------------------- validate
+
+class ValidateResult(Result):
+    """What `llmpar validate` computed: published vs predicted per row, and per group
+    (source, metric, stack) the mean and max absolute error. JSON keys: rows, groups, sources."""
+
+    rows: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    sources: list[dict[str, Any]]
+    stack: str | None = None       # the stack every row was evaluated under, when one was asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "groups": self.groups, "sources": self.sources}
+
+    def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
+        """The groups whose mean absolute error exceeds ``tolerance`` (a fraction)."""
+        return [g for g in self.groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tolerance]
+
+
+__all__ = ["CollectiveResult", "CollectiveSweepResult", "Comparison", "MEMORY_COMPONENTS", "MemoryResult", "PlanResult",
+           "PlanRow", "Result", "STEP_NUMBERS", "SpaceSummary", "StepFigures", "StepResult", "SweepResult", "SweepRow",
+           "ValidateResult", "jsonable", "num", "step_numbers"]
