@@ -91,7 +91,8 @@ class Parallel:
 
     def take(self, i) -> Parallel:
         """Entry ``i`` of an array layout as a scalar layout."""
-        vals = {k: v[i] if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()}
+        vals = {f.name: getattr(self, f.name) for f in fields(self)}   # (asdict would deep-copy the arrays)
+        vals = {k: v[i] if isinstance(v, np.ndarray) else v for k, v in vals.items()}
         return Parallel(**{k: (bool(v) if k == "sp" else int(v)) for k, v in vals.items()})
 
     def replace(self, **kw) -> Parallel:

@@ -75,13 +75,33 @@ def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
 TIE_RTOL = 1e-12
 
 
-def _tie_groups(order: np.ndarray, t, mem) -> list[np.ndarray]:
-    """``order`` cut into runs of exact ties (equal step time and equal memory), best first."""
-    if order.size == 0:
-        return []
-    to, mo = t[order], mem[order]
-    same = np.isclose(to[1:], to[:-1], rtol=TIE_RTOL, atol=0.0) & np.isclose(mo[1:], mo[:-1], rtol=TIE_RTOL, atol=0.0)
-    return np.split(order, np.flatnonzero(~same) + 1)
+class _TieGroups:
+    """``order`` cut into runs of exact ties (equal step time and equal memory), best first.
+    Group ``r`` is sliced out only when asked for (the planner needs a handful of the tens of
+    thousands: slicing them all cost more than the search)."""
+
+    def __init__(self, order: np.ndarray, t, mem):
+        self.order = order
+        if order.size == 0:
+            self.starts = np.zeros(1, dtype=np.int64)
+            return
+        to, mo = t[order], mem[order]
+        same = (np.isclose(to[1:], to[:-1], rtol=TIE_RTOL, atol=0.0)
+                & np.isclose(mo[1:], mo[:-1], rtol=TIE_RTOL, atol=0.0))
+        self.starts = np.concatenate(([0], np.flatnonzero(~same) + 1, [order.size]))
+
+    def __len__(self) -> int:
+        return self.starts.size - 1
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        return self.order[self.starts[r]:self.starts[r + 1]]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+
+def _tie_groups(order: np.ndarray, t, mem) -> _TieGroups:
+    return _TieGroups(order, t, mem)
 
 
 def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
@@ -214,7 +234,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
                   "schedule": each(par.schedule), "frontier": on_frontier, "best": int(groups[0][0])}
     if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
-        rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), [g.size for g in groups])
+        rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), groups.sizes())
         frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
     n_tight = int(np.count_nonzero(np.asarray(mem["verdict_code"]) == 1))   # mem is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
