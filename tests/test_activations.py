@@ -1,4 +1,4 @@
-"""Stack memory physics: eager saved set, logits, runtime, verdict (docs/memory.md, docs/stacks-memory.md).
+"""Stack memory physics: eager saved set, logits, runtime, verdict (docs/memory.md, docs/stacks.md).
 Each expected number is derived by hand beside it."""
 
 from __future__ import annotations
