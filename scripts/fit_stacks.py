@@ -7,6 +7,8 @@ this script:
     python scripts/fit_stacks.py megatron-2022      # A100: Korthikanti 2022 Table 5, Narayanan 2021 Table 1
     python scripts/fit_stacks.py nanotron           # H100: playbook runs on 1-2 nodes; 4-64 nodes held out
     python scripts/fit_stacks.py megatron-core-blackwell   # B200/GB200: NeMo 25.11 dense rows; MoE rows held out
+    python scripts/fit_stacks.py torchtitan-compile # H100: the 16 torchtitan benchmark rows run with torch.compile
+    python scripts/fit_stacks.py torchtitan         # H100: the 2 rows without compile (Tables 1 and 3, "FSDP")
 
 It takes a few minutes per stack (every fold refits). Nothing here is used at run time.
 """
@@ -49,13 +51,33 @@ PLANS = {
                                  "memory.working_layers",
                                  "memory.allocator_overhead"],
                      folds=5),
+    # torchtitan's published benchmark (docs/performance.md at d4c86e3): 16 rows ran with
+    # torch.compile (torchtitan-compile), 2 without (Table 1 and 3 "FSDP": torchtitan's default).
+    # `select` keeps a plan to its own rows (the other stack's rows are neither fitted nor held out).
+    # Folds: one per configuration (fit_runs folds over (model, GPUs) configurations: 4 here, so
+    # leave-one-configuration-out). Speed only: fitting memory.working_layers and
+    # memory.allocator_overhead as well gave working_layers 0 and allocator_overhead 0.50 at 39.8 %
+    # median memory error in-sample and FITS agreement 0.75 -> 0.50 (the misfit is structural: see
+    # docs/stacks.md, limits), so the memory values stay the sourced priors.
+    # overlap.zero3_prefetch is not among calibrate/runs.py's PARAMETERS: it stays the estimate.
+    "torchtitan-compile": dict(
+        files=["torchtitan-h100-2024"], select=lambda r: r.row not in TITAN_EAGER_ROWS,
+        parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"], folds=16),
+    # the eager default: the GEMM, FP8 and memory values are torchtitan-compile's fit (compile leaves
+    # the GEMMs to cuBLAS and the allocator alone); only what compile changes is fitted here, on the
+    # two rows that ran without it
+    "torchtitan": dict(
+        files=["torchtitan-h100-2024"], select=lambda r: r.row in TITAN_EAGER_ROWS,
+        parameters=["kernels.elementwise_traffic"], folds=2),
 }
+TITAN_EAGER_ROWS = ("Table 1, FSDP", "Table 3, FSDP")
 
 
 def main(name: str) -> None:
     plan = PLANS[name]
     read = read_runs([ROOT / "validation" / f"{f}.yaml" for f in plan["files"]])
-    fit, held = R.fit_and_hold_out(read.runs, plan.get("stack", name), train=plan.get("train"),
+    runs = [r for r in read.runs if plan.get("select", lambda r: True)(r)]
+    fit, held = R.fit_and_hold_out(runs, plan.get("stack", name), train=plan.get("train"),
                                    healthy=plan.get("healthy"), parameters=plan["parameters"], models=read.models,
                                    folds=plan["folds"])
     out = {"stack": plan.get("stack", name), "generation": fit.generation, "runs_fitted": len(fit.runs),

@@ -1,4 +1,4 @@
-"""Stack memory physics: eager saved set, logits, runtime, verdict (docs/memory.md, docs/stacks-memory.md).
+"""Stack memory physics: eager saved set, logits, runtime, verdict (docs/memory.md, docs/stacks.md).
 Each expected number is derived by hand beside it."""
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def test_ddp_bucket_copy_nanotron():
 
 @hsettings(max_examples=25, deadline=None, derandomize=True)
 @given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 8]),
-       b=st.integers(1, 4), stack=st.sampled_from(["megatron-core", "nanotron", "deepspeed", "megatron-2022"]))
+       b=st.integers(1, 4), stack=st.sampled_from(["megatron-core", "nanotron", "deepspeed", "megatron-2022", "torchtitan",
+                                                  "torchtitan-compile"]))
 def test_total_is_pool_plus_runtime_and_eager_ge_fused(tp, pp, dp, b, stack):
     par = Parallel(tp=tp, pp=pp, dp=dp, sp=tp > 1, micro_batch=b, microbatches=8, seq=4096)
     s = Settings(stack=stack)

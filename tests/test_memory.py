@@ -483,7 +483,7 @@ def test_max_micro_batch_is_the_largest_that_fits(model, par):
 
 
 def test_runtime_allocator_and_reserve_override():
-    # megatron-core (docs/stacks-memory.md): overhead 0.03 (expandable segments), context 0.6 GiB, NCCL 0.25 GiB per communicator.
+    # megatron-core (docs/stacks.md): overhead 0.03 (expandable segments), context 0.6 GiB, NCCL 0.25 GiB per communicator.
     # tp=8, pp=2, dp=4 (64 GPUs): tp, pp, dp, world + the embedding group on the first/last stage = 5
     par = Parallel(tp=8, pp=2, dp=4, zero=1, sp=True, seq=8192, microbatches=16)
     a = M.memory_per_gpu(LLAMA70, HW, par, Settings())

@@ -7,7 +7,7 @@ torch allocator figure (max_memory_allocated or _reserved; the file does not say
 compared with the predicted allocator pool (reserved_bytes, = allocated when the stack has no
 overhead); the FITS/OOM agreement uses the full total (pool + runtime) against 80 GiB.
 Split: 1-2 nodes (in-sample: the only runs a constant may be fitted on) and 4-64 nodes (held out).
-This is the script the nanotron stack's memory constants were fitted with (docs/stacks-memory.md);
+This is the script the nanotron stack's memory constants were fitted with (docs/stacks.md);
 ``llmpar validate --source playbook-nanotron-h100`` is the published comparison.
 """
 
