@@ -53,7 +53,8 @@ PLANS = {
                      folds=5),
     # torchtitan's published benchmark (docs/performance.md at d4c86e3): 16 rows ran with
     # torch.compile (torchtitan-compile), 2 without (Table 1 and 3 "FSDP": torchtitan's default).
-    # `select` keeps a plan to its own rows (the other stack's rows are neither fitted nor held out).
+    # The two sets of rows are two files (validation/torchtitan-h100-2024.yaml, eager;
+    # torchtitan-compile-h100-2024.yaml), each naming its stack.
     # Folds: one per configuration (fit_runs folds over (model, GPUs) configurations: 4 here, so
     # leave-one-configuration-out). Speed only: fitting memory.working_layers and
     # memory.allocator_overhead as well gave working_layers 0 and allocator_overhead 0.50 at 39.8 %
@@ -61,16 +62,15 @@ PLANS = {
     # docs/stacks.md, limits), so the memory values stay the sourced priors.
     # overlap.zero3_prefetch is not among calibrate/runs.py's PARAMETERS: it stays the estimate.
     "torchtitan-compile": dict(
-        files=["torchtitan-h100-2024"], select=lambda r: r.row not in TITAN_EAGER_ROWS,
+        files=["torchtitan-compile-h100-2024"],
         parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"], folds=16),
     # the eager default: the GEMM, FP8 and memory values are torchtitan-compile's fit (compile leaves
     # the GEMMs to cuBLAS and the allocator alone); only what compile changes is fitted here, on the
     # two rows that ran without it
     "torchtitan": dict(
-        files=["torchtitan-h100-2024"], select=lambda r: r.row in TITAN_EAGER_ROWS,
+        files=["torchtitan-h100-2024"],
         parameters=["kernels.elementwise_traffic"], folds=2),
 }
-TITAN_EAGER_ROWS = ("Table 1, FSDP", "Table 3, FSDP")
 
 
 def main(name: str) -> None:

@@ -29,7 +29,8 @@ EXPECTED_RUNS = {
     "llama3-405b-table4.yaml": 3,           # Llama 3 Table 4: 3 stages
     "deepseek-v3-h800.yaml": 1,             # DeepSeek-V3: the pre-training run
     "playbook-nanotron-h100.yaml": 1650,    # playbook grid: 808 runs of 1B + 842 of 3B
-    "torchtitan-h100-2024.yaml": 18,        # docs/performance.md Tables 1-6: 3 + 4 + 3 + 2 + 2 + 4
+    "torchtitan-h100-2024.yaml": 2,         # docs/performance.md Tables 1 and 3, the "FSDP" rows (no torch.compile)
+    "torchtitan-compile-h100-2024.yaml": 16,  # Tables 1-6 (3 + 4 + 3 + 2 + 2 + 4 = 18) less those 2
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
     "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
     "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
@@ -41,7 +42,7 @@ PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
 TOP_KEYS = {"source", "url", "about", "hardware", "stack", "metric", "convention", "flops_convention", "models", "common",
             "runs", "left_out"}
 REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
-STACKS = {"megatron-2022", "megatron-core", "nanotron", "torchtitan", "deepspeed", "other"}
+STACKS = {"megatron-2022", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile", "deepspeed", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
 LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
           "microbatches", "seq", "schedule", "virtual_stages", "dtype"}
