@@ -13,21 +13,27 @@ The model (docs/time-model.md gives each formula with its source):
      achieved HBM bandwidth; backward moves twice the forward traffic.
    - recompute: full re-runs the layer's forward (and its TP collectives) during backward;
      selective re-runs the attention core (Korthikanti et al. 2022, §5).
-   - TP collectives exposed (Megatron does not overlap them); CP K/V exchange overlapped with the
+   - TP collectives hidden behind the GEMMs they feed by the stack's overlap.tp (inside one
+     NVLink domain only; none in the Megatron-LM of 2021-22); CP K/V exchange overlapped with the
      attention core (ring attention), only the excess exposed; EP all-to-alls exposed (hidden
      behind the paired chunk's compute under DualPipe, DeepSeek-V3 report §3.2.1).
+   - the stack (specs/stack.py) supplies the kernels' achieved fractions, the FP8 recipe, the
+     attention kernel, element-wise traffic, launch and fixed costs, and every overlap.
 2. A stage's per-micro-batch forward time t_f and backward time t_b: its layers plus the LM head
    and loss (last stage) or the embedding (first stage), plus the p2p transfers (v of them per
    direction with v interleaved chunks). The critical stage is the slowest of first/middle/last.
 3. The pipeline: :func:`llmpar.cost.pipeline.pipeline_time` — m(t_f + t_b) + bubble.
-4. Data parallel: gradient reduce (and ZeRO parameter gathers) after the pipeline flush, minus the
-   part hidden behind compute (``settings.dp_overlap``).
+4. Data parallel: gradient reduce (in buckets) and ZeRO parameter gathers, minus the part hidden
+   behind compute (``settings.dp_overlap``, the stack's overlap.zero3_prefetch).
 5. Optimizer step: memory-bound, every optimizer-state byte read and written once.
+6. The stack's fixed costs per step and per micro-batch.
 
-step = m(t_f + t_b) + bubble + dp_exposed + optimizer, and the breakdown's terms add up to it.
+step = m(t_f + t_b) + bubble + dp_exposed + optimizer + fixed, and the breakdown's terms add up to it.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -104,24 +110,16 @@ def stack_hardware(hw: Hardware, net) -> Hardware:
     return out
 
 
-def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, *, with_memory: bool = True,
-              reserve=None) -> dict:
-    """Step time, throughput, MFU/HFU and the breakdown for layout(s) ``par``. See module doc."""
-    hw_mem = hw
-    hw = stack_hardware(hw, settings.stack.network)
-    e = DTYPE_BYTES[settings.dtype if settings.dtype != "fp8" else "bf16"]  # activations stay 16-bit under fp8
-    place = dims_placement(hw, par, tuple(settings.rank_order.split("-")))
-    b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
-
-    # ---- one layer, one micro-batch (averaged over dense and MoE layers by their share)
+def _layer_compute(model, hw, par, settings, e):
+    """One layer, one micro-batch, one GPU of the critical stage: GEMMs (averaged over dense and
+    MoE layers by their share), the attention core, element-wise traffic, FP8 casts, launch cost;
+    forward, backward and what recompute re-runs (module doc, step 1)."""
     stack = settings.stack
-    ov = stack.overlap
+    b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
     frac_moe = model.moe_layers / model.layers
     dense = _layer_parts(model, hw, par, settings, moe=False)
     moe_parts = _layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
     g_lin, core_f, core_b, cast_f, cast_b = _mix(frac_moe, dense, moe_parts)
-    g_fwd = g_lin + core_f                    # forward matmul-class work of one layer
-    g_core = core_f
     traffic = stack.kernels.elementwise_traffic
     elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e)
     elem_flash = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e)
@@ -130,86 +128,100 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     t_cast_f = compute.memory_bound_time(hw, cast_f)
     t_cast_b = compute.memory_bound_time(hw, cast_b)
     launch = stack.kernels.launch_s_per_layer   # CPU/launch cost per layer and micro-batch, fwd 1/3, bwd 2/3
-
-    layer_fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
-    layer_bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
+    fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
+    bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
     rec = np.asarray(par.recompute)
-    layer_rec = np.where(rec == REC_FULL, layer_fwd, np.where(rec == REC_SELECTIVE, core_f + t_scores, 0.0))
+    rec_t = np.where(rec == REC_FULL, fwd, np.where(rec == REC_SELECTIVE, core_f + t_scores, 0.0))
+    return SimpleNamespace(frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
+                           t_cast_f=t_cast_f, t_cast_b=t_cast_b, launch=launch, fwd=fwd, bwd=bwd, rec=rec, rec_t=rec_t)
 
+
+def _layer_comm(model, hw, par, settings, place, e, L):
+    """TP, CP and EP collectives of one layer and micro-batch, less what hides behind compute."""
+    ov = settings.stack.overlap
     tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e)
-    tp_rec = np.where(rec == REC_FULL, tp_f, 0.0)
+    tp_rec = np.where(L.rec == REC_FULL, tp_f, 0.0)
     # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
     # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP
     # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes.
     tp_size, tp_k = place["tp"]
     f_tp = settings.tp_overlap * np.where(tp_k >= tp_size, 1.0, 0.0)
-    tp_f = tp_f - f_tp * np.minimum(tp_f, g_lin)
-    tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * g_lin)
-    tp_rec = tp_rec - f_tp * np.minimum(tp_rec, g_lin)
+    tp_f = tp_f - f_tp * np.minimum(tp_f, L.g_lin)
+    tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * L.g_lin)
+    tp_rec = tp_rec - f_tp * np.minimum(tp_rec, L.g_lin)
     # CP: the K/V exchange runs behind the attention core (ring attention: Liu et al. 2023), the
     # stack's overlap.cp of it; the excess stays exposed.
+    cp = par.cp
     cp_f, cp_b, cp_bytes_f, cp_bytes_b = comm.cp_layer(hw, model, par, place, e)
-    cp_f_exp = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, core_f), 0.0)
-    cp_b_exp = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, core_b), 0.0)
+    cp_f = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, L.core_f), 0.0)
+    cp_b = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, L.core_b), 0.0)
     # EP: DualPipe pairs a forward and a backward chunk so each hides the other's all-to-alls
     # (DeepSeek-V3 report §3.2.1); otherwise the stack's overlap.ep of the layer's compute.
     ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e)
     hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, ov.ep)
-    ep_f_exp = frac_moe * (ep_f - hide * np.minimum(ep_f, layer_fwd))
-    ep_b_exp = frac_moe * (ep_b - hide * np.minimum(ep_b, layer_bwd))
+    ep_f = L.frac_moe * (ep_f - hide * np.minimum(ep_f, L.fwd))
+    ep_b = L.frac_moe * (ep_b - hide * np.minimum(ep_b, L.bwd))
+    return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
+                           tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, tp_bytes_f, 0.0),
+                           cp_bytes=cp_bytes_f + cp_bytes_b, ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b))
 
-    # ---- LM head + loss (last stage) and embedding (first stage), per micro-batch
-    head_g, hcast_f, hcast_b = compute.linear_gemms_time(hw, stack, settings.dtype, flops.head_gemms(model, b, s, tp, cp))
+
+def _ends(model, hw, par, settings, e):
+    """LM head + loss (last stage) and embedding (first stage), per micro-batch."""
+    b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
+    head_g, hcast_f, hcast_b = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
+                                                         flops.head_gemms(model, b, s, tp, cp))
     logits = b * s / cp * model.vocab / tp * 4.0           # fp32 logits, vocab-parallel
-    head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f)   # write, softmax read+write
-    head_b = 2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
-    emb = compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e)  # gather + write
+    return SimpleNamespace(
+        head_f=head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f),   # write, softmax read+write
+        head_b=2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b),
+        emb=compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e))  # gather + write
 
-    # ---- critical stage: the slowest of first / middle / last
-    L, p = model.layers, par.pp
-    n_first = pipeline.first_stage_layers(L, p)
-    n_mid = pipeline.stage_layers(L, p)
-    n_last = pipeline.last_stage_layers(L, p)
-    per_layer = layer_fwd + layer_bwd + layer_rec + tp_f + tp_b + tp_rec + cp_f_exp + cp_b_exp + ep_f_exp + ep_b_exp
-    single = np.asarray(p) == 1
-    t_first = n_first * per_layer + 3 * emb + np.where(single, head_f + head_b, 0.0)
+
+def _critical_stage(model, hw, par, settings, place, e, L, C, E):
+    """The slowest of first / middle / last stage, and its per-micro-batch forward and backward
+    times with the stage-boundary sends (module doc, step 2)."""
+    n_first = pipeline.first_stage_layers(model.layers, par.pp)
+    n_mid = pipeline.stage_layers(model.layers, par.pp)
+    n_last = pipeline.last_stage_layers(model.layers, par.pp)
+    per_layer = L.fwd + L.bwd + L.rec_t + C.tp_f + C.tp_b + C.tp_rec + C.cp_f + C.cp_b + C.ep_f + C.ep_b
+    single = np.asarray(par.pp) == 1
+    t_first = n_first * per_layer + 3 * E.emb + np.where(single, E.head_f + E.head_b, 0.0)
     t_mid = n_mid * per_layer
-    t_last = n_last * per_layer + head_f + head_b
-    crit_layers = np.where((t_last >= t_mid) & (t_last >= t_first), n_last, np.where(t_mid >= t_first, n_mid, n_first))
-    has_head = np.where(single, 1.0, np.where((t_last >= t_mid) & (t_last >= t_first), 1.0, 0.0))
+    t_last = n_last * per_layer + E.head_f + E.head_b
+    last_wins = (t_last >= t_mid) & (t_last >= t_first)
+    layers = np.where(last_wins, n_last, np.where(t_mid >= t_first, n_mid, n_first))
+    has_head = np.where(single, 1.0, np.where(last_wins, 1.0, 0.0))
     has_emb = np.where(single | ((t_first > t_mid) & (t_first > t_last)), 1.0, 0.0)
-
-    v = par.virtual_stages
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
     # hides the stack's overlap.pp of it behind the next micro-batch's compute.
-    pp_f = v * pp_one * (1.0 - ov.pp)
-    pp_b = v * pp_one * (1.0 - ov.pp)
+    pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - settings.stack.overlap.pp)
+    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + has_head * E.head_f + has_emb * E.emb + pp_f
+    t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
+           + has_head * E.head_b + has_emb * 2 * E.emb + pp_b)
+    return SimpleNamespace(layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
+                           pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
-    t_f = crit_layers * (layer_fwd + tp_f + cp_f_exp + ep_f_exp) + has_head * head_f + has_emb * emb + pp_f
-    t_b = (crit_layers * (layer_bwd + layer_rec + tp_b + tp_rec + cp_b_exp + ep_b_exp)
-           + has_head * head_b + has_emb * 2 * emb + pp_b)
-    m = par.microbatches
-    pipe_total, bubble = pipeline.pipeline_time(t_f, t_b, p, m, par.schedule, v)
 
-    # ---- data parallel and optimizer
-    mem = memory.memory_per_gpu(model, hw_mem, par, settings, reserve) if with_memory else None
+def _data_parallel(model, hw, par, settings, place, S):
+    """Gradient reduction and ZeRO gathers after the pipeline flush, the part of them exposed,
+    and the optimizer step (module doc, steps 4-5)."""
+    ov = settings.stack.overlap
     shard = memory.layer_shard(model, par)
-    moe_on_stage = np.minimum(n_mid, model.moe_layers)
+    moe_on_stage = np.minimum(S.n_mid, model.moe_layers)
     expert_params = moe_on_stage * np.asarray(shard.experts, dtype=float)
     emb_p, head_p = memory.embedding_shard(model, par), memory.head_shard(model, par)
-    ends = np.where(single, emb_p + head_p, np.maximum(emb_p, head_p))   # both ends on one stage when pp = 1
-    dense_params = (n_mid - moe_on_stage) * np.asarray(shard.dense, dtype=float) + moe_on_stage * np.asarray(
+    ends = np.where(S.single, emb_p + head_p, np.maximum(emb_p, head_p))   # both ends on one stage when pp = 1
+    dense_params = (S.n_mid - moe_on_stage) * np.asarray(shard.dense, dtype=float) + moe_on_stage * np.asarray(
         shard.moe, dtype=float) + ends
-    w_bytes = DTYPE_BYTES["bf16"]
-    g_bytes = DTYPE_BYTES[settings.grad_dtype]
     # bytes per gradient the DP reduction moves: fp32 (Megatron-Core grad_reduce_in_fp32) or the
     # 16-bit model dtype (Megatron-LM 2021 fp16: reduced before the copy into the fp32 main grads;
     # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype
     g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
-    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_bytes, g_comm,
+    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, DTYPE_BYTES["bf16"], g_comm,
                                          ov.dp_bucket_bytes)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
@@ -219,91 +231,111 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     #   stack's overlap.zero3_prefetch (unless --dp-overlap is given).
     # The last layer's bucket is never hidden (its gradients are the last computed): at least
     # dp_t / L_stage stays exposed.
-    z3 = np.asarray(par.zero) >= 3
-    frac = np.where(z3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
-                    settings.dp_overlap)
-    reduce_t = dp_t - dp_ag
-    hidden = np.where(z3, frac * np.minimum(dp_t, m * (t_f + t_b)),
-                      frac * (np.minimum(reduce_t, t_b) + np.minimum(dp_ag, t_f)))
-    dp_exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / n_mid, dp_t))
-
     z = np.asarray(par.zero)
+    frac = np.where(z >= 3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
+                    settings.dp_overlap)
+    hidden = np.where(z >= 3, frac * np.minimum(dp_t, par.microbatches * (S.t_f + S.t_b)),
+                      frac * (np.minimum(dp_t - dp_ag, S.t_b) + np.minimum(dp_ag, S.t_f)))
+    exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / S.n_mid, dp_t))
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
+    g_bytes = DTYPE_BYTES[settings.grad_dtype]
     opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))
+    return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t)
 
-    # fixed costs of the stack: per step (optimizer launch, grad-norm sync, logging) and per
-    # micro-batch (data loading, schedule bookkeeping), measured as a residual in real runs
-    fixed_t = stack.fixed.per_step_s + m * stack.fixed.per_microbatch_s
-    step = pipe_total + dp_exposed + opt_t + fixed_t
 
-    # ---- breakdown (adds up to step)
-    compute_t = m * (crit_layers * (layer_fwd + layer_bwd) + has_head * (head_f + head_b) + has_emb * 3 * emb)
-    breakdown = {
-        "compute": compute_t,
-        "recompute": m * crit_layers * layer_rec,
-        "tp": m * crit_layers * (tp_f + tp_b + tp_rec),
-        "pp": m * (pp_f + pp_b),
-        "dp": dp_exposed,
-        "cp": m * crit_layers * (cp_f_exp + cp_b_exp),
-        "ep": m * crit_layers * (ep_f_exp + ep_b_exp),
-        "bubble": bubble,
-        "optimizer": opt_t,
-        "fixed": fixed_t + 0.0 * step,
-    }
-    n_crit = crit_layers
-    comm_bytes = {
-        "tp": m * n_crit * (tp_bytes_f + tp_bytes_b + np.where(rec == REC_FULL, tp_bytes_f, 0.0)),
-        "pp": np.where(np.asarray(p) > 1, 2.0 * m * v * pp_bytes, 0.0),
-        "dp": dp_bytes,
-        "cp": m * n_crit * (cp_bytes_f + cp_bytes_b),
-        "ep": m * n_crit * frac_moe * (ep_bytes_f + ep_bytes_b),
-    }
+def _flops_figures(model, hw, par, settings, step):
+    """Model and hardware FLOPs, TFLOP/s and MFU/HFU under the stated convention.
 
+    MFU conventions (docs/flops.md): "full" counts attention's s² in full (the papers' MFU);
+    "causal" counts the half a causal model needs. HFU counts what the kernels execute (the
+    kernel's causal block fraction, or all of s² for an eager kernel) plus recompute, so
+    MFU(causal) <= HFU <= achieved/peak <= 1. The headline MFU uses the causal count when the
+    stack's kernel skips the masked half, the full count otherwise (then executed = counted)."""
     gpus = par.gpus
     peak = hw.gpu.peak(settings.dtype)
-    # MFU conventions (docs/flops.md): "full" counts attention's s² in full (the papers' MFU);
-    # "causal" counts the half a causal model needs. HFU counts what the kernels execute (the
-    # kernel's causal block fraction, or all of s² for an eager kernel) plus recompute, so
-    # MFU(causal) <= HFU <= achieved/peak <= 1. The headline MFU uses the causal count when the
-    # stack's kernel skips the masked half, the full count otherwise (then executed = counted).
-    skip = stack.kernels.attention.causal_skip and settings.attention == "flash"
+    skip = settings.stack.kernels.attention.causal_skip and settings.attention == "flash"
     executed = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
-    convention = "causal" if skip else "full"
     model_flops_full = flops.model_flops_per_step(model, par)
     model_flops = flops.model_flops_per_step(model, par, flops.CAUSAL_FLASH) if skip else model_flops_full
     hw_flops = flops.hardware_flops_per_step(model, par, executed)
-    tokens = par.global_batch * par.seq
-    out = {
-        "step_time_s": step,
-        "tokens_per_s": tokens / step,
-        "samples_per_s": par.global_batch / step,
+    return {
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,
         "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
         "hardware_tflops_per_gpu": hw_flops / step / gpus / 1e12,
         "mfu": model_flops / (step * gpus * peak),
         "hfu": hw_flops / (step * gpus * peak),
-        "mfu_convention": convention,
+        "mfu_convention": "causal" if skip else "full",
         "mfu_full_attention": model_flops_full / (step * gpus * peak),
         "model_tflops_per_gpu_full_attention": model_flops_full / step / gpus / 1e12,
+    }
+
+
+def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, *, with_memory: bool = True,
+              reserve=None) -> dict:
+    """Step time, throughput, MFU/HFU and the breakdown for layout(s) ``par``. See module doc;
+    each step is a function above (layer compute, layer communication, the ends, the critical
+    stage, data parallel and optimizer, FLOPs)."""
+    hw_mem = hw
+    hw = stack_hardware(hw, settings.stack.network)
+    e = DTYPE_BYTES[settings.dtype if settings.dtype != "fp8" else "bf16"]  # activations stay 16-bit under fp8
+    place = dims_placement(hw, par, tuple(settings.rank_order.split("-")))
+    L = _layer_compute(model, hw, par, settings, e)
+    C = _layer_comm(model, hw, par, settings, place, e, L)
+    E = _ends(model, hw, par, settings, e)
+    S = _critical_stage(model, hw, par, settings, place, e, L, C, E)
+    m, v = par.microbatches, par.virtual_stages
+    pipe_total, bubble = pipeline.pipeline_time(S.t_f, S.t_b, par.pp, m, par.schedule, v)
+    D = _data_parallel(model, hw, par, settings, place, S)
+    # fixed costs of the stack: per step (optimizer launch, grad-norm sync, logging) and per
+    # micro-batch (data loading, schedule bookkeeping), measured as a residual in real runs
+    fixed_t = settings.stack.fixed.per_step_s + m * settings.stack.fixed.per_microbatch_s
+    step = pipe_total + D.exposed + D.opt_t + fixed_t
+
+    n = S.layers
+    breakdown = {   # adds up to step
+        "compute": m * (n * (L.fwd + L.bwd) + S.has_head * (E.head_f + E.head_b) + S.has_emb * 3 * E.emb),
+        "recompute": m * n * L.rec_t,
+        "tp": m * n * (C.tp_f + C.tp_b + C.tp_rec),
+        "pp": m * (S.pp_f + S.pp_b),
+        "dp": D.exposed,
+        "cp": m * n * (C.cp_f + C.cp_b),
+        "ep": m * n * (C.ep_f + C.ep_b),
+        "bubble": bubble,
+        "optimizer": D.opt_t,
+        "fixed": fixed_t + 0.0 * step,
+    }
+    comm_bytes = {
+        "tp": m * n * C.tp_bytes,
+        "pp": np.where(np.asarray(par.pp) > 1, 2.0 * m * v * S.pp_bytes, 0.0),
+        "dp": D.dp_bytes,
+        "cp": m * n * C.cp_bytes,
+        "ep": m * n * C.ep_bytes,
+    }
+    tokens = par.global_batch * par.seq
+    out = {
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "samples_per_s": par.global_batch / step,
+        **_flops_figures(model, hw, par, settings, step),
         "breakdown_s": breakdown,
         "comm_bytes_per_gpu": comm_bytes,
-        "stage_forward_s": t_f,
-        "stage_backward_s": t_b,
-        "critical_stage_layers": crit_layers,
+        "stage_forward_s": S.t_f,
+        "stage_backward_s": S.t_b,
+        "critical_stage_layers": n,
         # the intermediate terms, per layer and micro-batch unless named otherwise (--explain)
         "parts": {
-            "gemm_forward_s": g_fwd, "linear_forward_s": g_lin, "attention_core_forward_s": g_core,
-            "attention_core_backward_s": core_b, "fp8_cast_forward_s": t_cast_f, "fp8_cast_backward_s": t_cast_b,
-            "launch_s": launch + 0.0 * g_lin, "fixed_s": fixed_t, "elementwise_forward_s": t_elem,
-            "elementwise_forward_bytes": elem, "layer_forward_s": layer_fwd, "layer_backward_s": layer_bwd,
-            "layer_recompute_s": layer_rec, "tp_forward_s": tp_f, "tp_backward_s": tp_b + tp_rec,
-            "cp_exposed_s": cp_f_exp + cp_b_exp, "ep_exposed_s": ep_f_exp + ep_b_exp,
-            "head_forward_s": head_f, "head_backward_s": head_b, "embedding_s": emb,
-            "p2p_per_transfer_s": pp_one, "has_head": has_head, "has_embedding": has_emb,
-            "dp_total_s": dp_t, "optimizer_params": opt_params, "microbatches": m,
+            "gemm_forward_s": L.g_lin + L.core_f, "linear_forward_s": L.g_lin, "attention_core_forward_s": L.core_f,
+            "attention_core_backward_s": L.core_b, "fp8_cast_forward_s": L.t_cast_f, "fp8_cast_backward_s": L.t_cast_b,
+            "launch_s": L.launch + 0.0 * L.g_lin, "fixed_s": fixed_t, "elementwise_forward_s": L.t_elem,
+            "elementwise_forward_bytes": L.elem, "layer_forward_s": L.fwd, "layer_backward_s": L.bwd,
+            "layer_recompute_s": L.rec_t, "tp_forward_s": C.tp_f, "tp_backward_s": C.tp_b + C.tp_rec,
+            "cp_exposed_s": C.cp_f + C.cp_b, "ep_exposed_s": C.ep_f + C.ep_b,
+            "head_forward_s": E.head_f, "head_backward_s": E.head_b, "embedding_s": E.emb,
+            "p2p_per_transfer_s": S.pp_one, "has_head": S.has_head, "has_embedding": S.has_emb,
+            "dp_total_s": D.dp_t, "optimizer_params": D.opt_params, "microbatches": m,
         },
     }
-    if mem is not None:
-        out["memory"] = mem
+    if with_memory:
+        out["memory"] = memory.memory_per_gpu(model, hw_mem, par, settings, reserve)
     return out
