@@ -191,7 +191,10 @@ def stack_lines(src) -> list[str]:
             s = err.get(key)
             if not s:
                 continue
-            sp, mem = s.get("speed", {}), s.get("memory", {})
+            # a record written by `calibrate runs --out` nests speed/memory; the shipped stacks'
+            # records (scripts/fit_stacks.py) give the speed figures directly
+            sp = s.get("speed", s if "median_abs" in s else {})
+            mem = s.get("memory", {})
             out.append(f"calibration record, {label}: speed median |error| {pct(sp.get('median_abs'))} "
                        f"(mean {pct(sp.get('mean_abs'))}, {sp.get('runs', 0)} runs); memory median "
                        f"{pct(mem.get('median_abs'))} ({mem.get('runs', 0)} runs)")
