@@ -130,3 +130,13 @@ def test_hf_reader_only_raises_user_error(data):
         load_hf_config(path)
     except UserError as exc:
         assert str(path) in str(exc), str(exc)
+
+
+def test_extends_with_a_list_valued_tier_name_is_one_line(cli, tmp_path):
+    # found by the fuzzer: a user profile that extends a shipped one with `name: [1, 2]` in a
+    # tier made the extends-merge hash a list (TypeError); now the tier is not merged by name and
+    # validation says which field is wrong
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nextends: h100-sxm\ntiers:\n  - name: [1, 2]\n    bandwidth: 400 GB/s\n")
+    res = cli("memory", "llama-3-8b", "--hardware", str(bad))
+    assert res.code == 2 and "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1

@@ -74,7 +74,7 @@ def _rows(obj, prefix: str = ""):
     for name, info in type(obj).model_fields.items():
         value = getattr(obj, name)
         key = f"{prefix}{name}"
-        if hasattr(value, "model_fields"):
+        if hasattr(type(value), "model_fields"):
             yield from _rows(value, key + ".")
         else:
             text = _gen_text(value) if isinstance(value, (int, float, dict)) and not isinstance(value, bool) else str(value)

@@ -140,7 +140,8 @@ def _looks_like_path(name: str) -> bool:
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge for ``extends:``; lists of mappings with a ``name`` merge item by item."""
+    """Deep merge for ``extends:``; lists of mappings with a string ``name`` merge item by item
+    (anything else replaces the base's value, and validation then says what is wrong with it)."""
     out = dict(base)
     for key, value in over.items():
         old = out.get(key)
@@ -149,7 +150,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         elif (
             isinstance(old, list)
             and isinstance(value, list)
-            and all(isinstance(x, dict) and "name" in x for x in old + value)
+            and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in old + value)
         ):
             merged = {x["name"]: x for x in old}
             for item in value:
