@@ -26,8 +26,6 @@ from typing import Any
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note
 from llmpar.parallel import DTYPES, Resolved, Settings, resolve
-from llmpar.plan.search import plan
-from llmpar.plan.sweep import sweep
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
                             SweepRow, ValidateResult, num, step_numbers)
@@ -365,7 +363,19 @@ def step(
 # ---------------------------------------------------------------------------- plan and sweep
 #
 # plan() and sweep() are the planner's own functions (llmpar.plan.search.plan,
-# llmpar.plan.sweep.sweep), imported above: their keywords are documented there and in docs/api.md.
+# llmpar.plan.sweep.sweep): their keywords are documented there and in docs/api.md. Imported on
+# first use, so `llmpar memory` and `llmpar step` do not load the planner.
+
+def __getattr__(name):
+    if name == "plan":
+        from llmpar.plan.search import plan as _plan
+
+        return _plan
+    if name == "sweep":
+        from llmpar.plan.sweep import sweep as _sweep
+
+        return _sweep
+    raise AttributeError(f"module 'llmpar.api' has no attribute {name!r}")
 
 # -------------------------------------------------------------------------------- collective
 
