@@ -123,10 +123,6 @@ def memory(
     Keyword arguments are the CLI's common options. Raises :class:`llmpar.errors.UserError` for
     bad input.
     """
-    from llmpar.cost import memory as M
-    from llmpar.cost import params as P
-    from llmpar.cost.pipeline import check_schedule
-
     if zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {zero}")
     if kv_dtype is not None and kv_dtype not in DTYPES:
@@ -138,8 +134,6 @@ def memory(
     layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=recompute,
                   micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches, seq=seq,
                   schedule=schedule, virtual_stages=virtual_stages)
-
-    # ---- a bare parameter count: model states only
     if params is not None:
         if model is not None or hf is not None:
             raise UserError("give either a MODEL (or --hf) or --params, not both")
@@ -147,36 +141,9 @@ def memory(
             raise UserError("--inference needs a model's shapes (KV cache); --params gives model states only")
         if per_stage:
             raise UserError("--per-stage needs a model's layers; --params splits the count evenly over tp·pp")
-        count = parse_count(params, "--params")
-        text = str(params).strip()
         settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                  convention=convention, attention=attention, stack=stack)
-        M.check_convention(settings, zero)
-        stub = _bare_spec(count, text, tp, pp, seq)
-        r = resolve(stub, hw, settings=settings, **layout)
-        par = r.parallel
-        states = M.model_states_for_count(count, par, settings)
-        mem = {"weights_bytes": float(states["weights_bytes"]), "gradients_bytes": float(states["gradients_bytes"]),
-               "optimizer_bytes": float(states["optimizer_bytes"]), "activations_bytes": 0.0, "buffers_bytes": 0.0,
-               "kv_cache_bytes": 0.0}
-        tot = M.memory_totals(sum(mem.values()), hw, par, settings, res_bytes)
-        mem.update({k: float(tot[k]) for k in MEMORY_COMPONENTS if k in tot})
-        notes = [a for a in r.assumptions if "one node" in a]
-        notes.append(f"--params {text}: model states only (no shapes, so no activations), split evenly over "
-                     f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
-        if settings.convention == "deepspeed" and zero == 3:
-            notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
-        prec = M.bytes_per_param(settings, zero)
-        cap = float(hw.gpu.memory)
-        return MemoryResult(
-            model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
-            mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
-            activation_bytes_per_layer=None, capacity_bytes=cap, fits=bool(tot["fits"]), max_micro_batch=None,
-            most_loaded_stage=0, bytes_per_param=_bpp(prec), assumptions=notes + _runtime_notes(settings, res_bytes),
-            communicators=int(tot["communicators"]),
-            terms=M.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,
-        )
-
+        return _memory_of_count(params, hw, settings, layout, res_bytes, explain)
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(model, hf)
@@ -186,58 +153,106 @@ def memory(
     if alias:
         notes.append(f"model {alias} -> {spec.name}")
     notes.append(stack_note(settings))
-
     if inference:
         if zero:
             raise UserError("--zero shards training state; drop it with --inference")
         if per_stage:
             raise UserError("--per-stage is for training; --inference reports the most-loaded stage")
-        b = _pos(batch, "batch") or 1
-        if microbatches is None and global_batch is None:
-            layout["microbatches"] = 1
-        r: Resolved = resolve(spec, hw, settings=settings, **layout)
-        par = r.parallel
-        T = _pos(context, "context") or int(par.seq)
-        notes += [a for a in r.assumptions if "one node" in a]
-        if context is None:
-            notes.append(f"context defaults to min(8192, model max {spec.max_seq}) = {T}")
-        elif T > spec.max_seq:
-            notes.append(f"context {T} exceeds the model's max sequence {spec.max_seq}")
-        if T % int(par.cp):
-            raise UserError(f"cp={int(par.cp)} does not divide the context length {T}")
-        notes.append(f"KV cache in {settings.kv_dtype}; working activations: one prefill of {T} tokens at a time")
-        if int(par.dp) > 1:
-            notes.append(f"dp={int(par.dp)}: {int(par.dp)} independent replicas, each GPU holds its own copy of its shard")
-        out = M.inference_memory_per_gpu(spec, hw, par, settings, b, T, res_bytes)
-        mem = {k: float(out[k]) for k in MEMORY_COMPONENTS}
-        return MemoryResult(
-            model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="inference",
-            params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]), memory=mem,
-            activation_bytes_per_layer=float(out["activation_bytes_per_layer"]), capacity_bytes=float(out["capacity_bytes"]),
-            fits=bool(out["fits"]), max_micro_batch=_int_or_none(out["max_micro_batch"]),
-            most_loaded_stage=int(out["stage"]),
-            bytes_per_param={"weights": M.INFERENCE_WEIGHT_BYTES[settings.dtype], "gradients": 0.0, "optimizer": 0.0,
-                             "fp8_weight_cache": 0.0},
-            assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(out["communicators"]),
-            inference={"batch": b, "context": T, "kv_dtype": settings.kv_dtype},
-            terms=M.inference_terms(spec, hw, par, settings, b, T, res_bytes) if explain else None,
-        )
+        return _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch, context, explain)
+    return _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, explain)
 
+
+def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> MemoryResult:
+    """``--params 7.5B``: the model states of a bare parameter count (ZeRO paper Table 1)."""
+    from llmpar.cost import memory as M
+
+    zero = layout["zero"]
+    count = parse_count(params, "--params")
+    text = str(params).strip()
     M.check_convention(settings, zero)
+    stub = _bare_spec(count, text, layout["tp"], layout["pp"], layout["seq"])
+    r = resolve(stub, hw, settings=settings, **layout)
+    par = r.parallel
+    states = M.model_states_for_count(count, par, settings)
+    mem = {"weights_bytes": float(states["weights_bytes"]), "gradients_bytes": float(states["gradients_bytes"]),
+           "optimizer_bytes": float(states["optimizer_bytes"]), "activations_bytes": 0.0, "buffers_bytes": 0.0,
+           "kv_cache_bytes": 0.0}
+    tot = M.memory_totals(sum(mem.values()), hw, par, settings, res_bytes)
+    mem.update({k: float(tot[k]) for k in MEMORY_COMPONENTS if k in tot})
+    notes = [a for a in r.assumptions if "one node" in a]
+    notes.append(f"--params {text}: model states only (no shapes, so no activations), split evenly over "
+                 f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
+    if settings.convention == "deepspeed" and zero == 3:
+        notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
+    prec = M.bytes_per_param(settings, zero)
+    return MemoryResult(
+        model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
+        mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
+        activation_bytes_per_layer=None, capacity_bytes=float(hw.gpu.memory), fits=bool(tot["fits"]),
+        max_micro_batch=None, most_loaded_stage=0, bytes_per_param=_bpp(prec),
+        assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(tot["communicators"]),
+        terms=M.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,
+    )
+
+
+def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch, context, explain) -> MemoryResult:
+    """``--inference``: weights, KV cache and one prefill's working activations per GPU."""
+    from llmpar.cost import memory as M
+    from llmpar.cost import params as P
+
+    b = _pos(batch, "batch") or 1
+    if layout["microbatches"] is None and layout["global_batch"] is None:
+        layout = dict(layout, microbatches=1)
+    r: Resolved = resolve(spec, hw, settings=settings, **layout)
+    par = r.parallel
+    T = _pos(context, "context") or int(par.seq)
+    notes = notes + [a for a in r.assumptions if "one node" in a]
+    if context is None:
+        notes.append(f"context defaults to min(8192, model max {spec.max_seq}) = {T}")
+    elif T > spec.max_seq:
+        notes.append(f"context {T} exceeds the model's max sequence {spec.max_seq}")
+    if T % int(par.cp):
+        raise UserError(f"cp={int(par.cp)} does not divide the context length {T}")
+    notes.append(f"KV cache in {settings.kv_dtype}; working activations: one prefill of {T} tokens at a time")
+    if int(par.dp) > 1:
+        notes.append(f"dp={int(par.dp)}: {int(par.dp)} independent replicas, each GPU holds its own copy of its shard")
+    out = M.inference_memory_per_gpu(spec, hw, par, settings, b, T, res_bytes)
+    return MemoryResult(
+        model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="inference",
+        params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
+        memory={k: float(out[k]) for k in MEMORY_COMPONENTS},
+        activation_bytes_per_layer=float(out["activation_bytes_per_layer"]), capacity_bytes=float(out["capacity_bytes"]),
+        fits=bool(out["fits"]), max_micro_batch=_int_or_none(out["max_micro_batch"]),
+        most_loaded_stage=int(out["stage"]),
+        bytes_per_param={"weights": M.INFERENCE_WEIGHT_BYTES[settings.dtype], "gradients": 0.0, "optimizer": 0.0,
+                         "fp8_weight_cache": 0.0},
+        assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(out["communicators"]),
+        inference={"batch": b, "context": T, "kv_dtype": settings.kv_dtype},
+        terms=M.inference_terms(spec, hw, par, settings, b, T, res_bytes) if explain else None,
+    )
+
+
+def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, explain) -> MemoryResult:
+    """Training memory of the most-loaded pipeline stage (and every stage with ``per_stage``)."""
+    from llmpar.cost import memory as M
+    from llmpar.cost import params as P
+    from llmpar.cost.pipeline import check_schedule
+
+    M.check_convention(settings, layout["zero"])
     r = resolve(spec, hw, settings=settings, **layout)
     par = r.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     # with pp = 1 the number of micro-batches per step does not change memory: drop that note
-    notes += [a for a in r.assumptions if int(par.pp) > 1 or "micro-batches" not in a]
+    notes = notes + [a for a in r.assumptions if int(par.pp) > 1 or "micro-batches" not in a]
     out = M.memory_per_gpu(spec, hw, par, settings, res_bytes)
-    mem = {k: float(out[k]) for k in MEMORY_COMPONENTS}
     stage = int(out["stage"])
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
-    prec = M.bytes_per_param(settings, zero)
+    prec = M.bytes_per_param(settings, layout["zero"])
     return MemoryResult(
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="training",
-        params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]), memory=mem,
+        params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
+        memory={k: float(out[k]) for k in MEMORY_COMPONENTS},
         activation_bytes_per_layer=float(out["activation_bytes_per_layer"]), capacity_bytes=float(out["capacity_bytes"]),
         fits=bool(out["fits"]), max_micro_batch=_int_or_none(out["max_micro_batch"]), most_loaded_stage=stage,
         bytes_per_param=_bpp(prec), assumptions=notes + _runtime_notes(settings, res_bytes),
