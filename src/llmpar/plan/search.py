@@ -378,47 +378,9 @@ def plan(
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 
-    if seq is None:
-        seq = min(DEFAULT_SEQ, spec_model.max_seq)
-        defaults.append(f"seq {seq}")
-    else:
-        seq = _pos(seq, "seq", MAX_SEQ)
-        if (note := seq_note(spec_model, seq)) is not None:
-            notes.append(note)
-    global_batch = _pos(global_batch, "global-batch", MAX_BATCH)
-    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch", MAX_TOKENS_PER_STEP)
-    if tokens_per_batch is not None:
-        if tokens_per_batch % seq:
-            raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
-        if global_batch is not None and global_batch != tokens_per_batch // seq:
-            raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
-                            f"seq {seq} = {tokens_per_batch // seq}")
-        global_batch = tokens_per_batch // seq
-    microbatches = _pos(microbatches, "microbatches", MAX_BATCH)
-    if global_batch is None:
-        global_batch, capped = default_global_batch(seq)
-        defaults.append(f"global batch {global_batch} sequences = {DEFAULT_BATCH_TOKENS:,} tokens / seq {seq}"
-                        if global_batch * seq == DEFAULT_BATCH_TOKENS else capped or
-                        f"global batch {global_batch} sequences ({global_batch * seq:,} tokens, the nearest to "
-                        f"{DEFAULT_BATCH_TOKENS:,})")
-    if global_batch * seq > MAX_TOKENS_PER_STEP:
-        raise UserError(f"{global_batch:,} sequences x {seq:,} tokens per step is beyond what llmpar models "
-                        f"(at most {MAX_TOKENS_PER_STEP:,} tokens)")
-
-    fixed = SP.parse_assignments(_as_specs(fix, "fix"), "fix")
-    for key, value in layout.items():
-        if value is None:
-            continue
-        k = SP.knob_name(key)
-        vals = SP.parse_values(k, _knob_text(value))
-        if k in fixed and fixed[k] != vals:
-            raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
-        fixed[k] = vals
-    allowed = SP.parse_assignments(_as_specs(allow, "allow"), "allow")
-    for k, vals in fixed.items():
-        if k in allowed and not set(vals) <= set(allowed[k]):
-            raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
-        allowed[k] = vals
+    seq, global_batch, microbatches = _batch(spec_model, seq, global_batch, tokens_per_batch, microbatches,
+                                             defaults, notes)
+    allowed = _knob_values(fix, allow, layout)
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
@@ -439,6 +401,58 @@ def plan(
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
         pareto=found["pareto"], comparison=found["comparison"], training=training, points=found["points"],
     )
+
+
+def _batch(model, seq, global_batch, tokens_per_batch, microbatches, defaults, notes) -> tuple[int, int, int | None]:
+    """Sequence length, global batch (sequences) and micro-batch count of the plan, with the
+    defaults of DESIGN.md (seq = min(8192, model max); 4,194,304 tokens / seq sequences) and the
+    bounds of what llmpar models; what was assumed goes into ``defaults`` / ``notes``."""
+    if seq is None:
+        seq = min(DEFAULT_SEQ, model.max_seq)
+        defaults.append(f"seq {seq}")
+    else:
+        seq = _pos(seq, "seq", MAX_SEQ)
+        if (note := seq_note(model, seq)) is not None:
+            notes.append(note)
+    global_batch = _pos(global_batch, "global-batch", MAX_BATCH)
+    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch", MAX_TOKENS_PER_STEP)
+    if tokens_per_batch is not None:
+        if tokens_per_batch % seq:
+            raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
+        if global_batch is not None and global_batch != tokens_per_batch // seq:
+            raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
+                            f"seq {seq} = {tokens_per_batch // seq}")
+        global_batch = tokens_per_batch // seq
+    microbatches = _pos(microbatches, "microbatches", MAX_BATCH)
+    if global_batch is None:
+        global_batch, capped = default_global_batch(seq)
+        defaults.append(f"global batch {global_batch} sequences = {DEFAULT_BATCH_TOKENS:,} tokens / seq {seq}"
+                        if global_batch * seq == DEFAULT_BATCH_TOKENS else capped or
+                        f"global batch {global_batch} sequences ({global_batch * seq:,} tokens, the nearest to "
+                        f"{DEFAULT_BATCH_TOKENS:,})")
+    if global_batch * seq > MAX_TOKENS_PER_STEP:
+        raise UserError(f"{global_batch:,} sequences x {seq:,} tokens per step is beyond what llmpar models "
+                        f"(at most {MAX_TOKENS_PER_STEP:,} tokens)")
+    return seq, global_batch, microbatches
+
+
+def _knob_values(fix, allow, layout) -> dict:
+    """knob -> the values to search: --allow sets, narrowed by --fix and the layout keywords."""
+    fixed = SP.parse_assignments(_as_specs(fix, "fix"), "fix")
+    for key, value in layout.items():
+        if value is None:
+            continue
+        k = SP.knob_name(key)
+        vals = SP.parse_values(k, _knob_text(value))
+        if k in fixed and fixed[k] != vals:
+            raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
+        fixed[k] = vals
+    allowed = SP.parse_assignments(_as_specs(allow, "allow"), "allow")
+    for k, vals in fixed.items():
+        if k in allowed and not set(vals) <= set(allowed[k]):
+            raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
+        allowed[k] = vals
+    return allowed
 
 
 def _margin(value) -> float:
