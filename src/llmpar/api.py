@@ -32,7 +32,7 @@ from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, C
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import Stack
-from llmpar.units import parse_bytes, parse_count
+from llmpar.units import parse_bytes, parse_count, parse_tolerance  # noqa: F401 (parse_tolerance: API)
 
 # ------------------------------------------------------------------------------ spec loading
 
@@ -540,20 +540,6 @@ def collective(
 
 
 # ---------------------------------------------------------------------------------- validate
-
-def parse_tolerance(value) -> float | None:
-    """``--tolerance``: a fraction (0.1) or a percentage (``"10%"``); None = no check."""
-    if value is None:
-        return None
-    t = str(value).strip()
-    try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {value!r}") from None
-    if not 0 < v < 100:
-        raise UserError(f"--tolerance must be positive, got {value!r}")
-    return v
-
 
 def validate(
     source: str | list[str] | None = None,

@@ -181,3 +181,17 @@ def fmt_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{suffix}"
     return f"{n:.0f}"
+
+
+def parse_tolerance(value) -> float | None:
+    """``--tolerance``: a fraction (0.1) or a percentage (``"10%"``); None = no check."""
+    if value is None:
+        return None
+    t = str(value).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {value!r}") from None
+    if not 0 < v < 100:
+        raise UserError(f"--tolerance must be positive, got {value!r}")
+    return v

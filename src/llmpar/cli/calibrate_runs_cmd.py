@@ -9,19 +9,7 @@ import click
 
 from llmpar.cli.common import complete_hardware, complete_model, complete_stack, echo_json, plot_option
 from llmpar.errors import CheckFailed, UserError
-
-
-def _tolerance(text: str | None) -> float | None:
-    if text is None:
-        return None
-    t = str(text).strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {text!r}") from None
-    if not 0 < value < 10:
-        raise UserError(f"--tolerance must be positive, got {text!r}")
-    return value
+from llmpar.units import parse_tolerance
 
 
 def _pct(v) -> str:
@@ -150,7 +138,7 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, train_sel, healthy
     from llmpar.calibrate.runs import fit_and_hold_out, run_selector
     from llmpar.calibrate.runs_io import read_runs
 
-    tol = _tolerance(tolerance)
+    tol = parse_tolerance(tolerance)
     if tol is not None and not check:
         raise UserError("--tolerance goes with --check")
     if check and out is not None:

@@ -7,19 +7,7 @@ from pathlib import Path
 import click
 
 from llmpar.errors import CheckFailed, UserError
-
-
-def _tolerance(text: str | None) -> float | None:
-    if text is None:
-        return None
-    t = str(text).strip()
-    try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {text!r}") from None
-    if not 0 < v < 100:
-        raise UserError(f"--tolerance must be positive, got {text!r}")
-    return v
+from llmpar.units import parse_tolerance
 
 
 def _render(result, con) -> None:
@@ -84,7 +72,7 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
     """
     from llmpar.validate.core import validate as run_validation
 
-    tol = _tolerance(tolerance)
+    tol = parse_tolerance(tolerance)
     if as_json and as_markdown:
         raise UserError("--json and --markdown: choose one")
     if out is not None and not as_markdown:

@@ -378,7 +378,7 @@ def plan(
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 
-    seq, global_batch, microbatches = _batch(spec_model, seq, global_batch, tokens_per_batch, microbatches,
+    seq, global_batch, microbatches = resolve_batch(spec_model, seq, global_batch, tokens_per_batch, microbatches,
                                              defaults, notes)
     allowed = _knob_values(fix, allow, layout)
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
@@ -403,10 +403,11 @@ def plan(
     )
 
 
-def _batch(model, seq, global_batch, tokens_per_batch, microbatches, defaults, notes) -> tuple[int, int, int | None]:
+def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defaults, notes) -> tuple[int, int, int | None]:
     """Sequence length, global batch (sequences) and micro-batch count of the plan, with the
     defaults of DESIGN.md (seq = min(8192, model max); 4,194,304 tokens / seq sequences) and the
-    bounds of what llmpar models; what was assumed goes into ``defaults`` / ``notes``."""
+    bounds of what llmpar models; what was assumed goes into ``defaults`` / ``notes``. `sweep`
+    resolves its one batch for every GPU count with it too."""
     if seq is None:
         seq = min(DEFAULT_SEQ, model.max_seq)
         defaults.append(f"seq {seq}")

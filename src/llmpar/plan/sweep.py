@@ -26,7 +26,6 @@ import numpy as np
 
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ
 from llmpar.results import SweepResult, SweepRow
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
@@ -154,7 +153,7 @@ def sweep(
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar.cost import training as TR
-    from llmpar.plan.search import DEFAULT_MODEL, _pos
+    from llmpar.plan.search import DEFAULT_MODEL, resolve_batch
 
     t0 = time.perf_counter()
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
@@ -175,22 +174,7 @@ def sweep(
         notes.append(f"model {alias} -> {spec.name}")
 
     # one batch for every count (the plan's defaults and checks, resolved once so every row uses the same)
-    if seq is None:
-        seq = min(DEFAULT_SEQ, spec.max_seq)
-        defaults.append(f"seq {seq}")
-    seq = _pos(seq, "seq")
-    global_batch = _pos(global_batch, "global-batch")
-    tokens_per_batch = _pos(tokens_per_batch, "tokens-per-batch")
-    if tokens_per_batch is not None:
-        if tokens_per_batch % seq:
-            raise UserError(f"--tokens-per-batch {tokens_per_batch:,} is not a multiple of the sequence length {seq}")
-        if global_batch is not None and global_batch != tokens_per_batch // seq:
-            raise UserError(f"--global-batch {global_batch} disagrees with --tokens-per-batch {tokens_per_batch:,} / "
-                            f"seq {seq} = {tokens_per_batch // seq}")
-        global_batch = tokens_per_batch // seq
-    if global_batch is None:
-        global_batch = max(1, round(DEFAULT_BATCH_TOKENS / seq))
-        defaults.append(f"global batch {global_batch} sequences ({global_batch * seq:,} tokens)")
+    seq, global_batch, _ = resolve_batch(spec, seq, global_batch, tokens_per_batch, None, defaults, notes)
     notes.append(f"the global batch ({global_batch:,} sequences x {seq:,} tokens) is the same at every count: "
                  "strong scaling of one recipe")
     opts = dict(plan_options, seq=seq, global_batch=global_batch)
