@@ -195,6 +195,10 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "peak_tflops": {k: v / 1e12 for k, v in hw.gpu.peak_flops.items()},
         "gpus_per_node": hw.gpus_per_node,
         "reserve_bytes": hw.reserve,
+        "generation": hw.gpu.generation,
+        "board_power_W": hw.gpu.board_power,
+        "node_power_W": hw.node_power,
+        "gpu_hour_price": hw.gpu_hour_price,
         "tiers": [
             {
                 "name": t.name,
@@ -269,6 +273,14 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
     for dtype, tf in result["peak_tflops"].items():
         gpu.add_row(f"peak {dtype} (dense)", f"{tf:g} TFLOP/s")
     gpu.add_row("GPUs per node", str(result["gpus_per_node"]))
+    if result["generation"]:
+        gpu.add_row("generation", f"{result['generation']} (selects a stack's per-generation values)")
+    if result["board_power_W"] is not None:
+        gpu.add_row("board power", f"{result['board_power_W']:g} W per GPU")
+    if result["node_power_W"] is not None:
+        gpu.add_row("node power", f"{result['node_power_W']:g} W per node (max; energy in `llmpar sweep`)")
+    if result["gpu_hour_price"] is not None:
+        gpu.add_row("GPU-hour price", f"{result['gpu_hour_price']:g} (your profile's)")
     if result["reserve_bytes"] is not None:
         gpu.add_row("reserve", f"{result['reserve_bytes'] / scale:.1f} {unit} (legacy; acts as --reserve)")
     if hw.extends:
