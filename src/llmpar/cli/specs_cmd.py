@@ -196,8 +196,8 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "gpus_per_node": hw.gpus_per_node,
         "reserve_bytes": hw.reserve,
         "generation": hw.gpu.generation,
-        "board_power_W": hw.gpu.board_power,
-        "node_power_W": hw.node_power,
+        "board_power_w": hw.gpu.board_power,
+        "node_power_w": hw.node_power,
         "gpu_hour_price": hw.gpu_hour_price,
         "tiers": [
             {
@@ -275,10 +275,10 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
     gpu.add_row("GPUs per node", str(result["gpus_per_node"]))
     if result["generation"]:
         gpu.add_row("generation", f"{result['generation']} (selects a stack's per-generation values)")
-    if result["board_power_W"] is not None:
-        gpu.add_row("board power", f"{result['board_power_W']:g} W per GPU")
-    if result["node_power_W"] is not None:
-        gpu.add_row("node power", f"{result['node_power_W']:g} W per node (max; energy in `llmpar sweep`)")
+    if result["board_power_w"] is not None:
+        gpu.add_row("board power", f"{result['board_power_w']:g} W per GPU")
+    if result["node_power_w"] is not None:
+        gpu.add_row("node power", f"{result['node_power_w']:g} W per node (max; energy in `llmpar sweep`)")
     if result["gpu_hour_price"] is not None:
         gpu.add_row("GPU-hour price", f"{result['gpu_hour_price']:g} (your profile's)")
     if result["reserve_bytes"] is not None:
