@@ -53,8 +53,10 @@ class FixConflict(UserError):
     rejected = None
 
 
+# the additive parts of a row's total memory (total = their sum), as "why #1 beats #N" names them
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",
-                 "activations_bytes": "activations", "reserved_bytes": "reserve"}
+                 "activations_bytes": "activations", "buffers_bytes": "buffers",
+                 "allocator_overhead_bytes": "allocator", "runtime_bytes": "runtime"}
 
 
 # ------------------------------------------------------------------------------------ search
@@ -160,8 +162,7 @@ def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
         terms = [(k, a.breakdown_s[k], b.breakdown_s[k]) for k in a.breakdown_s]
         margin = b.step_time_s - a.step_time_s
     else:
-        terms = [(MEMORY_LABELS.get(k, k), a.memory[k], b.memory[k]) for k in MEMORY_COMPONENTS
-                 if k not in ("total_bytes", "kv_cache_bytes")]
+        terms = [(label, a.memory[k], b.memory[k]) for k, label in MEMORY_LABELS.items()]
         margin = b.memory_bytes - a.memory_bytes
     terms = sorted([t for t in terms if t[1] != t[2]], key=lambda t: -abs(t[2] - t[1]))
     da, db = a.parallel.as_dict(), b.parallel.as_dict()
