@@ -39,6 +39,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from llmpar.calibrate.runs_io import MeasuredRun
 from llmpar.errors import UserError
 
 # parameter path -> (lower, upper, prior scale, per GPU generation?)
@@ -71,40 +72,16 @@ MICRO_BATCHES = (1, 2, 4, 8, 16)
 
 # ------------------------------------------------------------------------------------ the runs
 
-@dataclass(frozen=True)
-class Run:
-    """One measured run, as :mod:`llmpar.calibrate.runs_io` reads it (or a published row)."""
-
-    source: str
-    model: str
-    hardware: str | None
-    layout: dict[str, Any]
-    status: str = "ok"
-    step_time_s: float | None = None
-    tokens_per_s_per_gpu: float | None = None
-    tflops_per_gpu: float | None = None
-    mfu: float | None = None
-    peak_allocated_bytes: float | None = None
-    peak_reserved_bytes: float | None = None
-    convention: str = "full"          # how tflops_per_gpu / mfu count FLOPs (CONVENTIONS)
-    mfu_peak_dtype: str = "bf16"      # the peak an MFU figure is relative to
-    metric: str | None = None         # which measured figure to compare when several are given
-    row: str | None = None            # where in a published source
-
-    @property
-    def has_speed(self) -> bool:
-        return self.status == "ok" and any(
-            v is not None for v in (self.step_time_s, self.tokens_per_s_per_gpu, self.tflops_per_gpu, self.mfu))
-
-    @property
-    def has_memory(self) -> bool:
-        return (self.status == "ok" and (self.peak_allocated_bytes or self.peak_reserved_bytes) is not None) \
-            or self.status == "oom"
+# One measured run: the record the readers produce (runs tables, logs, the published rows).
+Run = MeasuredRun
 
 
 def as_run(obj) -> Run:
-    """A :class:`Run` from a reader's record (same attribute names) or a Run."""
+    """A :class:`Run` (a reader's :class:`~llmpar.calibrate.runs_io.MeasuredRun`), or one built
+    from any record with the same attribute names; a run must name its model."""
     if isinstance(obj, Run):
+        if not obj.model:
+            raise UserError(f"{obj.source}: the run names no model")
         return obj
     names = {f.name for f in dataclasses.fields(Run)}
     kw = {k: getattr(obj, k) for k in names if hasattr(obj, k)}

@@ -57,6 +57,18 @@ class MeasuredRun:
     stack: str | None = None     # the framework the run used, when the table says (top-level 'stack:')
     metric: str | None = None    # the headline measurement to compare (top-level 'metric:'), when several are given
 
+    @property
+    def has_speed(self) -> bool:
+        """The run ran and gives a speed figure (step time, tokens/s, TFLOP/s or MFU)."""
+        return self.status == "ok" and any(
+            v is not None for v in (self.step_time_s, self.tokens_per_s_per_gpu, self.tflops_per_gpu, self.mfu))
+
+    @property
+    def has_memory(self) -> bool:
+        """The run gives a memory figure: its peak, or the lower bound an OOM implies."""
+        return (self.status == "ok" and (self.peak_allocated_bytes or self.peak_reserved_bytes) is not None) \
+            or self.status == "oom"
+
 
 @dataclass
 class RunsRead:
