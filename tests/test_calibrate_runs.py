@@ -146,3 +146,17 @@ def test_cli_unknown_stack_and_parameter(cli, tmp_path):
     assert res.code == 2 and "unknown stack 'nope'" in res.err
     res = cli("calibrate", "runs", str(table), "--fit", "kernels.warp_speed")
     assert res.code == 2 and "cannot fit kernels.warp_speed" in res.err
+
+
+def test_a_layout_that_breaks_a_rule_is_predicted_not_to_run():
+    # pp = 32 on the 32-layer llama-3-8b is allowed (one layer per stage), pp = 64 is not: llmpar's
+    # layout rules (parallel.layout_violations: pp <= layers) say it cannot run, so its verdict
+    # is "does not run" and an OOM/crashed status agrees with it (the playbook's 93 crashed runs
+    # with pp > layers)
+    runs = [R.Run(source=str(pp), model="llama-3-8b", hardware="h100-sxm", status="oom",
+                  layout=dict(gpus=pp, tp=1, pp=pp, dp=1, zero=1, recompute="full", global_batch=pp, seq=4096,
+                              micro_batch=1))
+            for pp in (32, 64)]
+    rs, groups = R.prepare(runs)
+    pred = R.predict(rs, groups, load_stack())
+    assert pred.fits[0] and not pred.fits[1]

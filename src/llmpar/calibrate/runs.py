@@ -242,7 +242,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     """Every run through cost/step with ``stack`` (arrays; one call per group)."""
     from llmpar.cost import flops
     from llmpar.cost.step import step_time
-    from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings
+    from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings, layout_violations
 
     n = len(runs)
     out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus", "alloc", "pool")}
@@ -254,7 +254,12 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
         res = step_time(g.model, g.hw, g.par, settings)
         t = np.asarray(res["step_time_s"], dtype=float)
         mem = res["memory"]
-        ok = np.asarray(mem["fits"], dtype=bool)
+        # a layout that breaks a layout rule (pp > layers, tp not dividing the heads, ...) cannot
+        # run: llmpar's verdict for it is "does not run", as for one that does not fit
+        broken = np.zeros(np.shape(np.asarray(mem["fits"])), dtype=bool)
+        for mask in layout_violations(g.model, g.par).values():
+            broken = broken | np.broadcast_to(np.asarray(mask, dtype=bool), broken.shape)
+        ok = np.asarray(mem["fits"], dtype=bool) & ~broken
         total = np.asarray(mem["total_bytes"], dtype=float)
         alloc = np.broadcast_to(np.asarray(mem["allocated_bytes"], dtype=float), total.shape)
         pool = np.broadcast_to(np.asarray(mem["reserved_bytes"], dtype=float), total.shape)
