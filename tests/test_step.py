@@ -15,7 +15,6 @@ from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs import load_hardware, load_model, load_stack
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import Stack
-from llmpar.validate.runner import evaluate_all, summary
 
 # A stack with every software inefficiency removed: GEMMs on the hardware curve (factor 1), a
 # fused causal attention kernel at 100 % of peak forward and backward, nothing overlapped, no
@@ -184,13 +183,17 @@ def test_place_tp_inside_node_dp_across():
 
 def test_published_a100_rows():
     """docs/validation.md: Korthikanti 2022 Table 5 (iteration time) and Narayanan 2021 Table 1
-    (TFLOP/s per GPU, best micro-batch and chunks per stage) with one A100 profile."""
-    res = evaluate_all()
-    all_rows = [r for rows in res.values() for r in rows]
-    mean, worst = summary(all_rows)
-    assert mean <= 0.05 and worst <= 0.10, (mean, worst, [(r.run.model, round(r.error, 3)) for r in all_rows])
-    k_mean, k_max = summary(res["korthikanti2022_table5"])
-    assert k_mean <= 0.05 and k_max <= 0.10
+    (TFLOP/s per GPU, best micro-batch and chunks per stage) under the megatron-2022 stack, through
+    `llmpar validate` (the shipped validation/ rows). The stack's GEMM fraction was fitted on these
+    18 rows: 4.1 % mean / 8.3 % max in-sample, 4.7 % / 9.5 % leave-one-out (stacks/megatron-2022.yaml)."""
+    from llmpar.validate.core import validate
+
+    res = validate(["korthikanti2022-table5", "narayanan2021-table1"])
+    errs = [abs(r["error"]) for r in res.rows if r["metric"] in ("step_time_s", "tflops_per_gpu")]
+    assert len(errs) == 18
+    assert sum(errs) / len(errs) <= 0.05 and max(errs) <= 0.10, errs
+    k = [abs(r["error"]) for r in res.rows if r["source"] == "korthikanti2022-table5" and r["metric"] == "step_time_s"]
+    assert len(k) == 8 and sum(k) / len(k) <= 0.05 and max(k) <= 0.10
 
 
 def test_zero1_weight_gather_hides_behind_the_next_forward():
