@@ -159,7 +159,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         "weights_bytes": w, "gradients_bytes": g, "optimizer_bytes": o,
         "activations_bytes": act, "in_flight": fl,
         "act_layers_bytes": layers_act, "act_recompute_bytes": recompute_ws,
-        "act_first_extra_bytes": first_x, "act_last_extra_bytes": last_x,
+        "act_first_extra_bytes": first_x, "act_last_extra_bytes": last_x, "act_working_bytes": working,
         "zero3_buffer_bytes": bw + bg, "buffers_bytes": buffers, "communicators": n_comm,
     }
 

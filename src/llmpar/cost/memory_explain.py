@@ -187,6 +187,12 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
             per = float(term_bytes(x, par))
             terms.append(Term("activations", f"{flag} stage: {x.name}", per * float(inflight) * fac,
                               _act_formula(x) + " × in-flight" + fdesc, f"{_g(per)} × {_g(inflight)}" + fval, x.source))
+    if float(e["act_working_bytes"]):
+        terms.append(Term("activations", "backward working set (temporaries, live once)", float(e["act_working_bytes"]),
+                          "memory.working_layers × one layer's kept activations of one micro-batch",
+                          f"{_g(mem.working_layers)} × {_g(float(e['act_working_bytes']) / mem.working_layers)} "
+                          f"(stack {settings.stack.name})",
+                          "fitted per stack (docs/stacks.md): gradient and upcast temporaries of the layer in backward"))
     buf = float(e["buffers_bytes"])
     if buf:
         n = int(par.dp) * int(par.cp)
