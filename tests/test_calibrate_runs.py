@@ -160,3 +160,19 @@ def test_a_layout_that_breaks_a_rule_is_predicted_not_to_run():
     rs, groups = R.prepare(runs)
     pred = R.predict(rs, groups, load_stack())
     assert pred.fits[0] and not pred.fits[1]
+
+
+def test_logs_take_their_layout_from_the_command_line_and_their_stack_from_the_framework(cli):
+    # a torchtitan log prints no layout: --layout gives it; the log's framework names the base
+    # stack (torchtitan). Without --layout it is one line naming the log and what is missing.
+    log = "tests/fixtures/train_logs/torchtitan_pr1287_llama3_8b.log"
+    res = cli("calibrate", "runs", log, "--model", "llama-3-8b", "--hardware", "h100-sxm", "--check")
+    assert res.code == 2 and "no layout" in res.err and "torchtitan_pr1287" in res.err
+    res = cli("calibrate", "runs", log, "--model", "llama-3-8b", "--hardware", "h100-sxm",
+              "--layout", "gpus=8,seq=8192,global_batch=8", "--check", "--json")
+    assert res.code == 0, res.err
+    d = res.json()
+    assert d["stack"] == "torchtitan"
+    assert d["rows"][0]["layout"]["gpus"] == 8 and d["rows"][0]["measured_step_time_s"] > 0
+    res = cli("calibrate", "runs", log, "--layout", "gpus8", "--check")
+    assert res.code == 2 and "--layout expects KEY=VALUE" in res.err

@@ -563,7 +563,10 @@ def _read_log_file(path: Path, data: bytes, name: str) -> tuple[dict, dict, dict
     source = f"{name}:{log.line}"
     # the layout a log states goes through the same typing and checks as a table row's
     layout, _, _, more = _read_row(log.layout, source, _Ctx(file=name, base_dir=path.parent))
-    return layout, log.measured, {"status": log.status}, log.notes + more, source
+    # the framework a log comes from names the stack its run used (calibrate runs' default base)
+    stack = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan"}.get(log.kind)
+    meta = {"status": log.status, **({"stack": stack} if stack else {})}
+    return layout, log.measured, meta, log.notes + more, source
 
 
 def _norm_defaults(defaults: dict | None) -> tuple[dict, dict]:

@@ -108,6 +108,8 @@ def render_held_out(held) -> None:
 @click.option("--stack", shell_complete=complete_stack, help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
 @click.option("--hardware", shell_complete=complete_hardware, help="Hardware for runs that name none (name or YAML path).")
 @click.option("--model", shell_complete=complete_model, help="Model for runs that name none (e.g. logs).")
+@click.option("--layout", "layout_text", metavar="KEY=V,...",
+              help="Layout for runs that do not state it (logs): e.g. 'gpus=16,tp=2,ep=8,seq=4096,global_batch=256'.")
 @click.option("--fit", "fit_names", help="Comma list of stack parameters to fit (default: what the runs constrain).")
 @click.option("--folds", type=click.IntRange(0, 50), default=5, show_default=True,
               help="Cross-validation folds over configurations (model x GPU count); 0 = none.")
@@ -122,7 +124,7 @@ def render_held_out(held) -> None:
 @click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @plot_option("predicted vs measured step time and peak memory, before and after the fit, with the y = x line")
-def runs_cmd(files, stack, hardware, model, fit_names, folds, train_sel, healthy, check, tolerance, out, out_name,
+def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, train_sel, healthy, check, tolerance, out, out_name,
              show_rows, as_json, plot_path):
     """Fit a stack's kernel efficiencies, overlaps, fixed costs and memory factors to measured runs.
 
@@ -130,7 +132,7 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, train_sel, healthy
     FILE: runs tables (CSV, JSONL, YAML; docs/runs-format.md) or Megatron-LM / NeMo / torchtitan logs.
     Examples:
       llmpar calibrate runs my-runs.csv --stack megatron-core --hardware h100-sxm --out my-stack.yaml
-      llmpar calibrate runs logs/*.log --model llama-3-8b --hardware h100-sxm --check --tolerance 10%
+      llmpar calibrate runs logs/*.log --model llama-3-8b --hardware h100-sxm --layout gpus=8,seq=8192,global_batch=64 --check
       llmpar calibrate runs playbook.yaml --train 'gpus<=16' --drop-slower-than 0.5   # fit small, predict big
     """
     import yaml
@@ -147,6 +149,13 @@ def runs_cmd(files, stack, hardware, model, fit_names, folds, train_sel, healthy
         raise UserError("--check fits nothing: --train and --drop-slower-than choose what a fit uses")
     train = run_selector(train_sel) if train_sel else None
     defaults = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    for item in (layout_text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"--layout expects KEY=VALUE pairs separated by commas (e.g. gpus=16,tp=2), got {item!r}")
+        defaults[key.strip()] = value.strip()
     read = read_runs(files, defaults=defaults)
     if stack is None:
         named = {r.stack for r in read.runs if r.stack}
