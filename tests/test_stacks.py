@@ -1,0 +1,82 @@
+"""Stack specs (specs/stack.py, stacks/*.yaml): loading, extends, per-generation values, overrides,
+the listing commands, and bad stack files as one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmpar.parallel import Settings
+from llmpar.specs import load_hardware, load_stack
+from llmpar.specs.stack import per_gen
+
+SHIPPED = ("megatron-core", "megatron-2022", "nanotron", "torchtitan", "torchtitan-compile", "deepspeed")
+
+
+def test_every_shipped_stack_loads_names_its_sources_and_zero_stages():
+    for name in SHIPPED:
+        st = load_stack(name)
+        assert st.name == name and st.sources, name
+        assert set(st.zero_stages) <= {0, 1, 2, 3} and st.zero_stages, name
+
+
+def test_per_generation_values_resolve_by_the_hardware_generation():
+    # megatron-core's GEMM fraction: ampere 0.846 (megatron-2022's A100 fit), hopper 0.7322 (34
+    # H100/H800 rows), blackwell 0.8223 (8 dense B200/GB200 rows), default 0.85 (the prior)
+    st = load_stack("megatron-core")
+    assert per_gen(st.kernels.gemm_efficiency, load_hardware("a100-80gb").gpu.generation) == 0.846
+    assert per_gen(st.kernels.gemm_efficiency, load_hardware("h100-sxm").gpu.generation) == 0.7322
+    assert per_gen(st.kernels.gemm_efficiency, load_hardware("gb200-nvl72").gpu.generation) == 0.8223
+    assert per_gen(st.kernels.gemm_efficiency, None) == 0.85
+    assert per_gen(0.5, "hopper") == 0.5
+
+
+def test_extends_merges_and_explicit_options_override(tmp_path):
+    # a user stack that extends megatron-core and changes one overlap keeps every other value;
+    # an explicit --tp-overlap overrides the stack and Settings says which values were given
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine\nextends: megatron-core\noverlap:\n  tp: 0.25\n")
+    st = load_stack(str(mine))
+    base = load_stack("megatron-core")
+    assert st.overlap.tp == 0.25 and st.overlap.dp == base.overlap.dp
+    assert st.kernels.gemm_efficiency == base.kernels.gemm_efficiency and st.extends == "megatron-core"
+    s = Settings(stack=st)
+    assert s.tp_overlap == 0.25 and s.overrides() == {}
+    s = Settings(stack=st, tp_overlap=0.5)
+    assert s.tp_overlap == 0.5 and s.overrides() == {"tp_overlap": 0.5}
+    # the grad dtype follows the stack: fp32 main grads (megatron-core) vs bf16 (deepspeed)
+    assert Settings().grad_dtype == "fp32" and Settings(stack="deepspeed").grad_dtype == "bf16"
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("name: bad\nextends: megatron-core\nkernels:\n  gemm_eficiency: 0.5\n", "kernels.gemm_eficiency"),
+    ("name: bad\nkernels:\n  gemm_efficiency: {turing: 0.5, default: 0.7}\n", "unknown GPU generation"),
+    ("name: bad\nkernels:\n  gemm_efficiency: {hopper: 0.5}\n", "'default' entry"),
+    ("name: bad\noverlap:\n  tp: 1.5\n", "overlap.tp"),
+    ("name: bad\nextends: no-such-stack\n", "unknown stack 'no-such-stack'"),
+    ("name: bad\nzero_stages: [0, 4]\n", "zero_stages"),
+])
+def test_a_bad_stack_file_is_one_line_exit_2(cli, tmp_path, body, needle):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(body)
+    for cmd in (("memory", "llama-3-8b"), ("step", "llama-3-8b"), ("plan", "llama-3-8b", "--gpus", "8")):
+        res = cli(*cmd, "--stack", str(bad))
+        assert res.code == 2, (cmd, res.err)
+        assert needle in res.err and "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_stacks_commands(cli):
+    res = cli("stacks", "--json")
+    assert res.code == 0
+    assert {r["name"] for r in res.json()} == set(SHIPPED)
+    res = cli("stacks", "show", "mcore", "--json")      # an alias of megatron-core
+    assert res.code == 0 and res.json()["name"] == "megatron-core"
+    assert res.json()["profile"]["overlap"]["tp"] == load_stack("megatron-core").overlap.tp
+    res = cli("stacks", "show", "nope")
+    assert res.code == 2 and "unknown stack 'nope'" in res.err
+
+
+def test_step_json_and_header_name_the_stack(cli):
+    res = cli("step", "llama-3-8b", "--stack", "nanotron", "--json")
+    assert res.code == 0 and res.json()["settings"]["stack"] == "nanotron"
+    res = cli("step", "llama-3-8b", "--stack", "nanotron")
+    assert "stack nanotron" in res.out.splitlines()[0]
