@@ -23,7 +23,7 @@ from llmpar.errors import UserError
 
 @click.group("calibrate")
 def calibrate():
-    """Parse nccl-tests logs, time collectives and GEMMs, fit and check the model."""
+    """Parse nccl-tests logs, time collectives and GEMMs, fit the network model; fit a stack to runs."""
 
 
 # ----------------------------------------------------------------------------- parse

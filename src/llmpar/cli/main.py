@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "step": ("llmpar.cli.step_cmd", "step", "Step time, tokens/s, MFU and where the time goes."),
     "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
     "sweep": ("llmpar.cli.sweep_cmd", "sweep", "Plan a list of GPU counts (and profiles): days, GPU-hours, energy, cost."),
-    "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Parse nccl-tests logs, fit and check the collective model."),
+    "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Fit the collective model to nccl-tests logs, a stack to your training runs."),
     "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }
 
@@ -65,7 +65,8 @@ def cli():
 
     Will the model fit, how long will a step take, where does the time go, and which
     TP/PP/DP/CP/EP layout is best for N GPUs? Every number shows its formula and source
-    (--explain) and can be calibrated against NCCL measurements of your cluster.
+    (--explain). The framework is an input (--stack; `llmpar stacks`): fit one to your own
+    training runs (`calibrate runs`) and the network to your NCCL measurements (`calibrate fit`).
     """
 
 
