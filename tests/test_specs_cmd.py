@@ -115,3 +115,25 @@ def test_hardware_show(cli):
 def test_hardware_bad_name(cli):
     assert_one_line_error(cli("hardware", "show", "h100-sxn"), "unknown hardware", "h100-sxm")
     assert_one_line_error(cli("hardware", "show", "missing/profile.yaml"), "not found")
+
+
+def test_shipped_names_are_file_stems_and_aliases_never_shadow_a_file():
+    """registry._lookup resolves a canonical name by opening ``<name>.yaml`` directly (so
+    `llmpar memory llama-3-70b` does not parse all 45 model files for their aliases). That is
+    only the same answer as the full alias index when every shipped spec's ``name`` is its
+    file's stem and no alias equals another spec's stem; both are checked here for every kind."""
+    import pytest
+
+    from llmpar.specs import registry
+
+    for kind in ("models", "hardware", "stacks"):
+        stems = {p.stem for p in registry.data_dir(kind).glob("*.yaml")}
+        idx = registry._index(kind)
+        for key, (canon, path) in idx.items():
+            assert canon == path.stem, (kind, key, canon, path.name)
+            assert key == canon or key not in stems, (kind, key, "alias shadows a file")
+            assert registry._lookup(kind, key) == (canon, path)
+        assert registry._lookup(kind, "no-such-spec") is None
+        assert registry._lookup(kind, "") is None
+    with pytest.raises(registry.UserError, match="unknown model 'llama-3-7'"):
+        registry.load_model("llama-3-7")
