@@ -9,6 +9,7 @@ import math
 import re
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,22 +242,8 @@ def test_shipped_a100_matches_azure_sweep(cli, tmp_path):
 
 
 # The profile each real log is fitted from (DESIGN.md: specs are data; no AMD profile ships, so the
-# MI300X logs use a stand-in written here: 7 xGMI links x 64 GB/s per direction, no NVLS, RoCE).
-MI300X_STANDIN = """\
-name: mi300x-standin
-extends: h100-sxm
-description: stand-in for 8x AMD MI300X (xGMI) with 400 Gb/s RoCE per GPU; not a shipped profile
-gpu:
-  name: MI300X
-tiers:
-  - name: nvlink
-    kind: nvlink
-    bandwidth: 448 GB/s
-    in_network_reduction: false
-  - name: infiniband
-    kind: ethernet
-    bandwidth: 400 Gb/s
-"""
+# MI300X logs use a stand-in in tests/fixtures: 7 xGMI links x 64 GB/s per direction, no NVLS, RoCE).
+MI300X_STANDIN = Path(__file__).parent / "fixtures" / "hardware" / "mi300x-standin.yaml"
 BASE_FOR_GPU = {"A100": "a100-80gb", "H100": "h100-sxm", "H200": "h200", "GB200": "gb200-nvl72", "MI300X": "standin"}
 
 
@@ -277,8 +264,7 @@ def test_fit_then_check_real_log(name, base, tmp_path):
     if not path.is_file():
         pytest.skip(f"{name} not present")
     if base == "standin":
-        base = str(tmp_path / "mi300x-standin.yaml")
-        (tmp_path / "mi300x-standin.yaml").write_text(MI300X_STANDIN)
+        base = str(MI300X_STANDIN)
     logs = parse_files([path])
     res = F.fit(logs, base)
     out = F.write_profile(res, tmp_path / "cluster.yaml")
@@ -296,13 +282,11 @@ LOG_11 = "11-mi300x16-2node-roce-rccl-allreduce-oldstyle-devlines-hisohara.txt"
 
 
 @pytest.fixture(scope="module")
-def log11(tmp_path_factory):
+def log11():
     if not (LOGS / LOG_11).is_file():
         pytest.skip(f"{LOG_11} not present")
-    base = tmp_path_factory.mktemp("standin") / "mi300x-standin.yaml"
-    base.write_text(MI300X_STANDIN)
     logs = parse_files([LOGS / LOG_11])
-    return logs, str(base), F.fit(logs, str(base)).files[0]["after"]["median_abs_error_ge_1MB"]
+    return logs, str(MI300X_STANDIN), F.fit(logs, str(MI300X_STANDIN)).files[0]["after"]["median_abs_error_ge_1MB"]
 
 
 @pytest.mark.parametrize("change", ["data", "seed"])
