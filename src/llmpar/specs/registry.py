@@ -136,7 +136,7 @@ def _lookup(kind: str, key: str) -> tuple[str, Path] | None:
 
     A shipped spec's canonical name is its file's stem and no alias is another file's stem
     (tests/test_specs_cmd.py checks both), so a canonical name reads one file instead of
-    indexing every shipped spec for its aliases: ``llmpar memory`` is a sub-0.3 s command."""
+    parsing every shipped spec for its aliases (about 25 ms of `llmpar memory`'s start-up)."""
     path = data_dir(kind) / f"{key}.yaml"
     if key and path.is_file():
         return key, path
