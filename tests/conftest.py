@@ -49,9 +49,10 @@ def cli(capsys):
     return run
 
 
-def assert_one_line_error(res: Result, *needles: str) -> None:
-    """Bad input: exit 2, exactly one line on stderr, no traceback, mentioning each needle."""
-    assert res.code == 2, (res.code, res.out, res.err)
+def assert_one_line_error(res: Result, *needles: str, code: int = 2) -> None:
+    """Bad input (exit 2), or with ``code=1`` a valid question with no answer (nothing fits):
+    that exit code, exactly one line on stderr, no traceback, mentioning each needle."""
+    assert res.code == code, (res.code, res.out, res.err)
     lines = [ln for ln in res.err.splitlines() if ln.strip()]
     assert len(lines) == 1, res.err
     assert "Traceback" not in res.err

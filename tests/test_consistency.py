@@ -102,9 +102,7 @@ def test_plan_nothing_feasible_is_exit_1_one_line(cli):
     # dp = 100000/(tp*cp*pp) must divide 512 (a power of two), so tp*cp*pp >= 5^5 = 3125, but
     # tp <= 8 (KV heads), pp <= 80 layers and cp must divide 8192 (a power of two): 8 * 80 < 3125.
     res = cli("plan", "llama-3-70b", "--gpus", "100000")
-    assert res.code == 1, (res.code, res.err)
-    lines = [ln for ln in res.err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in res.err
+    assert_one_line_error(res, code=1)
     assert "no layout of 100,000 GPUs can run llama-3-70b" in res.err and "global batch not divisible" in res.err
 
 

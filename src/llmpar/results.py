@@ -432,12 +432,12 @@ class SweepResult(Result):
 
 # -------------------------------------------------------------------------------- collective
 
-class CollectiveResult(Result):
-    """What `llmpar collective --size` computed: one size, every algorithm, NCCL's choice.
-    Its fields are its JSON keys (``explain`` only when asked)."""
+class _CollectiveGroup(Result):
+    """The group a collective runs over, shared by `llmpar collective --size` and ``--sweep``:
+    which collective, how many GPUs, how the one placement rule spreads them over scale-up
+    domains, the tiers that crosses, and the nccl-tests bus factor."""
 
     collective: str
-    size_bytes: int | float
     gpus: int
     hardware: str
     members_per_node: int
@@ -445,6 +445,13 @@ class CollectiveResult(Result):
     crosses_nodes: bool
     tiers: list[str]
     bus_factor: float
+
+
+class CollectiveResult(_CollectiveGroup):
+    """What `llmpar collective --size` computed: one size, every algorithm, NCCL's choice.
+    Its fields are its JSON keys (``explain`` only when asked)."""
+
+    size_bytes: int | float
     chosen: str | None
     chosen_protocol: str | None
     time_s: float | None
@@ -459,18 +466,10 @@ class CollectiveResult(Result):
         return next((a for a in self.algorithms if a["algorithm"] == self.chosen), None)
 
 
-class CollectiveSweepResult(Result):
+class CollectiveSweepResult(_CollectiveGroup):
     """What `llmpar collective --sweep A:B` computed: NCCL's choice at each size (nccl-tests layout).
     Its fields are its JSON keys."""
 
-    collective: str
-    gpus: int
-    hardware: str
-    members_per_node: int
-    nodes: int
-    crosses_nodes: bool
-    tiers: list[str]
-    bus_factor: float
     algorithm: str | None
     sweep: list[dict[str, Any]]
     assumptions: list[str] = []
