@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from llmpar.validate.core import METRICS, ValidationResult, agrees
+from llmpar.validate.core import MEMORY_METRICS, METRICS, ValidationResult, agrees
 
 #: sources with more rows than this are summarised by GPU count instead of listed row by row
 BIG_SOURCE = 60
@@ -56,6 +56,8 @@ How to read it:
   evaluates every row under another stack. Each section lists what the stack's constants were
   fitted on (its `fitted_on`, and the in-sample and cross-validated errors of its `calibration`
   record when it has one): an error on rows a constant was fitted on is in-sample, not a prediction.
+  The summary's *in-sample?* column says, per group, whether the stack was fitted on those rows
+  (in-sample), on part of them (the fit's run count), or not at all (out of sample).
 - **FITS/OOM.** Where a source also lists runs that did not complete, llmpar's memory verdict for
   the same layout is compared with what happened.
 - **CI.** `llmpar validate --source NAME --tolerance 10%` exits 1 when a group's mean absolute
@@ -214,20 +216,42 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
                                                                                   for r in esc]
 
 
+def error_kind(src, metric: str, rows: int) -> str:
+    """Whether a group's error is in-sample: were the stack's constants fitted on these rows?
+
+    From the stack's own record: its ``calibration.files`` and parameters (a memory group is
+    in-sample only when a ``memory.*`` value was fitted; FITS/OOM verdicts count as memory too), the run count of its in-sample error
+    (fewer runs than the group has: only part of it was fitted on), and its ``fitted_on`` prose
+    for fits recorded there only (e.g. megatron-core's Blackwell GEMM fractions)."""
+    cal = src.stack_calibration or {}
+    if any(src.name in str(f) for f in cal.get("files", []) or []):
+        params = cal.get("parameters", {}) or {}
+        if metric in ("fits", *MEMORY_METRICS) and not any(k.startswith("memory.") for k in params):
+            return "out of sample (memory not fitted)"
+        s = (cal.get("error", {}) or {}).get("after_in_sample", {}) or {}
+        fitted = (s.get("speed", s) or {}).get("runs", 0)
+        return "in-sample" if fitted >= rows else f"partly in-sample ({fitted} fit runs)"
+    if any(src.name in f for f in src.stack_fitted_on):
+        return "in-sample, wholly or in part (see fitted_on)"
+    return "out of sample"
+
+
 def summary_rows(result: ValidationResult) -> list[list[str]]:
     out = []
+    sources = {s.name: s for s in result.sources}
     for g in result.groups:
+        kind = error_kind(sources[g["source"]], g["metric"], g["rows"])
         if g["metric"] == "fits":
-            out.append([g["source"], "FITS/OOM verdict", g["stack"], str(g["rows"]), "-", "-", "-",
+            out.append([g["source"], "FITS/OOM verdict", g["stack"], str(g["rows"]), kind, "-", "-", "-",
                         pct(g["agreement"])])
         else:
-            out.append([g["source"], metric_name(g["metric"]), g["stack"], str(g["rows"]), pct(g["mean_abs_error"]),
-                        pct(g["median_abs_error"]), pct(g["max_abs_error"]), ""])
+            out.append([g["source"], metric_name(g["metric"]), g["stack"], str(g["rows"]), kind,
+                        pct(g["mean_abs_error"]), pct(g["median_abs_error"]), pct(g["max_abs_error"]), ""])
     return out
 
 
-SUMMARY_HEADERS = ["source", "metric", "stack", "rows", "mean abs error", "median abs error", "max abs error",
-                   "FITS/OOM"]
+SUMMARY_HEADERS = ["source", "metric", "stack", "rows", "in-sample?", "mean abs error", "median abs error",
+                   "max abs error", "FITS/OOM"]
 
 
 def markdown(result: ValidationResult) -> str:
