@@ -40,6 +40,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from llmpar.calibrate.runs_io import MeasuredRun
+from llmpar.cost.flops import step_time_at_rate
 from llmpar.errors import UserError
 
 # parameter path -> (lower, upper, prior scale, per GPU generation?)
@@ -315,12 +316,12 @@ def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
         if key == "step_time_s":
             t[i] = r.step_time_s
         elif key == "tokens_per_s_per_gpu":
-            t[i] = pred.tokens_per_step[i] / (r.tokens_per_s_per_gpu * pred.gpus[i])
+            t[i] = step_time_at_rate(pred.tokens_per_step[i], r.tokens_per_s_per_gpu, pred.gpus[i])
         elif key == "tflops_per_gpu":
-            t[i] = flops_of[r.convention] / (r.tflops_per_gpu * 1e12 * pred.gpus[i])
+            t[i] = step_time_at_rate(flops_of[r.convention], r.tflops_per_gpu * 1e12, pred.gpus[i])
         elif key == "mfu":
             peak = load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype) if r.hardware else np.nan
-            t[i] = flops_of[r.convention] / (r.mfu * peak * pred.gpus[i])
+            t[i] = step_time_at_rate(flops_of[r.convention], r.mfu * peak, pred.gpus[i])
     return t
 
 

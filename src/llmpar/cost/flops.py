@@ -189,9 +189,24 @@ def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
     return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
 
 
+def per_gpu_rate(per_step, step_time_s, gpus):
+    """A per-step amount (tokens or FLOPs) as a rate per GPU: amount / (step time · GPUs) —
+    tokens/s per GPU and FLOP/s per GPU, the throughput figures papers and benchmarks publish
+    (Narayanan 2021 Table 1 quotes TFLOP/s per GPU; NeMo's tables tokens/s per GPU)."""
+    return _out(np.asarray(per_step) / (np.asarray(step_time_s) * gpus))
+
+
+def step_time_at_rate(per_step, rate_per_gpu, gpus):
+    """The inverse of :func:`per_gpu_rate`: the step time at which ``per_step`` is done at
+    ``rate_per_gpu`` on each of ``gpus`` GPUs — how a published tokens/s, TFLOP/s or MFU
+    (rate = MFU · peak) becomes the step time llmpar is fitted and checked against."""
+    return _out(np.asarray(per_step) / (np.asarray(rate_per_gpu) * gpus))
+
+
 def flops_utilization(flops_per_step, step_time_s, gpus, peak_flops):
-    """MFU (with model FLOPs) or HFU (with hardware FLOPs): FLOPs / (time · gpus · peak)."""
-    return _out(np.asarray(flops_per_step) / (np.asarray(step_time_s) * gpus * peak_flops))
+    """MFU (with model FLOPs) or HFU (with hardware FLOPs): FLOPs / (time · gpus · peak)
+    (Chowdhery et al. 2022, PaLM, App. B; Korthikanti 2022 §6 for HFU)."""
+    return _out(per_gpu_rate(flops_per_step, step_time_s, gpus) / peak_flops)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,13 +261,13 @@ def _flops_figures(model, hw, par, settings, step):
     return {
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,
-        "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
-        "hardware_tflops_per_gpu": hw_flops / step / gpus / 1e12,
-        "mfu": model_flops / (step * gpus * peak),
-        "hfu": hw_flops / (step * gpus * peak),
+        "model_tflops_per_gpu": flops.per_gpu_rate(model_flops, step, gpus) / 1e12,
+        "hardware_tflops_per_gpu": flops.per_gpu_rate(hw_flops, step, gpus) / 1e12,
+        "mfu": flops.flops_utilization(model_flops, step, gpus, peak),
+        "hfu": flops.flops_utilization(hw_flops, step, gpus, peak),
         "mfu_convention": "causal" if skip else "full",
-        "mfu_full_attention": model_flops_full / (step * gpus * peak),
-        "model_tflops_per_gpu_full_attention": model_flops_full / step / gpus / 1e12,
+        "mfu_full_attention": flops.flops_utilization(model_flops_full, step, gpus, peak),
+        "model_tflops_per_gpu_full_attention": flops.per_gpu_rate(model_flops_full, step, gpus) / 1e12,
     }
 
 

@@ -196,6 +196,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
     """One shipped source through calibrate/runs.py; (its header, its rows)."""
     from llmpar.calibrate.runs import measured_step_time, predict, prepare
     from llmpar.calibrate.runs_io import read_runs
+    from llmpar.cost.flops import flops_utilization, per_gpu_rate
     from llmpar.specs import load_hardware
 
     path = _resolve_source(name)
@@ -241,14 +242,14 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
             if metric == "step_time_s":
                 predicted = t
             elif metric == "tokens_per_s_per_gpu":
-                predicted = float(pred.tokens_per_step[i] / (t * gpus))
+                predicted = float(per_gpu_rate(pred.tokens_per_step[i], t, gpus))
             elif metric == "tflops_per_gpu":
-                predicted = float(flops / (t * gpus) / 1e12)
+                predicted = float(per_gpu_rate(flops, t, gpus) / 1e12)
             else:
                 key = (str(r.hardware), r.mfu_peak_dtype)
                 if key not in peaks:
                     peaks[key] = float(load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype))
-                predicted = float(flops / (t * gpus * peaks[key]))
+                predicted = float(flops_utilization(flops, t, gpus, peaks[key]))
             published = float(getattr(r, metric))
             rows.append({**base, "metric": metric, "unit": METRICS[metric][1], "published": published,
                          "predicted": predicted, "error": predicted / published - 1.0,
