@@ -23,7 +23,7 @@ import yaml
 
 from llmpar.calibrate.train_logs import read_log
 from llmpar.errors import UserError, suggest
-from llmpar.parallel import DTYPES, RECOMPUTE, SCHEDULES
+from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, RECOMPUTE, SCHEDULES
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
@@ -325,7 +325,26 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             if abs(per - measured["tokens_per_s_per_gpu"]) > 0.01 * max(per, 1e-9):
                 notes.append(f"{where}: tokens_per_s / gpus = {per:.6g} differs from tokens_per_s_per_gpu "
                              f"{measured['tokens_per_s_per_gpu']:.6g}; kept the latter")
+    _check_rates(measured, where, notes, meta.get("status", "ok") == "ok")
     return layout, measured, meta, notes
+
+
+def _check_rates(measured: dict[str, float], where: str, notes: list[str], ran: bool = True) -> None:
+    """MFU is a fraction of the peak, at most 1 (100 %), whichever column or log line gave it.
+    A zero rate is no measurement (the step time it implies is infinite): published tables print
+    a tiny MFU rounded to 0.0 % beside a real tokens/s (the playbook's TP-across-nodes runs), so a
+    zero rate is dropped with a note when the row has another measurement, and refused when not
+    (unless the run did not run: ``ran`` False, an OOM or crash row, needs no measurement)."""
+    if measured.get("mfu", 0.0) > 1:
+        raise _fail(where, f"mfu {measured['mfu']:.4g} is above 1 (100 % of the peak)")
+    zero = [k for k in ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu") if measured.get(k) == 0]
+    for key in zero:
+        del measured[key]
+    left = any(measured.get(k) for k in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"))
+    if zero and ran and not left:
+        raise _fail(where, f"{zero[0]} must be > 0, got 0 (a zero rate is no measurement)")
+    if zero:
+        notes.append(f"{where}: {', '.join(zero)} = 0 (rounded to zero?) is no measurement: not used")
 
 
 def _check_layout(layout: dict[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
@@ -333,6 +352,9 @@ def _check_layout(layout: dict[str, Any], where: str, notes: list[str]) -> dict[
     if not any(k in layout for k in ("gpus", "tp", "pp", "dp", "cp")):
         raise _fail(where, "no layout: give at least one of gpus, tp, pp, dp, cp (columns, or defaults)")
     out = dict(layout)
+    for key, hi in (("gpus", MAX_GPUS), ("seq", MAX_SEQ), ("global_batch", MAX_BATCH), ("micro_batch", MAX_BATCH)):
+        if out.get(key) is not None and out[key] > hi:    # the same bounds as the CLI's options
+            raise _fail(where, f"{key}={out[key]:,} is beyond what llmpar models (at most {hi:,})")
     tp, pp, cp = out.setdefault("tp", 1), out.setdefault("pp", 1), out.setdefault("cp", 1)
     model_par = tp * pp * cp
     gpus, dp = out.get("gpus"), out.get("dp")
@@ -563,6 +585,7 @@ def _read_log_file(path: Path, data: bytes, name: str) -> tuple[dict, dict, dict
     source = f"{name}:{log.line}"
     # the layout a log states goes through the same typing and checks as a table row's
     layout, _, _, more = _read_row(log.layout, source, _Ctx(file=name, base_dir=path.parent))
+    _check_rates(log.measured, source, more, log.status == "ok")
     # the framework a log comes from names the stack its run used (calibrate runs' default base)
     stack = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan"}.get(log.kind)
     meta = {"status": log.status, **({"stack": stack} if stack else {})}

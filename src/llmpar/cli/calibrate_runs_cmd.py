@@ -140,6 +140,8 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, train
     from llmpar.calibrate.runs import fit_and_hold_out, run_selector
     from llmpar.calibrate.runs_io import read_runs
 
+    if healthy is not None and healthy != healthy:   # NaN passes click's FloatRange
+        raise UserError("--drop-slower-than must be a number in (0, 1], got nan")
     tol = parse_tolerance(tolerance)
     if tol is not None and not check:
         raise UserError("--tolerance goes with --check")

@@ -26,6 +26,7 @@ import numpy as np
 
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
+from llmpar.parallel import MAX_GPUS
 from llmpar.results import SweepResult, SweepRow
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
@@ -44,7 +45,10 @@ def parse_gpu_list(value) -> list[int]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         items: list = [int(value)]
     elif isinstance(value, str):
-        items = [x.strip() for x in value.split(",") if x.strip()]
+        items = [x.strip() for x in value.split(",")]
+        if len(items) > 1 and "" in items:
+            raise UserError(f"--gpus {value}: an empty entry between commas (write e.g. 8,16,32)")
+        items = [x for x in items if x]
     else:
         items = list(value)
     if not items:
@@ -58,6 +62,8 @@ def parse_gpu_list(value) -> list[int]:
             raise UserError(f"--gpus {text}: {x!r} is not a whole number of GPUs") from None
         if n < 1:
             raise UserError(f"--gpus {text}: GPU counts must be positive, got {n}")
+        if n > MAX_GPUS:
+            raise UserError(f"--gpus {text}: {n:,} GPUs is beyond what llmpar models (at most {MAX_GPUS:,})")
         return n
 
     if any(str(x).strip() in ("...", "..") for x in items):
@@ -67,6 +73,8 @@ def parse_gpu_list(value) -> list[int]:
         a, b, z = count(items[0]), count(items[1]), count(items[3])
         if b <= a or b % a:
             raise UserError(f"--gpus {text}: A,B,...,Z needs B a multiple of A greater than A (ratio B/A)")
+        if z < b:
+            raise UserError(f"--gpus {text}: the last count {z} is below the second {b}")
         r, seq = b // a, [a]
         while seq[-1] < z:
             seq.append(seq[-1] * r)
@@ -105,12 +113,15 @@ def _batch_reason(rejected: dict[str, int], n: int, global_batch: int) -> str:
 
 
 def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
+    """(the row, the plan result | the FixConflict that made the row | None)."""
     from llmpar.cost import training as TR
     from llmpar.plan.search import FixConflict, NoLayout, plan
 
     try:
         r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
-    except (NoLayout, FixConflict) as exc:
+    except FixConflict as exc:
+        return SweepRow(gpus=n, hardware=hw.name, status="no_layout", reason=str(exc)), exc
+    except NoLayout as exc:
         if exc.rejected and exc.rejected.get("batch"):
             return SweepRow(gpus=n, hardware=hw.name, status="batch_cannot_split",
                             reason=_batch_reason(exc.rejected, n, global_batch)), None
@@ -153,7 +164,7 @@ def sweep(
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar.cost import training as TR
-    from llmpar.plan.search import DEFAULT_MODEL, resolve_batch
+    from llmpar.plan.search import DEFAULT_MODEL, FixConflict, resolve_batch
 
     t0 = time.perf_counter()
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
@@ -180,15 +191,21 @@ def sweep(
     opts = dict(plan_options, seq=seq, global_batch=global_batch)
 
     rows: list[SweepRow] = []
+    conflicts: list = []        # a --fix/--tp... degree that divides no count: bad input, as in `plan`
     first = None
     for hw in hws:
         for n in counts:
             row, result = _row_for(spec, hw, n, opts, global_batch, train_in)
+            if isinstance(result, FixConflict):
+                conflicts.append(result)
+                result = None
             rows.append(row)
             if progress is not None:
                 progress(f"{hw.name} x {n:,}", len(rows), len(hws) * len(counts))
             if first is None and result is not None:
                 first = result
+    if len(conflicts) == len(rows):
+        raise UserError(f"{conflicts[0]} (nor any other GPU count of the sweep)")
     if first is not None:
         notes += [a for a in first.assumptions if a.startswith("stack ") or a.startswith("seq ")]
     _scaling(rows, notes)

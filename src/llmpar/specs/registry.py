@@ -191,7 +191,12 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[s
     data = read_yaml(path)
     base = data.get("extends")
     if base:
-        base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),))
+        try:
+            base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),))
+        except UserError as exc:   # say which file's `extends` led there
+            if str(path) in str(exc):
+                raise
+            raise UserError(f"{path}: extends {str(base)!r}: {exc}") from None
         base_dict.pop("aliases", None)
         for key in ("calibration", "fitted_on", "description"):   # a record of the base, not of this file
             if key in base_dict and key not in data:
@@ -206,13 +211,21 @@ def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any
     return _spec_dict("hardware", name, seen)
 
 
+def _spec_validated(cls: type[BaseModel], data: dict[str, Any], source: str):
+    """A hardware profile or stack from its merged mapping: ``aliases`` (a registry key, not a
+    field of the class) must be a list of names, then the rest is validated strictly."""
+    aliases = data.pop("aliases", None)
+    if aliases is not None and not (isinstance(aliases, list) and all(isinstance(a, str) for a in aliases)):
+        raise UserError(f"invalid spec {source}: field 'aliases': expected a list of names, got {aliases!r}")
+    return validate(cls, data, source)
+
+
 def load_hardware(name: str) -> Hardware:
     """A shipped profile by name (``h100-sxm``) or a YAML path, with ``extends:`` resolved."""
     if isinstance(name, Hardware):
         return name
     data, source = _hardware_dict(str(name))
-    data.pop("aliases", None)
-    return validate(Hardware, data, source)
+    return _spec_validated(Hardware, data, source)
 
 
 DEFAULT_STACK = "megatron-core"
@@ -221,8 +234,7 @@ DEFAULT_STACK = "megatron-core"
 @functools.lru_cache(maxsize=64)
 def _load_stack_cached(name: str) -> Stack:
     data, source = _spec_dict("stacks", name)
-    data.pop("aliases", None)
-    return validate(Stack, data, source)
+    return _spec_validated(Stack, data, source)
 
 
 def load_stack(name: str | Stack | None = None) -> Stack:
@@ -233,8 +245,7 @@ def load_stack(name: str | Stack | None = None) -> Stack:
     name = DEFAULT_STACK if name is None else str(name)
     if _looks_like_path(name):   # a user file may change between calls: not cached
         data, source = _spec_dict("stacks", name)
-        data.pop("aliases", None)
-        return validate(Stack, data, source)
+        return _spec_validated(Stack, data, source)
     return _load_stack_cached(name.lower())
 
 
