@@ -17,7 +17,7 @@ from conftest import assert_one_line_error
 
 @pytest.fixture(scope="module")
 def small():
-    # llama-3-8b on 8, 16, 32 H100 and 8, 16 B200: five plans, well under a second each
+    # llama-3-8b on 8, 16 and 32 H100: three plans, well under a second each
     return sweep("llama-3-8b", gpus="8,16,32", hardware="h100-sxm", tokens="15T", pue=1.2, gpu_hour_price=2.5)
 
 

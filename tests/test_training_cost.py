@@ -96,6 +96,8 @@ def test_estimate_power_sources_and_profile_price():
     # a user's profile price counts unless --gpu-hour-price is given
     priced = H100.model_copy(update={"gpu_hour_price": 3.0})
     t = T.estimate(priced, tokens=15e12, tokens_per_s=1e6, gpus=1024)
+    # 15e12 tokens / 1e6 tokens/s = 1.5e7 s = 4,166.7 h x 1024 GPUs = 4,266,666.7 GPU-hours;
+    # x $3.0 = $12,800,000 and x $2.0 = $8,533,333.33
     assert t["cost"] == pytest.approx(12_800_000.0) and "profile" in t["price_source"]
     t = T.estimate(priced, tokens=15e12, tokens_per_s=1e6, gpus=1024, gpu_hour_price=2.0)
     assert t["cost"] == pytest.approx(8_533_333.33) and t["price_source"] == "--gpu-hour-price"

@@ -112,6 +112,8 @@ def test_memory_and_fits_rows_on_a_playbook_slice(cli):
     metrics = [g["metric"] for g in data["groups"]]
     assert metrics == ["tokens_per_s_per_gpu", "peak_reserved_bytes", "fits"]
     mem = next(r for r in data["rows"] if r["metric"] == "peak_reserved_bytes")
+    # run 1 records gpu_memory_gb: 50.2 (GiB, as the playbook's torch.cuda figures are):
+    # round(50.2 x 2^30) = 53,901,839,565 bytes
     assert mem["published"] == 53901839565 and "reserved" in mem["convention"]
     assert mem["error"] == pytest.approx(mem["predicted"] / mem["published"] - 1)
     fits = next(g for g in data["groups"] if g["metric"] == "fits")

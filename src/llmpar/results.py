@@ -121,7 +121,8 @@ class MemoryResult(Result):
 
     @property
     def margin_bytes(self) -> float:
-        return self.capacity_bytes - self.memory["total_bytes"]
+        """HBM left after the total (negative: short by that much), as cost/memory.py computed it."""
+        return self.memory["margin_bytes"]
 
     @property
     def model_states_bytes(self) -> float:

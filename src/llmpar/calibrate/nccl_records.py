@@ -185,10 +185,6 @@ class ParsedLog:
             out.append((r.size_bytes, m.time_s, m.busbw_GBps))
         return out
 
-    @property
-    def multi_node(self) -> bool | None:
-        return None if self.nodes is None else self.nodes > 1
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
