@@ -23,10 +23,14 @@ COMMANDS = {
 TARGET_S = 0.3
 
 
-def time_once(args: list[str]) -> float:
+def _time(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "llmpar", *args], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
+
+
+def time_once(args: list[str]) -> float:
+    return _time([sys.executable, "-m", "llmpar", *args])
 
 
 def main() -> None:
@@ -40,6 +44,12 @@ def main() -> None:
         subprocess.run(base, check=True)
     bare = (time.perf_counter() - t0) / 3
     print(f"python start-up alone: {bare:.3f} s")
+    deps = [sys.executable, "-c", "import numpy, pydantic.main, click, yaml, rich.console, rich.table"]
+    floor = statistics.median(_time(deps) for _ in range(n))
+    print(f"importing the dependencies alone (numpy, pydantic, click, yaml, rich): median {floor:.3f} s")
+    if sys.flags.dont_write_bytecode:
+        print("note: PYTHONDONTWRITEBYTECODE is set: modules without a .pyc are compiled on every run "
+              "(`python -m compileall src` once, as pip does on install)")
     for name, args in COMMANDS.items():
         times = [time_once(args) for _ in range(n)]
         med = statistics.median(times)
