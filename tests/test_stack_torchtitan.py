@@ -50,3 +50,74 @@ def test_step_names_the_stack(cli, stack):
     assert d["settings"]["stack"] == stack and d["parallel"]["zero"] == 3
     # grad reduce in fp32 (mixed_precision_reduce) and no TP overlap by default
     assert d["settings"]["tp_overlap"] == 0.0
+
+
+# --- torchtitan's op-level selective activation checkpointing (memory.selective_recompute) ------------
+# parallelize_llama.py (9dec370): _save_list = {aten.mm, SDPA flash/efficient, reduce_scatter, abs, max};
+# "Saves output of all compute ops, except every second mm", mm counted per block in forward order:
+# wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 (w2(silu(w1 x) * w3 x)). Saved: wq, wv, w1, w2 outputs.
+
+LLAMA3_8B = load_model("llama-3-8b")   # h 4096, 32 heads, 8 KV heads of 128, ffn 14336, 32 layers
+SEL = 1
+
+
+def test_op_sac_policy_is_torchtitans_default():
+    assert load_stack("torchtitan").memory.selective_recompute == "torchtitan-op"
+    assert load_stack("torchtitan-compile").memory.selective_recompute == "torchtitan-op"   # inherited
+    assert load_stack("megatron-core").memory.selective_recompute == "attention-core"
+
+
+def test_op_sac_saved_bytes_by_hand():
+    # per token (bf16 = 2 B): layer input 2h = 8192; wq out 2·a·d = 8192; wv out 2·kv·d = 2048;
+    # SDPA out 2·a·d = 8192 + its fp32 logsumexp 4·a = 128; w1 out 2f = 28,672; w2 out 2h = 8192
+    # = 63,616 B/token; b = 2, s = 8192 -> 16,384 tokens per micro-batch
+    per_token = 8192 + 8192 + 2048 + 8192 + 128 + 28_672 + 8192
+    assert per_token == 63_616
+    settings = Settings(stack="torchtitan", attention="flash")
+    c = M.aggregate(M.stack_activation_terms(LLAMA3_8B, False, settings), M.checkpoint_term(LLAMA3_8B))
+    kept, none = M.layer_activation_bytes(c, Parallel(seq=8192, micro_batch=2, recompute=SEL))
+    assert kept == per_token * 16_384 == 1_042_284_544
+    # without recompute the eager set is unchanged by the policy (the SAC terms are selective-only)
+    eager = M.aggregate(M.activation_terms(LLAMA3_8B, False, "flash", saved="eager"), M.checkpoint_term(LLAMA3_8B))
+    assert none == M.layer_activation_bytes(eager, Parallel(seq=8192, micro_batch=2))[0]
+
+
+def test_op_sac_recompute_flops_by_hand():
+    from llmpar.cost import flops as F
+
+    # re-run per layer and sequence: wk 2·s·h·(kv·d) + wo 2·s·h·h + w3 2·s·h·f
+    # = 2·8192·4096·(1024 + 4096 + 14336) = 1,305,670,057,984; x 32 layers
+    per_layer = 2 * 8192 * 4096 * (1024 + 4096 + 14336)
+    assert per_layer == 1_305_670_057_984
+    got = F.recompute_flops_per_sequence(LLAMA3_8B, 8192, SEL, policy="torchtitan-op")
+    assert got == pytest.approx(32 * per_layer, rel=1e-12)
+    # attention-core (Megatron): the scores and context GEMMs, 2 x 2·s²·a·d per layer, unmasked
+    core = F.recompute_flops_per_sequence(LLAMA3_8B, 8192, SEL)
+    assert core == pytest.approx(32 * 2 * 2 * 8192**2 * 32 * 128, rel=1e-12)
+
+
+def test_op_sac_falls_back_where_torchtitan_has_no_such_block():
+    from llmpar.cost import flops as F
+
+    # MoE and MLA layers, and the eager 'standard' attention: the attention-core set (documented)
+    assert F.selective_fractions(load_model("mixtral-8x7b"), True, "torchtitan-op") == \
+        {n: 1.0 for n in F.ATTENTION_CORE}
+    assert F.selective_fractions(LLAMA3_8B, False, "torchtitan-op", attention="standard") == \
+        {n: 1.0 for n in F.ATTENTION_CORE}
+    assert F.selective_fractions(LLAMA3_8B, False, "torchtitan-op") == \
+        {"qkv": 8 / (32 + 16), "attn_out": 1.0, "mlp_up": 0.5, "mlp_down": 0.0}
+
+
+def test_op_sac_recompute_time_in_the_step():
+    # selective under op-SAC re-runs wk, wo, w3 and the element-wise ops: its recompute time lies
+    # between none's and a full forward's, and the hardware FLOPs count the
+    # re-run GEMMs: B = 16 sequences x 32 layers x 1,305,670,057,984 (test above) more than none
+    from llmpar import api
+
+    kw = dict(hardware="h100-sxm", gpus=8, dp=8, zero=3, micro_batch=2, global_batch=16, seq=8192)
+    run = {rc: api.step("llama-3-8b", stack="torchtitan", recompute=rc, **kw).model_dump()
+           for rc in ("none", "selective", "full")}
+    rec = {rc: r["breakdown_s"]["recompute"] for rc, r in run.items()}
+    assert rec["none"] == 0 < rec["selective"] < rec["full"]
+    hw = {rc: r["detail"]["hardware_flops_per_step"] for rc, r in run.items()}
+    assert hw["selective"] - hw["none"] == pytest.approx(16 * 32 * 1_305_670_057_984, rel=1e-12)

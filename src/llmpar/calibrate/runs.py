@@ -266,7 +266,9 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
         pool = np.broadcast_to(np.asarray(mem["reserved_bytes"], dtype=float), total.shape)
         mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
         cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
-        hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par), dtype=float)
+        hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par, flops.CAUSAL_FULL,
+                                                      stack.memory.selective_recompute, settings.attention),
+                        dtype=float)
         # rank candidates of a run: fitting ones first, then by time
         score = t + np.where(ok, 0.0, 1e12)
         for j, i in enumerate(g.index):

@@ -8,7 +8,7 @@ per-token sums that the vectorised core multiplies by b·s/c and divides by t.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class ActTerm:
     selective: bool
     s2: bool = False
     source: str = SRC_KORTH
+    only_selective: bool = False   # saved only under selective recompute (a policy's own set, e.g. torchtitan-op)
 
     @property
     def per_token(self) -> float:
@@ -69,12 +70,68 @@ def _attention_dims(model: ModelSpec) -> dict[str, int]:
     return {"q": a * d, "k": kv * d, "v": kv * d, "o": a * d}
 
 
+SRC_TITAN_SAC = ("torchtitan parallelize_llama.py (9dec370) op-level SAC: _save_list = {aten.mm, SDPA flash/efficient, "
+                 "reduce_scatter, abs, max}; 'Saves output of all compute ops, except every second mm' (mm count "
+                 "per block and pass); torch.utils.checkpoint.create_selective_checkpoint_contexts")
+
+
+def op_sac_applies(model: ModelSpec, moe_layer: bool, attention: str) -> bool:
+    """Whether torchtitan's op-level SAC set (:func:`torchtitan_op_sac_terms`) describes this layer:
+    a dense, non-MLA block with a fused SDPA kernel — the Llama block torchtitan wraps. MoE and MLA
+    layers (not in torchtitan 9dec370) and the eager 'standard' attention keep the attention-core
+    selective set."""
+    return not (moe_layer and model.moe) and model.mla is None and attention == "flash"
+
+
+def torchtitan_op_sac_terms(model: ModelSpec) -> list[ActTerm]:
+    """What one Llama block saves under torchtitan's op-level selective activation checkpointing
+    (``activation_checkpoint.mode = selective``, ``selective_ac_option = op``, its default).
+
+    The policy saves the outputs of aten.mm, SDPA and reduce_scatter, "except every second mm",
+    counting mm calls per block in forward order: wq (1), wk (2), wv (3), wo (4), then w1 (5),
+    w3 (6), w2 (7) for SwiGLU (``w2(silu(w1 x) * w3 x)``) or w1 (5), w2 (6) for a GeLU MLP. Saved:
+    the checkpoint's input (the layer input), wq's and wv's outputs, SDPA's output and its fp32
+    logsumexp, w1's output and, for SwiGLU, w2's (under TP its local partial sums: h per token on
+    every rank). Everything else — norms, RoPE, silu·mul, wk, wo, w3 (GeLU: w2) — re-runs in
+    backward (:func:`llmpar.cost.flops.recompute_gemms`). Under TP the saved reduce-scatter
+    outputs (≤ 2h/t per token) are not counted. Matmul outputs are bf16 also with float8
+    (torchao's float8 linear dispatches aten.mm on its tensor subclass; the policy counts it).
+    """
+    h, a = model.hidden, model.heads
+    dims = _attention_dims(model)
+    f = model.ffn_hidden
+    T = [
+        ActTerm("layer input (SAC checkpoint input)", 2.0, h, "h", tp=False, sp=True, selective=True,
+                source=SRC_TITAN_SAC, only_selective=True),
+        ActTerm("wq output (matmul 1, saved)", 2.0, dims["q"], "a·d", tp=True, sp=False, selective=True,
+                source=SRC_TITAN_SAC, only_selective=True),
+        ActTerm("wv output (matmul 3, saved)", 2.0, dims["v"], "kv·d", tp=True, sp=False, selective=True,
+                source=SRC_TITAN_SAC, only_selective=True),
+        ActTerm("SDPA output (saved)", 2.0, dims["o"], "a·d", tp=True, sp=False, selective=True,
+                source=SRC_TITAN_SAC, only_selective=True),
+        ActTerm("SDPA logsumexp (fp32, saved with its output)", 4.0, a, "a", tp=True, sp=False, selective=True,
+                source=SRC_TITAN_SAC + "; " + SRC_FLASH, only_selective=True),
+        ActTerm("w1 output (matmul 5, saved)", 2.0, f, "f", tp=True, sp=False, selective=True,
+                source=SRC_TITAN_SAC, only_selective=True),
+    ]
+    if model.ffn_type == "swiglu":
+        T.append(ActTerm("w2 output (matmul 7, saved; local partial sums under TP)", 2.0, h, "h", tp=False, sp=False,
+                         selective=True, source=SRC_TITAN_SAC, only_selective=True))
+    return T
+
+
 def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[ActTerm]:
     """:func:`activation_terms` with the saved set of ``settings.stack`` (memory.activations,
-    memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one."""
+    memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one. With
+    ``memory.selective_recompute = torchtitan-op`` the selective set is torchtitan's op-level SAC
+    (:func:`torchtitan_op_sac_terms`) where it applies (:func:`op_sac_applies`): the stack's own
+    terms stay the no-recompute set, and only the policy's terms are kept under selective."""
     mem = settings.stack.memory
-    return activation_terms(model, moe_layer, settings.attention, settings.dtype,
-                            saved=mem.activations, norm_kernel=mem.norm_kernel)
+    terms = activation_terms(model, moe_layer, settings.attention, settings.dtype,
+                             saved=mem.activations, norm_kernel=mem.norm_kernel)
+    if mem.selective_recompute == "torchtitan-op" and op_sac_applies(model, moe_layer, settings.attention):
+        terms = [replace(t, selective=False) for t in terms] + torchtitan_op_sac_terms(model)
+    return terms
 
 
 def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: str = "bf16", *,
@@ -195,14 +252,17 @@ def aggregate(terms: list[ActTerm], ckpt: ActTerm) -> ActCoeffs:
     def total(pred):
         return float(sum(t.per_token for t in terms if pred(t)))
 
+    def total_none(pred):
+        return total(lambda t: not t.only_selective and pred(t))
+
     return ActCoeffs(
-        rep=total(lambda t: not t.s2 and not t.tp and not t.sp),
-        sp=total(lambda t: not t.s2 and not t.tp and t.sp),
-        tp=total(lambda t: not t.s2 and t.tp),
+        rep=total_none(lambda t: not t.s2 and not t.tp and not t.sp),
+        sp=total_none(lambda t: not t.s2 and not t.tp and t.sp),
+        tp=total_none(lambda t: not t.s2 and t.tp),
         sel_rep=total(lambda t: t.selective and not t.s2 and not t.tp and not t.sp),
         sel_sp=total(lambda t: t.selective and not t.s2 and not t.tp and t.sp),
         sel_tp=total(lambda t: t.selective and not t.s2 and t.tp),
-        s2=total(lambda t: t.s2),
+        s2=total_none(lambda t: t.s2),
         ckpt_rep=ckpt.per_token if not ckpt.sp else 0.0,
         ckpt_sp=ckpt.per_token if ckpt.sp else 0.0,
     )

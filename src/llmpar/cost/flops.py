@@ -131,13 +131,6 @@ def layer_forward_flops(model: ModelSpec, b, s, moe=None, causal=CAUSAL_FULL):
     return _out(sum(layer_flops(model, b, s, moe, causal).values()))
 
 
-def attention_core_flops(model: ModelSpec, b, s, causal=CAUSAL_FULL):
-    """Forward FLOPs of the attention core (scores + context): what selective recompute re-runs
-    (Korthikanti 2022 §5; softmax and dropout re-run too, but are not matmuls)."""
-    f = attention_flops(model, b, s, causal)
-    return _out(f["attn_scores"] + f["attn_context"])
-
-
 def head_flops(model: ModelSpec, b, s):
     """LM head (logits) forward: 2·b·s·h·V (the product is done whether or not the weight is tied;
     the embedding lookup is not a matmul)."""
@@ -151,15 +144,49 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     return _out(dense + moe + head_flops(model, 1, s))
 
 
-def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_FULL):
+# What ``--recompute selective`` re-runs, per stack (stack memory.selective_recompute).
+SELECTIVE_POLICIES = ("attention-core", "torchtitan-op")
+
+
+def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-core",
+                        attention: str = "flash") -> dict[str, float]:
+    """Fraction of each GEMM of :func:`layer_gemms` that selective recompute re-runs in backward.
+
+    attention-core (Korthikanti 2022 §5, Megatron): the attention core, nothing else.
+    torchtitan-op (torchtitan's op-level SAC, :func:`llmpar.cost.activations.torchtitan_op_sac_terms`):
+    every second aten.mm of a block re-runs — wk (of the fused qkv GEMM the share kv/(a+2kv)), wo,
+    and w3 (half of the fused gate+up GEMM) for SwiGLU, or w2 for a GeLU MLP; SDPA's output is
+    saved, so the attention core does not re-run. Where the op set does not apply (MoE or MLA
+    layers, eager attention: :func:`llmpar.cost.activations.op_sac_applies`) the attention core."""
+    from llmpar.cost.activations import op_sac_applies
+
+    if policy == "attention-core" or not op_sac_applies(model, moe, attention):
+        return {name: 1.0 for name in ATTENTION_CORE}
+    a, kv = model.heads, model.n_kv_heads
+    swiglu = model.ffn_type == "swiglu"
+    return {"qkv": kv / (a + 2 * kv), "attn_out": 1.0,
+            "mlp_up": 0.5 if swiglu else 0.0, "mlp_down": 0.0 if swiglu else 1.0}
+
+
+def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_FULL, policy="attention-core",
+                                 attention="flash"):
     """Extra forward FLOPs that activation recomputation re-runs, per sequence (the LM head is
-    never recomputed). selective: every layer's attention core (Korthikanti 2022 §5); full: every
-    layer's whole forward (Chen et al. 2016; Narayanan 2021 eq. 3's fourth forward pass).
+    never recomputed). selective: what the stack's policy re-runs (:func:`selective_fractions`:
+    every layer's attention core, Korthikanti 2022 §5, or torchtitan's every-second-matmul); full:
+    every layer's whole forward (Chen et al. 2016; Narayanan 2021 eq. 3's fourth forward pass).
     ``recompute``: code into :data:`llmpar.parallel.RECOMPUTE`, may be an array."""
     rec = np.asarray(recompute)
-    core = model.layers * attention_core_flops(model, 1, s, causal)
+
+    def selective(moe: bool):
+        frac = selective_fractions(model, moe, policy, attention)
+        return gemm_flops([(n, m, nn, k, c * frac.get(n, 0.0))
+                           for n, m, nn, k, c in layer_gemms(model, 1, s, moe=moe, causal=causal)])
+
+    sel = model.dense_layers * np.asarray(selective(False))
+    if model.moe:
+        sel = sel + model.moe_layers * np.asarray(selective(True))
     full = forward_flops_per_sequence(model, s, causal) - head_flops(model, 1, s)
-    return _out(np.where(rec == RECOMPUTE_FULL, full, np.where(rec == RECOMPUTE_SELECTIVE, core, 0.0)))
+    return _out(np.where(rec == RECOMPUTE_FULL, full, np.where(rec == RECOMPUTE_SELECTIVE, sel, 0.0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,15 +204,15 @@ def model_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
     return _out(3.0 * B * forward_flops_per_sequence(model, par.seq, causal))
 
 
-def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
+def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="attention-core", attention="flash"):
     """Hardware FLOPs of one step: model FLOPs + the forward work recompute really re-runs
-    (selective: attention core only; full: every layer's forward), with ``causal`` the fraction
+    (selective: the stack's ``policy``, :func:`selective_fractions`; full: every layer's forward), with ``causal`` the fraction
     of the s² work the attention kernel executes (1.0 for an unmasked/eager kernel; a causal
     flash kernel's block fraction). With full recompute, causal = 1.0 and a GPT block this is
     Narayanan 2021 eq. 3: 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). (Korthikanti's eq. 8 counts more
     for selective recompute; see :func:`korthikanti_eq8_flops`.)"""
     B = par.microbatches * par.micro_batch * par.dp
-    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal)
+    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal, policy, attention)
     return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
 
 
@@ -332,13 +359,15 @@ def gemm_flops(gemms) -> float:
     return _out(sum(2.0 * m * n * k * c for _, m, n, k, c in gemms))
 
 
-def recompute_gemms(gemms, recompute) -> list:
-    """The GEMMs recompute re-runs in forward, as counts scaled by 0/1 (``recompute`` may be an
-    array): full = all of them, selective = the attention core (:data:`ATTENTION_CORE`), none = 0."""
+def recompute_gemms(gemms, recompute, fractions=None) -> list:
+    """The GEMMs recompute re-runs in forward, as counts scaled by the fraction re-run
+    (``recompute`` may be an array): full = all of them, selective = ``fractions`` (name ->
+    fraction, :func:`selective_fractions`; None = the attention core, :data:`ATTENTION_CORE`),
+    none = 0."""
     rec = np.asarray(recompute)
+    frac = {name: 1.0 for name in ATTENTION_CORE} if fractions is None else fractions
     out = []
     for name, m, n, k, c in gemms:
-        on = np.where(rec == RECOMPUTE_FULL, 1.0,
-                      np.where((rec == RECOMPUTE_SELECTIVE) & (name in ATTENTION_CORE), 1.0, 0.0))
+        on = np.where(rec == RECOMPUTE_FULL, 1.0, np.where(rec == RECOMPUTE_SELECTIVE, frac.get(name, 0.0), 0.0))
         out.append((name, m, n, k, _out(c * on)))
     return out

@@ -142,7 +142,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     rec = np.asarray(par.recompute)
     peak_none = np.maximum(np.where(nd > 0, none_d, 0.0), np.where(nm > 0, none_m, 0.0))
     peak_kept = np.maximum(np.where(nd > 0, act_d, 0.0), np.where(nm > 0, act_m, 0.0))
-    recompute_ws = np.where(rec == 0, 0.0, peak_none - peak_kept)
+    recompute_ws = np.where(rec == 0, 0.0, np.maximum(peak_none - peak_kept, 0.0))
     first_x = np.where(is_first, cm["first_x"], 0.0)
     last_x = np.where(is_last, cm["last_x"], 0.0)
     mem = settings.stack.memory

@@ -163,7 +163,8 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
         if not n:
             continue
         tt = stack_activation_terms(model, moe_layer, settings)
-        kept = [x for x in tt if rec == 0 or (rec == 1 and x.selective)] if rec < 2 else [checkpoint_term(model)]
+        kept = [x for x in tt if (rec == 0 and not x.only_selective) or (rec == 1 and x.selective)] if rec < 2 \
+            else [checkpoint_term(model)]
         dual = int(par.schedule) == DUALPIPE and int(par.pp) > 1
         n_eff = n / 2.0 if dual else n
         for x in kept:

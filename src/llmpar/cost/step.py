@@ -73,7 +73,15 @@ def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settin
     linear = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
     g_lin, cast_f, cast_b = compute.linear_gemms_time(hw, stack, settings.dtype, linear)
     core_f, core_b = compute.attention_core_time(hw, stack, settings.dtype, core)
-    return g_lin, core_f, core_b, cast_f, cast_b
+    # what selective recompute re-runs under the stack's policy (flops.selective_fractions): the
+    # attention core (core_sel), or torchtitan's every second matmul (g_sel; op = 1: the layer's
+    # element-wise ops re-run too)
+    frac = flops.selective_fractions(model, moe, stack.memory.selective_recompute, settings.attention)
+    op = 0.0 if set(frac) == set(flops.ATTENTION_CORE) else 1.0
+    rerun = [(n, m, nn, k, c * frac[n]) for n, m, nn, k, c in linear if frac.get(n, 0.0)]
+    g_sel = compute.linear_gemms_time(hw, stack, settings.dtype, rerun)[0] if rerun else 0.0
+    core_sel = core_f * frac.get(flops.ATTENTION_CORE[0], 0.0)
+    return g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op
 
 
 def _mix(frac_moe, dense, moe):
@@ -119,7 +127,7 @@ def _layer_compute(model, hw, par, settings, e):
     frac_moe = model.moe_layers / model.layers
     dense = _layer_parts(model, hw, par, settings, moe=False)
     moe_parts = _layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
-    g_lin, core_f, core_b, cast_f, cast_b = _mix(frac_moe, dense, moe_parts)
+    g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op = _mix(frac_moe, dense, moe_parts)
     traffic = stack.kernels.elementwise_traffic
     elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e)
     elem_flash = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e)
@@ -131,7 +139,11 @@ def _layer_compute(model, hw, par, settings, e):
     fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
     bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
     rec = np.asarray(par.recompute)
-    rec_t = np.where(rec == REC_FULL, fwd, np.where(rec == REC_SELECTIVE, core_f + t_scores, 0.0))
+    # selective re-runs the attention core with its s^2 traffic (Korthikanti §5) or, on the share
+    # ``op`` of layers under torchtitan's op-level SAC, every second matmul (g_sel) and the
+    # forward's element-wise ops with their launches (the attention core's output is saved there)
+    sel_t = core_sel + (1.0 - op) * t_scores + g_sel + op * (t_elem + launch / 3.0)
+    rec_t = np.where(rec == REC_FULL, fwd, np.where(rec == REC_SELECTIVE, sel_t, 0.0))
     return SimpleNamespace(frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
                            t_cast_f=t_cast_f, t_cast_b=t_cast_b, launch=launch, fwd=fwd, bwd=bwd, rec=rec, rec_t=rec_t)
 
@@ -257,7 +269,8 @@ def _flops_figures(model, hw, par, settings, step):
     executed = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
     model_flops_full = flops.model_flops_per_step(model, par)
     model_flops = flops.model_flops_per_step(model, par, flops.CAUSAL_FLASH) if skip else model_flops_full
-    hw_flops = flops.hardware_flops_per_step(model, par, executed)
+    hw_flops = flops.hardware_flops_per_step(model, par, executed, settings.stack.memory.selective_recompute,
+                                             settings.attention)
     return {
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,
