@@ -140,6 +140,11 @@ def test_cli_check_tolerance_exit_codes(cli, tmp_path):
                                         "seq": 8192, "step_time_s": 1.0}]}, "divisible"),
     ({"hardware": "h100-sxm", "runs": [{"model": "no-such-model", "gpus": 8, "global_batch": 64, "seq": 8192,
                                         "step_time_s": 1.0}]}, "no-such-model"),
+    # DualPipe needs an even pp and an even m >= 2p (cost/pipeline.py schedule_feasible, the rule
+    # the planner uses): pp 4, dp 2, global batch 10: only b = 1 divides it (b in 1, 2, 4, 8, 16), m = 5, odd
+    ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "pp": 4, "global_batch": 10,
+                                        "seq": 8192, "schedule": "dualpipe", "step_time_s": 1.0}]},
+     "dualpipe with pp=4"),
     ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "seq": 8192, "step_time_s": 1.0}]},
      "global_batch"),
 ])

@@ -104,7 +104,7 @@ class _Group:
 
 
 def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[str, int]]:
-    from llmpar.cost.pipeline import stage_layers
+    from llmpar.cost.pipeline import schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
     lay = run.layout
@@ -156,7 +156,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
         vs = [1] + [v for v in range(2, per_stage + 1) if per_stage % v == 0]
     else:
         vs = [1]
-    out = []
+    out, infeasible = [], []
     for b in bs:
         if gb is not None:
             if gb % (b * dp):
@@ -168,16 +168,21 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
             raise UserError(f"{where}: the run states neither global_batch nor microbatches")
         for v in vs:
             s_name = sched or ("interleaved" if v > 1 else "1f1b")
-            if s_name == "interleaved" and (v < 2 or m % pp):
-                continue
             if s_name not in SCHEDULES:
                 raise UserError(f"{where}: unknown schedule {s_name!r}")
+            # the schedule's own rule (cost/pipeline.py), as the planner and the CLI apply it
+            if not bool(schedule_feasible(SCHEDULES.index(s_name), pp, m, v)):
+                infeasible.append(f"{s_name} with pp={pp}, {m} micro-batches, v={v}")
+                continue
             for zero in zeros:
                 for rec in recs:
                     out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
                                     micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
                                     virtual_stages=v))
     if not out:
+        if infeasible:
+            raise UserError(f"{where}: the schedule cannot run any candidate layout "
+                            f"({infeasible[0]}; cost/pipeline.py schedule_feasible)")
         raise UserError(f"{where}: no micro-batch divides the global batch {gb} over dp={dp}")
     return out
 
