@@ -158,3 +158,38 @@ def test_playbook_file_is_what_the_script_makes():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.convert(src) == (VALIDATION / "playbook-nanotron-h100.yaml").read_text()
+
+
+def test_the_two_a100_papers_disagree_on_the_same_layouts():
+    """Why no single megatron-2022 constant meets the issue's 3.5 % mean on both A100 tables.
+
+    Narayanan 2021 Table 1 rows 9 and 10 and Korthikanti 2022 Table 5's full-recompute rows run the
+    same 530B and 1T models on the same TP 8 x PP 35 / PP 64 with the same micro-batches per pipeline
+    (Narayanan m = B/dp = 2520/9 = 280 and 3072/6 = 512; Korthikanti B = 280 and 512 at dp 1).
+    Korthikanti's iteration times through Narayanan's eq. 3 (96·B·s·L·h²·(1 + s/6h + V/16Lh),
+    full recompute) give, by hand:
+      530B: 96·280·2048·105·20480²·(1 + 2048/122880 + 51200/(16·105·20480)) = 2.4686e18 FLOPs
+            / (49.05 s x 280 GPUs) = 179.7 TFLOP/s
+      1T:   96·512·2048·128·25600²·(1 + 2048/153600 + 51200/(16·128·25600)) = 8.5654e18 FLOPs
+            / (94.42 s x 512 GPUs) = 177.2 TFLOP/s
+    where Narayanan's Table 1 prints 163 for both: 10.3 % and 8.7 % apart. DP (9 and 6 replicas,
+    whose exposed fp16 all-reduce is < 1 % of those steps) is the only layout difference; the rest
+    is the year of software between the papers. A model with one set of constants is off by about
+    half the gap on each side of each pair."""
+    from llmpar.cost.flops import narayanan_eq3_flops
+
+    def rows(name):
+        return {r["row"]: r for r in yaml.safe_load((data_dir("validation") / f"{name}.yaml").read_text())["runs"]}
+
+    kor, nar = rows("korthikanti2022-table5"), rows("narayanan2021-table1")
+    pairs = (("Table 5, 530B, full recompute", "Table 1, row 9 (529.6B)", 179.7),
+             ("Table 5, 1T, full recompute", "Table 1, row 10 (1008B)", 177.2))
+    for k_row, n_row, by_hand in pairs:
+        k, n = kor[k_row], nar[n_row]
+        model = load_model(k["model"])
+        assert n["model"] == k["model"] and (n["tp"], n["pp"]) == (k["tp"], k["pp"])
+        assert n["global_batch"] // n["dp"] == k["global_batch"]            # the same m per pipeline
+        rate = narayanan_eq3_flops(k["global_batch"], 2048, model.layers, model.hidden, model.vocab) / (
+            k["step_time_s"] * k["gpus"]) / 1e12
+        assert rate == pytest.approx(by_hand, abs=0.05)
+        assert n["tflops_per_gpu"] == 163 and rate / 163 - 1 > 0.08
