@@ -16,8 +16,9 @@ LLAMA7 = load_model("llama-2-7b")
 def test_shipped_and_extends():
     assert {"torchtitan", "torchtitan-compile"} <= set(shipped_names("stacks"))
     base, comp = load_stack("torchtitan"), load_stack("torchtitan-compile")
-    # FSDP2 = ZeRO-3; reshard_after_forward=False under PP = ZeRO-2; DDP (dp_replicate only) = 0
-    assert base.zero_stages == [0, 2, 3] and comp.zero_stages == [0, 2, 3]
+    # FSDP2 = ZeRO-3; reshard_after_forward=False = ZeRO-2; under PP also no gradient sync before the
+    # last micro-batch (pipelining stage.py backward_maybe_with_nosync) = ZeRO-1; DDP = 0
+    assert base.zero_stages == [0, 1, 2, 3] and comp.zero_stages == [0, 1, 2, 3]
     # training.mixed_precision_reduce = float32; enable_async_tensor_parallel off; torchao Float8Linear on
     # every nn.Linear but "output"; no fp8 all-gather by default (config_manager.py, float8.py at 9dec370)
     assert base.overlap.grad_reduce_dtype == "fp32" and base.overlap.tp_mode == "none" and base.overlap.tp == 0.0
