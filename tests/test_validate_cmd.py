@@ -209,7 +209,7 @@ def test_module_alias(cli):
 def test_summary_says_whether_each_error_is_in_sample():
     """The summary's "in-sample?" column, from each stack's own record (stacks/*.yaml):
     megatron-2022's calibration.files list Korthikanti Table 5 and its 18 fit runs cover the
-    8 rows -> in-sample; nanotron's in-sample error counts 125 runs (1-2 nodes) of the playbook's
+    8 rows -> in-sample; nanotron's in-sample error counts 171 runs (1-2 nodes) of the playbook's
     1,127 -> partly; torchtitan-compile fits no memory.* value -> its memory rows are out of
     sample; megatron-core names NeMo 25.11 B200 only in its fitted_on prose (the Blackwell GEMM
     fit, dense rows only) -> wholly or in part."""
@@ -220,8 +220,8 @@ def test_summary_says_whether_each_error_is_in_sample():
                     "nemo-2511-b200"])
     kind = {(r[0], r[1]): r[4] for r in summary_rows(res)}
     assert kind[("korthikanti2022-table5", "iteration time")] == "in-sample"
-    assert kind[("playbook-nanotron-h100", "tokens/s per GPU")] == "partly in-sample (125 fit runs)"
-    assert kind[("playbook-nanotron-h100", "FITS/OOM verdict")] == "partly in-sample (125 fit runs)"
+    assert kind[("playbook-nanotron-h100", "tokens/s per GPU")] == "partly in-sample (171 fit runs)"
+    assert kind[("playbook-nanotron-h100", "FITS/OOM verdict")] == "partly in-sample (171 fit runs)"
     assert kind[("torchtitan-compile-h100-2024", "tokens/s per GPU")] == "in-sample"
     assert kind[("torchtitan-compile-h100-2024", "peak reserved memory")] == "out of sample (memory not fitted)"
     assert kind[("nemo-2511-b200", "tokens/s per GPU")] == "in-sample, wholly or in part (see fitted_on)"
