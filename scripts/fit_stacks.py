@@ -7,6 +7,7 @@ this script:
     python scripts/fit_stacks.py megatron-2022      # A100: Korthikanti 2022 Table 5, Narayanan 2021 Table 1
     python scripts/fit_stacks.py nanotron           # H100: playbook runs on 1-2 nodes; 4-64 nodes held out
     python scripts/fit_stacks.py megatron-core-blackwell   # B200/GB200: NeMo 25.11 dense rows; MoE rows held out
+    python scripts/fit_stacks.py megatron-core-blackwell-moe   # B200/GB200: the 6 MoE rows (the per-MoE-layer cost)
     python scripts/fit_stacks.py torchtitan-compile # H100: the 16 torchtitan benchmark rows run with torch.compile
     python scripts/fit_stacks.py torchtitan         # H100: the 2 rows without compile (Tables 1 and 3, "FSDP")
 
@@ -44,6 +45,12 @@ PLANS = {
         train=lambda r: not r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),
         parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"],
         priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75}, folds=20),
+    # Blackwell MoE: the per-MoE-layer cost alone (kernels.moe_s_per_layer), on the 6 MoE rows of
+    # the same tables, with the dense fit's GEMM fractions; 6 folds = leave-one-row-out
+    "megatron-core-blackwell-moe": dict(
+        stack="megatron-core", files=["nemo-2511-b200", "nemo-2511-gb200"],
+        train=lambda r: r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),
+        parameters=["kernels.moe_s_per_layer"], priors={"kernels.moe_s_per_layer": 0.0}, folds=6),
     "megatron-2022": dict(files=["narayanan2021-table1", "korthikanti2022-table5"],
                           parameters=["kernels.gemm_efficiency"], priors={"kernels.gemm_efficiency": 0.852},
                           folds=18),
@@ -97,7 +104,8 @@ def main(name: str) -> None:
     # start from the priors the recorded fit started from (not the fitted values the stack ships
     # now), so that running this again reproduces the recorded values and errors
     base = load_stack(plan.get("stack", name))
-    generation = {"megatron-core-blackwell": "blackwell", "megatron-2022": None}.get(name, "hopper")
+    generation = {"megatron-core-blackwell": "blackwell", "megatron-core-blackwell-moe": "blackwell",
+                  "megatron-2022": None}.get(name, "hopper")
     base = R.stack_with(base, plan["priors"], generation)
     fit, held = R.fit_and_hold_out(runs, base, train=plan.get("train"),
                                    healthy=plan.get("healthy"), parameters=plan["parameters"], models=read.models,

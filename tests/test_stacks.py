@@ -80,3 +80,34 @@ def test_step_json_and_header_name_the_stack(cli):
     assert res.code == 0 and res.json()["settings"]["stack"] == "nanotron"
     res = cli("step", "llama-3-8b", "--stack", "nanotron")
     assert "stack nanotron" in res.out.splitlines()[0]
+
+
+def test_moe_layer_cost_per_micro_batch_by_hand():
+    """kernels.moe_s_per_layer: seconds per MoE layer and micro-batch, 1/3 in the forward and 2/3
+    in the backward like the launch cost (cost/step.py _layer_compute), per GPU generation.
+    Mixtral-8x7B (32 layers, all MoE) on one B200 (blackwell), pp = 1, m = 4 micro-batches:
+    5 ms adds 4 x 32 x 5 ms = 0.64 s to the step; with full recompute the forward re-runs and
+    adds its third again: 0.64 x 4/3 = 0.8533 s. A Hopper GPU reads the default, 0."""
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import Parallel
+    from llmpar.specs import load_model
+
+    model = load_model("mixtral-8x7b")
+    assert model.moe_layers == 32 == model.layers
+    base = load_stack("megatron-core")
+    data = base.model_dump()
+    data["kernels"]["moe_s_per_layer"] = {"default": 0.0, "blackwell": 0.005}
+    priced = type(base).model_validate(data)
+    data["kernels"]["moe_s_per_layer"] = 0.0
+    free = type(base).model_validate(data)
+
+    def t(stack, hw, rec):
+        par = Parallel(micro_batch=1, microbatches=4, seq=4096, recompute=rec)
+        return step_time(model, load_hardware(hw), par, Settings(stack=stack), with_memory=False)["step_time_s"]
+
+    assert t(priced, "b200", 0) - t(free, "b200", 0) == pytest.approx(4 * 32 * 0.005, rel=1e-9)
+    assert t(priced, "b200", 2) - t(free, "b200", 2) == pytest.approx(4 * 32 * 0.005 * 4 / 3, rel=1e-9)
+    assert t(priced, "h100-sxm", 0) == t(free, "h100-sxm", 0)
+    # the shipped value: fitted on NeMo 25.11's Blackwell MoE rows (stacks/megatron-core.yaml)
+    assert per_gen(base.kernels.moe_s_per_layer, "blackwell") == 0.0057
+    assert per_gen(base.kernels.moe_s_per_layer, "hopper") == 0.0

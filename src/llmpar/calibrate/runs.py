@@ -51,6 +51,7 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "kernels.fp8.gemm_efficiency": (0.2, 1.0, 0.2, True),
     "kernels.elementwise_traffic": (0.5, 6.0, 1.0, False),
     "kernels.launch_s_per_layer": (0.0, 2e-3, 2e-4, False),
+    "kernels.moe_s_per_layer": (0.0, 0.05, 2e-3, True),
     "overlap.tp": (0.0, 1.0, 0.3, False),
     "overlap.dp": (0.0, 1.0, 0.3, False),
     "overlap.pp": (0.0, 1.0, 0.5, False),

@@ -42,6 +42,7 @@ from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
+from llmpar.specs.stack import per_gen
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0}
 REC_NONE, REC_SELECTIVE, REC_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
@@ -135,7 +136,10 @@ def _layer_compute(model, hw, par, settings, e):
     t_scores = compute.memory_bound_time(hw, elem - elem_flash)   # s^2 softmax/dropout traffic
     t_cast_f = compute.memory_bound_time(hw, cast_f)
     t_cast_b = compute.memory_bound_time(hw, cast_b)
-    launch = stack.kernels.launch_s_per_layer   # CPU/launch cost per layer and micro-batch, fwd 1/3, bwd 2/3
+    # CPU/launch cost per layer and micro-batch, fwd 1/3, bwd 2/3; MoE layers add their own
+    # (router, permutation, the dispatcher's host sync: kernels.moe_s_per_layer, per GPU generation)
+    launch = stack.kernels.launch_s_per_layer + frac_moe * per_gen(stack.kernels.moe_s_per_layer,
+                                                                   hw.gpu.generation)
     fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
     bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
     rec = np.asarray(par.recompute)

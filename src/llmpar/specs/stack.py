@@ -39,6 +39,7 @@ def _check_gen_keys(v):
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 PerGen = Annotated[Union[Fraction, dict[str, Fraction]], BeforeValidator(_check_gen_keys)]
+PerGenSeconds = Annotated[Union[SECONDS, dict[str, SECONDS]], BeforeValidator(_check_gen_keys)]
 PerGenPositive = Annotated[Union[Annotated[float, Field(gt=0)], dict[str, Annotated[float, Field(gt=0)]]],
                            BeforeValidator(_check_gen_keys)]
 
@@ -97,6 +98,10 @@ class Kernels(_Strict):
         1.0, gt=0, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
     launch_s_per_layer: SECONDS = Field(
         0.0, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
+    moe_s_per_layer: PerGenSeconds = Field(
+        0.0, description="seconds per MoE layer per micro-batch (forward + backward) beyond its GEMMs and all-to-alls: "
+                         "router, top-k, token permutation and the dispatcher's host synchronisation, which stop the "
+                         "CPU from running ahead of the GPU")
 
 
 class Overlap(_Strict):
