@@ -26,7 +26,7 @@ from llmpar.specs import load_hardware
 
 PARALLEL = tuple(f"parallel.{k}" for k in (
     "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch", "microbatches", "seq",
-    "schedule", "virtual_stages"))
+    "schedule", "virtual_stages", "recompute_layers"))
 SETTINGS = tuple(f"settings.{k}" for k in (
     "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
     "rank_order", "stack"))
@@ -60,7 +60,8 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",
             *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
-                                            "global_batch", "microbatches", "seq", "schedule", "virtual_stages")))
+                                            "global_batch", "microbatches", "seq", "schedule", "virtual_stages",
+                                            "recompute_layers")))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
 BUBBLE = ("schedule", "pp", "microbatches", "virtual_stages", "bubble_over_ideal", "bubble_fraction_of_step",
           "formula_bubble_over_ideal", "formula_bubble_fraction_of_step", "source", "in_flight_microbatches",
@@ -155,7 +156,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            "predicted_step_time_s_after", "measured_memory_bytes", "predicted_memory_bytes_before",
                            "predicted_memory_bytes_after", "predicted_fits_after",
                            *under("layout.", ("gpus", "tp", "pp", "dp", "cp", "global_batch", "seq")),
-                           *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute", "microbatches", "schedule", "sp"))))),
+                           *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute", "microbatches", "schedule", "sp",
+                                              "recompute_layers"))))),
 }
 
 # objects whose keys are data, not schema (see the module doc): their paths end in ".*"
@@ -265,7 +267,7 @@ def test_common_keys_have_their_types(cli):
         assert isinstance(d["model"], str) and isinstance(d["hardware"], str) and type(d["gpus"]) is int
         p = d["parallel"]
         for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
-                  "virtual_stages"):
+                  "virtual_stages", "recompute_layers"):
             assert type(p[k]) is int, k
         assert type(p["sp"]) is bool
         assert p["recompute"] in ("none", "selective", "full")

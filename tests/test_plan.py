@@ -343,7 +343,7 @@ def test_result_contract(p405):
     assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed"}
     assert set(row["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
     assert set(row["parallel"]) == {"tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
-                                    "global_batch", "microbatches", "seq", "schedule", "virtual_stages"}
+                                    "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
     # the breakdown adds up to the step time (issue 3), row by row
     for r in d["plans"]:
         assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)

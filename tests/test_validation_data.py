@@ -45,12 +45,12 @@ REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
 STACKS = {"megatron-2022", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile", "deepspeed", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
 LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
-          "microbatches", "seq", "schedule", "virtual_stages", "dtype"}
+          "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype"}
 MEASURES = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_allocated_bytes",
             "peak_reserved_bytes"}
 RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "status", "note"}
 INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
-            "virtual_stages"}
+            "virtual_stages", "recompute_layers"}
 CHOICES = {"recompute": {"none", "selective", "full"},
            "schedule": {"gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"},
            "dtype": {"bf16", "fp16", "fp8"}, "status": {"ok", "oom", "crashed"}, "sp": {True, False}}

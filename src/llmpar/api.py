@@ -100,6 +100,7 @@ def memory(
     seq: int | None = None,
     schedule: str | None = None,
     virtual_stages: int | None = None,
+    recompute_layers: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -133,7 +134,7 @@ def memory(
     res_bytes = parse_reserve(reserve, hw)
     layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=recompute,
                   micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches, seq=seq,
-                  schedule=schedule, virtual_stages=virtual_stages)
+                  schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers)
     if params is not None:
         if model is not None or hf is not None:
             raise UserError("give either a MODEL (or --hf) or --params, not both")
@@ -296,6 +297,7 @@ def step(
     seq: int | None = None,
     schedule: str | None = None,
     virtual_stages: int | None = None,
+    recompute_layers: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -329,9 +331,9 @@ def step(
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
-                 seq=seq, schedule=schedule, virtual_stages=virtual_stages, dtype=dtype, optimizer=optimizer,
-                 grad_dtype=grad_dtype, convention=convention, attention=attention, reserve=reserve, hf=hf,
-                 stack=stack)
+                 seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+                 dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention, attention=attention,
+                 reserve=reserve, hf=hf, stack=stack)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     s = mem.settings

@@ -60,6 +60,7 @@ class Parallel:
     seq: Any = 2048
     schedule: Any = 1           # index into SCHEDULES
     virtual_stages: Any = 1
+    recompute_layers: Any = 0   # full recompute covers N layers of each pipeline chunk (0: all of them)
 
     @property
     def gpus(self):
@@ -87,6 +88,7 @@ class Parallel:
             "micro_batch": int(self.micro_batch), "global_batch": int(self.global_batch),
             "microbatches": int(self.microbatches), "seq": int(self.seq),
             "schedule": SCHEDULES[int(self.schedule)], "virtual_stages": int(self.virtual_stages),
+            "recompute_layers": int(self.recompute_layers),
         }
 
     def take(self, i) -> Parallel:
@@ -332,6 +334,7 @@ def resolve(
     virtual_stages: int | None = None,
     settings: Settings | None = None,
     default_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    recompute_layers: int | None = None,
 ) -> Resolved:
     """Resolve the common option group into a scalar :class:`Parallel` (DESIGN.md, CLI conventions)."""
     notes: list[str] = []
@@ -381,6 +384,15 @@ def resolve(
     if schedule != "interleaved" and v > 1:
         raise UserError(f"--virtual-stages {v} needs --schedule interleaved (got {schedule})")
     rec = code(RECOMPUTE, recompute, "recompute")
+    n_rec = 0
+    if recompute_layers is not None:
+        n_rec = _pos_int(recompute_layers, "recompute-layers", MAX_GPUS)
+        if RECOMPUTE[rec] != "full":
+            raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
+        per_chunk = -(-model.layers // pp) // v
+        if n_rec > per_chunk:
+            raise UserError(f"--recompute-layers {n_rec} exceeds the {per_chunk} layers of a pipeline chunk "
+                            f"({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
     per_step = b * dp
     if global_batch is not None:
         global_batch = _pos_int(global_batch, "global-batch", MAX_BATCH)
@@ -407,7 +419,7 @@ def resolve(
                         f"beyond what llmpar models (at most {MAX_TOKENS_PER_STEP:,})")
     par = Parallel(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=int(zero), sp=bool(sp), recompute=rec,
-        micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v,
+        micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v, recompute_layers=n_rec,
     )
     check_layout(model, par)
     if settings is None:

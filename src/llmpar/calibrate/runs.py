@@ -104,6 +104,25 @@ class _Group:
     par: Any                     # Parallel of arrays, one entry per candidate
 
 
+PARTIAL_RECOMPUTE = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8)
+
+
+def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> list[int]:
+    """recompute_layers values to evaluate: the stated one; for a run that does not state its
+    recompute, full recompute of every layer (0) and of about 1/8 .. 7/8 of each chunk's layers
+    (Megatron-Core's block method, searched like the other tuned knobs); otherwise 0 (all)."""
+    from llmpar.parallel import RECOMPUTE
+
+    if RECOMPUTE[rec] != "full":
+        return [0]
+    if n_given:
+        return [n_given]
+    if rec_given is not None:
+        return [0]
+    partial = sorted({max(1, round(per_chunk * f)) for f in PARTIAL_RECOMPUTE} - {per_chunk})
+    return [0] + [n for n in partial if n < per_chunk]
+
+
 def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[str, int]]:
     from llmpar.cost.pipeline import schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
@@ -141,6 +160,9 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
     if rec_given is not None and str(rec_given) not in RECOMPUTE:
         raise UserError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {rec_given!r}")
     recs = [RECOMPUTE.index(str(rec_given))] if rec_given is not None else list(range(len(RECOMPUTE)))
+    n_rec_given = num("recompute_layers")
+    if n_rec_given and (rec_given is None or str(rec_given) != "full"):
+        raise UserError(f"{where}: recompute_layers needs recompute: full")
     zero_given = num("zero")
     # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
     # which stage their sharding amounts to)
@@ -177,9 +199,10 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
                 continue
             for zero in zeros:
                 for rec in recs:
-                    out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
-                                    micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
-                                    virtual_stages=v))
+                    for n_rec in _recompute_layer_counts(rec, rec_given, n_rec_given, per_stage // v):
+                        out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
+                                        micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
+                                        virtual_stages=v, recompute_layers=n_rec))
     if not out:
         if infeasible:
             raise UserError(f"{where}: the schedule cannot run any candidate layout "
@@ -292,7 +315,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                 pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages),
                            "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)],
                            "microbatches": int(par.microbatches), "schedule": SCHEDULES[int(par.schedule)],
-                           "sp": bool(par.sp)}
+                           "sp": bool(par.sp), "recompute_layers": int(par.recompute_layers)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
                        out["gpus"], pick, out["alloc"], out["pool"])
 

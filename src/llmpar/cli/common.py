@@ -31,6 +31,9 @@ _LAYOUT_OPTIONS = [
     click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
     click.option("--schedule", type=click.Choice(SCHEDULES), help="Pipeline schedule (default 1f1b)."),
     click.option("--virtual-stages", type=int, help="Chunks per stage; > 1 means interleaved."),
+    click.option("--recompute-layers", type=int,
+                 help="With --recompute full: recompute only N layers of each pipeline chunk, as Megatron-Core's "
+                      "--recompute-method block --recompute-num-layers N (default: all)."),
 ]
 
 _PRECISION_OPTIONS = [
@@ -97,7 +100,7 @@ def common_options(f):
 
 
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
-               "global_batch", "microbatches", "seq", "schedule", "virtual_stages")
+               "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers")
 
 
 def layout_kwargs(kw: dict[str, Any]) -> dict[str, Any]:

@@ -169,11 +169,12 @@ def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-co
 
 
 def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_FULL, policy="attention-core",
-                                 attention="flash"):
+                                 attention="flash", full_fraction=1.0):
     """Extra forward FLOPs that activation recomputation re-runs, per sequence (the LM head is
     never recomputed). selective: what the stack's policy re-runs (:func:`selective_fractions`:
     every layer's attention core, Korthikanti 2022 §5, or torchtitan's every-second-matmul); full:
-    every layer's whole forward (Chen et al. 2016; Narayanan 2021 eq. 3's fourth forward pass).
+    every layer's whole forward (Chen et al. 2016; Narayanan 2021 eq. 3's fourth forward pass), or
+    ``full_fraction`` of the layers (:func:`llmpar.cost.pipeline.full_recompute_fraction`).
     ``recompute``: code into :data:`llmpar.parallel.RECOMPUTE`, may be an array."""
     rec = np.asarray(recompute)
 
@@ -185,7 +186,7 @@ def recompute_flops_per_sequence(model: ModelSpec, s, recompute, causal=CAUSAL_F
     sel = model.dense_layers * np.asarray(selective(False))
     if model.moe:
         sel = sel + model.moe_layers * np.asarray(selective(True))
-    full = forward_flops_per_sequence(model, s, causal) - head_flops(model, 1, s)
+    full = np.asarray(full_fraction) * (forward_flops_per_sequence(model, s, causal) - head_flops(model, 1, s))
     return _out(np.where(rec == RECOMPUTE_FULL, full, np.where(rec == RECOMPUTE_SELECTIVE, sel, 0.0)))
 
 
@@ -212,7 +213,10 @@ def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="a
     Narayanan 2021 eq. 3: 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). (Korthikanti's eq. 8 counts more
     for selective recompute; see :func:`korthikanti_eq8_flops`.)"""
     B = par.microbatches * par.micro_batch * par.dp
-    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal, policy, attention)
+    from llmpar.cost.pipeline import full_recompute_fraction
+
+    share = full_recompute_fraction(model.layers, par.pp, par.virtual_stages, getattr(par, "recompute_layers", 0))
+    extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal, policy, attention, share)
     return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
 
 

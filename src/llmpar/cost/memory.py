@@ -45,7 +45,7 @@ from llmpar.cost.activations import (
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
 from llmpar.cost.inflight import *  # noqa: F401,F403
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_stage, logits_in_flight, stage_span
-from llmpar.cost.pipeline import DUALPIPE
+from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
@@ -77,9 +77,15 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -
     act_d, none_d = (np.asarray(x) for x in layer_activation_bytes(c_dense, par))
     act_m, none_m = (act_d, none_d) if c_moe is c_dense else (np.asarray(x) for x in layer_activation_bytes(c_moe, par))
     p = np.asarray(par.pp)
+    # full recompute of N layers per chunk (Megatron-Core block method): the others keep the
+    # no-recompute set; per layer on average kept + (1 - fraction)(none - kept)
+    rest = 1.0 - np.asarray(full_recompute_fraction(model.layers, p, par.virtual_stages, par.recompute_layers))
+    full = np.asarray(par.recompute) == 2
+    mix_d = act_d + np.where(full, rest, 0.0) * (none_d - act_d)
+    mix_m = act_m + np.where(full, rest, 0.0) * (none_m - act_m)
     return {
         "emb": np.asarray(embedding_shard(model, par)), "head": np.asarray(head_shard(model, par)),
-        "act": (act_d, none_d, act_m, none_m), "zero_div": _zero_divisors(par),
+        "act": (act_d, none_d, act_m, none_m), "mix": (mix_d, mix_m), "zero_div": _zero_divisors(par),
         "first_x": np.asarray(_extra_bytes(first_stage_extra_terms(model), par)) *
         np.asarray(in_flight_on_stage(par.schedule, p, par.microbatches, par.virtual_stages, 0)),
         "last_x": np.asarray(_extra_bytes(last_stage_extra_terms(model, settings.stack.memory), par)) *
@@ -137,7 +143,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     # DualPipe: p+1 micro-batches of *one* stage's layers (the mean of the two halves it holds)
     w_d = np.where(dual, (nd_i + nd_j) / 2.0, nd_i)
     w_m = np.where(dual, (nm_i + nm_j) / 2.0, nm_i)
-    layers_act = (w_d * act_d + w_m * act_m) * fl
+    mix_d, mix_m = cm["mix"]
+    layers_act = (w_d * mix_d + w_m * mix_m) * fl
     # recompute working set: during a backward one layer's activations are rematerialised
     rec = np.asarray(par.recompute)
     peak_none = np.maximum(np.where(nd > 0, none_d, 0.0), np.where(nm > 0, none_m, 0.0))

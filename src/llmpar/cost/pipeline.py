@@ -73,6 +73,18 @@ def stage_layers(layers, pp):
     return _out(-(-L // p))
 
 
+def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
+    """Share of a stage's layers that full recompute re-runs: Megatron-Core's
+    ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` checkpoints
+    the first N layers of each pipeline chunk (L/(p·v) layers on the busiest stage) and runs the
+    others without recompute (megatron/core/transformer/transformer_block.py, _checkpointed_forward).
+    N = 0 means every layer (the default, and what `--recompute full` means without N):
+    fraction = min(N·v / ceil(L/p), 1), or 1 for N = 0. Array-polymorphic."""
+    n = np.asarray(recompute_layers, dtype=float)
+    per_chunk = np.asarray(stage_layers(layers, pp), dtype=float) / np.asarray(virtual_stages, dtype=float)
+    return _out(np.where(n > 0, np.minimum(n / np.maximum(per_chunk, 1e-9), 1.0), 1.0))
+
+
 def _deficit(layers, pp):
     """d = p·ceil(L/p) − L: layers the stages are short of a full ceil(L/p) each (0 <= d < p)."""
     L = np.asarray(layers)

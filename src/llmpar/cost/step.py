@@ -147,8 +147,10 @@ def _layer_compute(model, hw, par, settings, e):
     # ``op`` of layers under torchtitan's op-level SAC, every second matmul (g_sel) and the
     # forward's element-wise ops with their launches (the attention core's output is saved there)
     sel_t = core_sel + (1.0 - op) * t_scores + g_sel + op * (t_elem + launch / 3.0)
-    rec_t = np.where(rec == REC_FULL, fwd, np.where(rec == REC_SELECTIVE, sel_t, 0.0))
-    return SimpleNamespace(frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
+    # full: the forward again, on the share of the stage's layers it covers (recompute_layers)
+    rec_full = pipeline.full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
+    rec_t = np.where(rec == REC_FULL, rec_full * fwd, np.where(rec == REC_SELECTIVE, sel_t, 0.0))
+    return SimpleNamespace(rec_full=rec_full, frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
                            t_cast_f=t_cast_f, t_cast_b=t_cast_b, launch=launch, fwd=fwd, bwd=bwd, rec=rec, rec_t=rec_t)
 
 
@@ -156,7 +158,7 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     """TP, CP and EP collectives of one layer and micro-batch, less what hides behind compute."""
     ov = settings.stack.overlap
     tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e)
-    tp_rec = np.where(L.rec == REC_FULL, tp_f, 0.0)
+    tp_rec = np.where(L.rec == REC_FULL, L.rec_full * tp_f, 0.0)
     # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
     # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP
     # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes.
@@ -178,7 +180,7 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     ep_f = L.frac_moe * (ep_f - hide * np.minimum(ep_f, L.fwd))
     ep_b = L.frac_moe * (ep_b - hide * np.minimum(ep_b, L.bwd))
     return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
-                           tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, tp_bytes_f, 0.0),
+                           tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, L.rec_full * tp_bytes_f, 0.0),
                            cp_bytes=cp_bytes_f + cp_bytes_b, ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b))
 
 

@@ -230,7 +230,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
                   "global_batch": int(round(pred.tokens_per_step[i] / int(lay["seq"]))),
                   "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
                   "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
-                  "dtype": str(lay.get("dtype", "bf16"))}
+                  "recompute_layers": pick["recompute_layers"], "dtype": str(lay.get("dtype", "bf16"))}
         base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
                 "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
                 "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i])}

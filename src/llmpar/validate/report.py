@@ -117,7 +117,10 @@ def layout(row: dict[str, Any]) -> str:
         parts.append(star("virtual_stages", f"v{c['virtual_stages']}"))
     if c["schedule"] not in ("1f1b", "interleaved"):
         parts.append(c["schedule"])
-    parts.append(star("recompute", {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}[c["recompute"]]))
+    rc = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}[c["recompute"]]
+    if c.get("recompute_layers"):
+        rc += f"{c['recompute_layers']}"      # full recompute of N layers per pipeline chunk
+    parts.append(star("recompute", rc))
     if c["tp"] > 1:
         parts.append("sp" if c["sp"] else "no-sp")
     if c["dtype"] != "bf16":
