@@ -146,12 +146,22 @@ def test_default_space_size_llama3_8b_on_one_node():
     # pp=8: {2,4} -> 5.  Sum over triples of entries x SP options:
     #   p=0: a=0 (4 cp values) x1 + a=1 (3) x2 + a=2 (2) x2 + a=3 (1) x2 = 16, x 1 entry  = 16
     #   p=1: 3x1 + 2x2 + 1x2 = 9, x 7 = 63;  p=2: 2x1 + 1x2 = 4, x 6 = 24;  p=3: 1, x 5 = 5
-    #   108 x 5 x 3 x 3 = 4860, and every one of them divides evenly (no divisibility rejections).
+    #   108 x 5 x 3 x 3 = 4860 with the three recompute modes alone.
+    # Partial full recompute (plan/space.py PARTIAL_FULL): N = max(1, rint(q x c)) for q = 1/4, 1/2,
+    # 3/4 of a chunk of c = ceil(32/pp)/v layers, kept when N < c and not the previous q's N:
+    #   c = 32, 16, 8, 4 -> 3 extra entries; c = 2 -> 1 (N = 1); c = 1 -> 0.
+    # Recompute options per (schedule, v) entry = 3 + extra; summed per pp, x the triple-SP combos:
+    #   pp=1: 16 combos x 6 = 96
+    #   pp=2 (c = 16/v): 3 x 6 (v=1) + 6 (v=2) + 6 (v=4) + 4 (v=8) + 3 (v=16) = 37, x 9 = 333
+    #   pp=4 (c = 8/v):  3 x 6 + 6 (v=2) + 4 (v=4) + 3 (v=8) = 31, x 4 = 124
+    #   pp=8 (c = 4/v):  3 x 6 + 4 (v=2) + 3 (v=4) = 25, x 1 = 25
+    #   (96 + 333 + 124 + 25) x 5 micro-batches x 3 ZeRO = 578 x 15 = 8670, and every one of them
+    #   divides evenly (no divisibility rejections).
     r = plan("llama-3-8b", gpus=8)
     s = r.space
-    assert s.candidates == 4860
+    assert s.candidates == 8670
     assert sum(v for k, v in s.rejected.items() if k != "memory") == 0
-    assert s.feasible + s.rejected["memory"] == 4860
+    assert s.feasible + s.rejected["memory"] == 8670
     # a 1-node job: every group lives on NVLink, and 8B fits without pipelining
     assert r.best.parallel.tp * r.best.parallel.cp * r.best.parallel.pp * r.best.parallel.dp == 8
 

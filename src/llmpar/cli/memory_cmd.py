@@ -96,6 +96,8 @@ def _notes(r) -> dict[str, str]:
                 notes[k] += f", ZeRO-{z} / {n}"
     if r.mode == "training":
         rec = {0: "no recompute", 1: "selective recompute", 2: "full recompute"}[int(par.recompute)]
+        if int(par.recompute) == 2 and int(par.recompute_layers):
+            rec += f" of {int(par.recompute_layers)} layer(s) per chunk"
         notes["activations_bytes"] = f"b={int(par.micro_batch)}, s={int(par.seq)}, {rec}, {r.settings.attention} attention"
     elif r.mode == "inference":
         inf = r.inference

@@ -165,7 +165,6 @@ def equivalent_texts(p) -> list[str]:
 # ------------------------------------------------------------------------------------ render
 
 _SCHED_SHORT = {"interleaved": "int", "dualpipe": "dualpipe", "zb-h1": "zb-h1", "1f1b": "1f1b", "gpipe": "gpipe"}
-_REC_SHORT = {"none": "none", "selective": "sel", "full": "full"}  # column "rec"
 
 
 def _sched(d: dict) -> str:
@@ -193,6 +192,8 @@ def _rows_table(rows, fmt, unit, title):
     from rich import box
     from rich.table import Table
 
+    from llmpar.cli import render as R
+
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   header_style="bold")
     cols = [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
@@ -205,7 +206,7 @@ def _rows_table(rows, fmt, unit, title):
         name, sec = p.largest_overhead()
         table.add_row(*[str(x) for x in (
             p.rank, d["tp"], d["pp"], d["dp"], d["cp"], d["ep"], d["zero"], "on" if d["sp"] else "off",
-            _REC_SHORT[d["recompute"]], d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
+            R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
             _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
             f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
     return table

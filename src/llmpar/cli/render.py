@@ -17,6 +17,18 @@ from llmpar.units import unit_scale
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
+def recompute_label(d: dict[str, Any], short: bool = False) -> str:
+    """The recompute mode of a ``parallel`` dict: none, selective, full, or 'full, N layers per
+    chunk' ('full:N' when ``short``) with --recompute-layers."""
+    rec = d["recompute"]
+    if short:
+        rec = {"selective": "sel"}.get(rec, rec)
+    n = d.get("recompute_layers") or 0
+    if d["recompute"] == "full" and n:
+        return f"{rec}:{n}" if short else f"{rec}, {n} layer{'s' if n > 1 else ''} per chunk"
+    return rec
+
+
 def console():
     """A rich Console on the current stdout; wide enough for the tables when not a terminal."""
     from rich.console import Console

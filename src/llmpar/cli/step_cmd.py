@@ -134,7 +134,7 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     con.print(R.header(name, [("on", r.hardware), ("stack", r.settings.stack.name), ("gpus", f"{r.gpus} ({layout})")]))
     d = par.as_dict()
     con.print(R.header("training step", [
-        ("zero", d["zero"]), ("sp", "on" if d["sp"] else "off"), ("recompute", d["recompute"]),
+        ("zero", d["zero"]), ("sp", "on" if d["sp"] else "off"), ("recompute", R.recompute_label(d)),
         ("seq", d["seq"]), ("micro-batch", d["micro_batch"]), ("global batch", d["global_batch"]),
         ("m", d["microbatches"]), ("schedule", d["schedule"] + (f" v={d['virtual_stages']}" if d["virtual_stages"] > 1 else "")),
     ]))

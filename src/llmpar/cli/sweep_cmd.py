@@ -101,19 +101,21 @@ def _csv_row(d: dict) -> dict:
 
 # ------------------------------------------------------------------------------------ render
 
-_REC = {"none": "", "selective": " sel", "full": " full"}
 _STATUS_WORDS = {"does_not_fit": "does not fit", "batch_cannot_split": "batch cannot split",
                  "no_layout": "no layout"}
 
 
 def _layout(p) -> str:
+    from llmpar.cli.render import recompute_label
+
     d = p.parallel.as_dict()
     text = f"tp{d['tp']} pp{d['pp']} dp{d['dp']}"
     if d["cp"] > 1:
         text += f" cp{d['cp']}"
     if d["ep"] > 1:
         text += f" ep{d['ep']}"
-    text += f" z{d['zero']}{_REC[d['recompute']]} b{d['micro_batch']} m{d['microbatches']}"
+    rec = recompute_label(d, short=True)
+    text += f" z{d['zero']}{'' if rec == 'none' else ' ' + rec} b{d['micro_batch']} m{d['microbatches']}"
     if d["pp"] > 1 and d["virtual_stages"] > 1:
         text += f" v{d['virtual_stages']}"
     return text
@@ -174,4 +176,4 @@ def render(r) -> None:
         con.print(f"[{i}] {n}", highlight=False, markup=False)
     con.print()
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
-              "sel/full = recompute, b = micro-batch, m = micro-batches per step[/dim]")
+              "sel/full = recompute (full:N: N layers per chunk), b = micro-batch, m = micro-batches per step[/dim]")

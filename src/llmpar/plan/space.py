@@ -12,7 +12,9 @@ A candidate is one value of each knob of :class:`llmpar.parallel.Parallel`:
   (Megatron-LM splits a stage into v equal chunks); with pp = 1 there is no pipeline and one
   schedule entry stands for all of them;
 * ZeRO stage, recompute (none/selective/full), and SP on/off (only with tp > 1: at tp = 1 SP
-  does not exist).
+  does not exist); full recompute of every layer and of about 1/4, 1/2 and 3/4 of each pipeline
+  chunk's layers (Megatron-Core's block method, ``recompute_layers``; :data:`PARTIAL_FULL`), each
+  distinct count once.
 
 The constraints are :func:`llmpar.parallel.layout_violations` — the very masks
 :func:`llmpar.parallel.check_layout` raises on for one layout — and
@@ -192,6 +194,35 @@ def _allowed(spec: SpaceSpec, key, default):
     return [v for v in vals]
 
 
+# shares of a pipeline chunk's layers that partial full recompute is searched at (round(q x
+# layers per chunk), at least 1, fewer than all, each count once)
+PARTIAL_FULL = (0.25, 0.5, 0.75)
+_FULL = RECOMPUTE.index("full")
+
+
+def _recompute_options(rs) -> list[tuple[int, float]]:
+    """(recompute code, share q) pairs: q = 0 is the mode as is (full: every layer)."""
+    return [(r, 0.0) for r in rs] + ([(_FULL, q) for q in PARTIAL_FULL] if _FULL in rs else [])
+
+
+def _partial_layers(q, L, pp, v):
+    """(N, keep): recompute_layers for share q of a chunk of ceil(L/pp)/v layers, and whether the
+    candidate is distinct (N below a whole chunk and not the count of the next smaller share)."""
+    per_chunk = -(-L // pp) // v
+    n = np.where(q > 0, np.maximum(1, np.rint(q * per_chunk)), 0).astype(np.int64)
+    idx = np.searchsorted(np.asarray(PARTIAL_FULL), q)                # position of q among the shares
+    prev_q = np.asarray((0.0,) + PARTIAL_FULL)[idx]                    # the next smaller share (0: none)
+    n_prev = np.where(prev_q > 0, np.maximum(1, np.rint(prev_q * per_chunk)), 0)
+    keep = (q == 0) | ((n < per_chunk) & (n != n_prev))
+    return n, keep
+
+
+def _n_recompute(rs, L, pp, v) -> int:
+    """Distinct recompute options at this (pp, v): what the candidates of one knob row count."""
+    q = np.asarray([q for _, q in rs], dtype=float)
+    return int(np.count_nonzero(_partial_layers(q, L, pp, v)[1]))
+
+
 def _sched_pairs(spec: SpaceSpec, model: ModelSpec, pp: int, scheds, user_v) -> list[tuple[int, int]]:
     """(schedule, v) entries searched at this pp (see the module doc)."""
     per_stage = pipeline.stage_layers(model.layers, pp)
@@ -238,7 +269,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
         spec.allowed["micro_batch"])
     zs = _allowed(spec, "zero", tuple(settings.stack.zero_stages))   # the stages the framework implements
-    rs = _allowed(spec, "recompute", range(len(RECOMPUTE)))
+    rs = _recompute_options(_allowed(spec, "recompute", range(len(RECOMPUTE))))
     sps = _allowed(spec, "sp", (False, True))
     scheds = _allowed(spec, "schedule", DEFAULT_SCHEDULES)
     user_v = spec.allowed.get("virtual_stages")
@@ -261,7 +292,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                 if dps is not None and dp not in dps:
                     continue
                 pairs = pairs_by_pp[pp]
-                n_knobs = len(bs) * len(pairs) * len(zs) * len(rs) * len(sp_opts)
+                n_knobs = len(bs) * len(zs) * len(sp_opts) * sum(_n_recompute(rs, L, pp, v) for _, v in pairs)
                 for ep in eps:
                     if n_knobs == 0:
                         continue
@@ -293,7 +324,10 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                     | rules["virtual_stages"],
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
     }
-    alive = np.ones(tp.shape, dtype=bool)
+    # partial full recompute that comes to the same layer count as another entry is not a
+    # candidate of its own (it is in neither the total nor a rejection count)
+    n_rec, distinct = _partial_layers(cols["rq"], L, pp, v)
+    alive = distinct.copy()
     for reason, mask in bad.items():
         hit = alive & mask
         rejected[reason] += int(np.count_nonzero(hit))
@@ -303,16 +337,19 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], zero=zero[idx], sp=sp[idx],
         recompute=cols["recompute"][idx], micro_batch=b[idx], microbatches=m[idx],
         seq=np.full(idx.size, S, dtype=np.int64), schedule=sched[idx], virtual_stages=v[idx],
+        recompute_layers=n_rec[idx],
     )
     return Candidates(par=par, total=total, rejected=rejected)
 
 
 def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
     """Degree rows (tp, cp, dp, ep) of one pp x the knob product, as columns (rows outer)."""
-    grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.asarray(rs),
+    grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.arange(len(rs)),
                         np.asarray(sps, dtype=bool), indexing="ij")
-    bi, pi, z, r, s = (g.ravel() for g in grids)
+    bi, pi, z, ri, s = (g.ravel() for g in grids)
     pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    r = np.asarray([c for c, _ in rs], dtype=np.int64)[ri]
+    rq = np.asarray([q for _, q in rs], dtype=float)[ri]
     k, n = bi.size, rows.shape[0]
     deg = lambda j: np.repeat(rows[:, j], k)  # noqa: E731
     knob = lambda x: np.tile(x, n)  # noqa: E731
@@ -320,11 +357,11 @@ def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
         "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3),
         "micro_batch": knob(np.asarray(bs, dtype=np.int64)[bi]), "schedule": knob(pr[pi, 0]),
         "virtual_stages": knob(pr[pi, 1]), "zero": knob(z.astype(np.int64)), "recompute": knob(r.astype(np.int64)),
-        "sp": knob(s),
+        "rq": knob(rq), "sp": knob(s),
     }
 
 
 def _empty(seq) -> Parallel:
     e = np.zeros(0, dtype=np.int64)
     return Parallel(tp=e, pp=e, dp=e, cp=e, ep=e, zero=e, sp=np.zeros(0, dtype=bool), recompute=e, micro_batch=e,
-                    microbatches=e, seq=e + seq, schedule=e, virtual_stages=e)
+                    microbatches=e, seq=e + seq, schedule=e, virtual_stages=e, recompute_layers=e)
