@@ -145,6 +145,14 @@ def test_cli_check_tolerance_exit_codes(cli, tmp_path):
     ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "pp": 4, "global_batch": 10,
                                         "seq": 8192, "schedule": "dualpipe", "step_time_s": 1.0}]},
      "dualpipe with pp=4"),
+    # recompute_layers (Megatron-Core --recompute-num-layers) needs full recompute and at most a
+    # chunk's layers: Llama-3-8B has 32 layers, pp 4 -> 8 per stage
+    ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "pp": 4, "global_batch": 64, "seq": 8192,
+                                        "recompute": "full", "recompute_layers": 9, "step_time_s": 1.0}]},
+     "exceeds the 8 layers"),
+    ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "global_batch": 64, "seq": 8192,
+                                        "recompute": "selective", "recompute_layers": 2, "step_time_s": 1.0}]},
+     "needs recompute: full"),
     ({"hardware": "h100-sxm", "runs": [{"model": "llama-3-8b", "gpus": 8, "seq": 8192, "step_time_s": 1.0}]},
      "global_batch"),
 ])

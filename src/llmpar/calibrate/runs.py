@@ -190,6 +190,9 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
         else:
             raise UserError(f"{where}: the run states neither global_batch nor microbatches")
         for v in vs:
+            if n_rec_given and n_rec_given > per_stage // v:
+                raise UserError(f"{where}: recompute_layers {n_rec_given} exceeds the {per_stage // v} layers of a "
+                                f"pipeline chunk ({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
             s_name = sched or ("interleaved" if v > 1 else "1f1b")
             if s_name not in SCHEDULES:
                 raise UserError(f"{where}: unknown schedule {s_name!r}")
