@@ -66,3 +66,21 @@ def test_published_runs_search_it_only_when_they_leave_recompute_out():
     assert _recompute_layer_counts(FULL, "full", None, 8) == [0]
     assert _recompute_layer_counts(FULL, "full", 3, 8) == [3]
     assert _recompute_layer_counts(1, None, None, 8) == [0]
+
+
+def test_more_recomputed_layers_less_memory_more_time():
+    # each layer moved from "kept whole" to "checkpointed" saves (none - checkpoint) bytes and
+    # adds one layer's forward: memory falls and step time rises strictly with N, and N = all
+    # layers of the chunk is --recompute full (Llama-3-70B, 80 layers, pp 4 -> 20 per stage, v 2 -> 10)
+    kw = dict(hardware="h100-sxm", gpus=32, tp=4, pp=4, micro_batch=1, global_batch=64, seq=4096,
+              recompute="full", virtual_stages=2)
+    mem, time = [], []
+    for n in range(1, 11):
+        r = api.step("llama-3-70b", recompute_layers=n, **kw).model_dump()
+        mem.append(r["memory"]["activations_bytes"])
+        time.append(r["step_time_s"])
+    assert all(a > b for a, b in zip(mem, mem[1:]))
+    assert all(a < b for a, b in zip(time, time[1:]))
+    full = api.step("llama-3-70b", **kw).model_dump()
+    assert full["memory"]["activations_bytes"] == pytest.approx(mem[-1], rel=1e-12)
+    assert full["step_time_s"] == pytest.approx(time[-1], rel=1e-12)
