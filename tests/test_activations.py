@@ -78,11 +78,18 @@ def test_megatron_2022_has_no_runtime():
 
 
 def test_ddp_bucket_copy_nanotron():
-    # nanotron (torch DDP, no gradient_as_bucket_view): + 2 B x params on this GPU when dp > 1, none at dp = 1
+    # nanotron (torch DDP, no gradient_as_bucket_view): + 2 B x params on this GPU when dp > 1, none at dp = 1;
+    # on top, its fitted optimizer-step memory: X B per parameter this GPU optimises (all of them at ZeRO 0)
     s = Settings(stack="nanotron")
+    x = s.stack.memory.optimizer_step_bytes_per_param
+    assert x > 0
     one = M.memory_per_gpu(LLAMA7, HW, Parallel(seq=4096), s)
     two = M.memory_per_gpu(LLAMA7, HW, Parallel(dp=2, seq=4096), s)
-    assert one["buffers_bytes"] == 0 and two["buffers_bytes"] == 2 * two["params_per_gpu"]
+    assert one["buffers_bytes"] == pytest.approx(x * one["params_per_gpu"], rel=1e-12)
+    assert two["buffers_bytes"] == pytest.approx((2 + x) * two["params_per_gpu"], rel=1e-12)
+    # ZeRO-1 over dp = 2 shards what each GPU optimises: the optimizer-step term halves
+    z1 = M.memory_per_gpu(LLAMA7, HW, Parallel(dp=2, zero=1, seq=4096), s)
+    assert z1["buffers_bytes"] == pytest.approx((2 + x / 2) * z1["params_per_gpu"], rel=1e-12)
 
 
 @hsettings(max_examples=25, deadline=None, derandomize=True)

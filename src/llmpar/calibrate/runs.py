@@ -62,6 +62,7 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "memory.activation_factor": (0.3, 6.0, 1.0, False),
     "memory.working_layers": (0.0, 40.0, 5.0, False),
     "memory.allocator_overhead": (0.0, 1.0, 0.2, False),
+    "memory.optimizer_step_bytes_per_param": (0.0, 16.0, 2.0, False),
 }
 SPEED_DEFAULT = ("kernels.gemm_efficiency", "kernels.attention.forward_efficiency", "fixed.per_microbatch_s")
 FP8_DEFAULT = ("kernels.fp8.gemm_efficiency",)

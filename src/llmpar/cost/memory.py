@@ -158,7 +158,11 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     # once however many micro-batches are in flight (memory.working_layers; fitted per stack)
     working = mem.working_layers * peak_kept
     act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor + working
-    buffers = np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + np.zeros_like(np.asarray(w, dtype=float))
+    # the optimizer step's transient buffers (a foreach Adam's fp32 sqrt(v)), per parameter this
+    # GPU optimises (o / the optimizer's bytes per parameter), kept reserved by the allocator
+    opt_local = o / prec.optimizer if prec.optimizer else 0.0
+    buffers = (np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + mem.optimizer_step_bytes_per_param * opt_local
+               + np.zeros_like(np.asarray(w, dtype=float)))
     n_comm = np.asarray(communicators(par.tp, p, par.dp, par.cp, par.ep, embedding=is_first | is_last))
     return {
         "stage": i, "layers": nd + nm, "dense_layers": nd, "moe_layers": nm,

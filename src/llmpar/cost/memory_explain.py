@@ -197,13 +197,21 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
     buf = float(e["buffers_bytes"])
     if buf:
         n = int(par.dp) * int(par.cp)
-        if mem.grad_bucket_bytes:
-            terms.append(Term("buffers", "gradient-reduction bucket", float(mem.grad_bucket_bytes),
+        local = float(e["optimizer_bytes"]) / prec.optimizer if prec.optimizer else 0.0
+        opt_step = mem.optimizer_step_bytes_per_param * local
+        bucket = float(mem.grad_bucket_bytes) if n > 1 else 0.0
+        if bucket:
+            terms.append(Term("buffers", "gradient-reduction bucket", bucket,
                               "memory.grad_bucket_bytes (dp·cp > 1)", f"{_g(mem.grad_bucket_bytes)} (dp·cp = {n})",
                               SRC_BUCKET))
-        if mem.ddp_bucket_copy:
-            terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - float(mem.grad_bucket_bytes),
+        if mem.ddp_bucket_copy and n > 1:
+            terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - bucket - opt_step,
                               "2 B × Ψ_gpu (dp·cp > 1)", f"2 × {_g(e['params_per_gpu'])}", SRC_DDP))
+        if opt_step:
+            terms.append(Term("buffers", "optimizer step's working buffers", opt_step,
+                              "memory.optimizer_step_bytes_per_param × parameters this GPU optimises",
+                              f"{_g(mem.optimizer_step_bytes_per_param)} × {_g(local)} (stack {settings.stack.name})",
+                              "fitted per stack (docs/stacks.md); torch/optim/adam.py _multi_tensor_adam: fp32 sqrt(v)"))
     allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer", "activations", "buffers"))
     return terms + runtime_terms(allocated, settings, int(e["communicators"]), res)
 

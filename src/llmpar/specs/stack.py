@@ -159,6 +159,11 @@ class MemoryModel(_Strict):
     ddp_bucket_copy: bool = Field(
         False, description="torch DDP without gradient_as_bucket_view: its buckets hold a flat 16-bit copy of every "
                            "gradient (data parallelism > 1)")
+    optimizer_step_bytes_per_param: float = Field(
+        0.0, ge=0, description="bytes per locally optimised parameter (all of them at ZeRO 0, the shard at ZeRO >= 1) "
+                               "beyond the optimizer states: the optimizer step's working buffers the caching "
+                               "allocator keeps reserved (torch's foreach Adam allocates sqrt(v) in fp32: 4 B; fused "
+                               "optimizers: 0); fitted")
     allocator_overhead: float = Field(
         0.0, ge=0, le=1, description="reserved/allocated - 1 at the peak (caching-allocator fragmentation)")
     cuda_context_bytes: MEMORY_BYTES = Field(0.0, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
