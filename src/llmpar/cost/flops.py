@@ -144,10 +144,6 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     return _out(dense + moe + head_flops(model, 1, s))
 
 
-# What ``--recompute selective`` re-runs, per stack (stack memory.selective_recompute).
-SELECTIVE_POLICIES = ("attention-core", "torchtitan-op")
-
-
 def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-core",
                         attention: str = "flash") -> dict[str, float]:
     """Fraction of each GEMM of :func:`layer_gemms` that selective recompute re-runs in backward.
@@ -215,7 +211,7 @@ def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="a
     B = par.microbatches * par.micro_batch * par.dp
     from llmpar.cost.pipeline import full_recompute_fraction
 
-    share = full_recompute_fraction(model.layers, par.pp, par.virtual_stages, getattr(par, "recompute_layers", 0))
+    share = full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
     extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal, policy, attention, share)
     return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
 

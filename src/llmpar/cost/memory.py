@@ -55,7 +55,7 @@ from llmpar.cost.runtime import *  # noqa: F401,F403
 from llmpar.cost.runtime import (
     _capacity, communicators, reserved_bytes, runtime_bytes, verdict_code, verdict_name,
 )
-from llmpar.parallel import Parallel, Settings
+from llmpar.parallel import RECOMPUTE, Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 
@@ -80,7 +80,7 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -
     # full recompute of N layers per chunk (Megatron-Core block method): the others keep the
     # no-recompute set; per layer on average kept + (1 - fraction)(none - kept)
     rest = 1.0 - np.asarray(full_recompute_fraction(model.layers, p, par.virtual_stages, par.recompute_layers))
-    full = np.asarray(par.recompute) == 2
+    full = np.asarray(par.recompute) == RECOMPUTE.index("full")
     mix_d = act_d + np.where(full, rest, 0.0) * (none_d - act_d)
     mix_m = act_m + np.where(full, rest, 0.0) * (none_m - act_m)
     return {
@@ -158,8 +158,9 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     # once however many micro-batches are in flight (memory.working_layers; fitted per stack)
     working = mem.working_layers * peak_kept
     act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor + working
-    # the optimizer step's transient buffers (a foreach Adam's fp32 sqrt(v)), per parameter this
-    # GPU optimises (o / the optimizer's bytes per parameter), kept reserved by the allocator
+    # the optimizer step's working buffers (a foreach Adam's fp32 sqrt(v) is 4 B; the stack's
+    # memory.optimizer_step_bytes_per_param, fitted), per parameter this GPU optimises (o / the
+    # optimizer's bytes per parameter), kept reserved by the caching allocator
     opt_local = o / prec.optimizer if prec.optimizer else 0.0
     buffers = (np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + mem.optimizer_step_bytes_per_param * opt_local
                + np.zeros_like(np.asarray(w, dtype=float)))
