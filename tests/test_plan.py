@@ -58,7 +58,8 @@ def _step_of(row, model, hardware):
     return api.step(model, hardware=hardware, gpus=row.gpus, tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"],
                     zero=d["zero"], sp=d["sp"], recompute=d["recompute"], micro_batch=d["micro_batch"],
                     global_batch=d["global_batch"], seq=d["seq"], schedule=d["schedule"],
-                    virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None)
+                    virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None,
+                    recompute_layers=d["recompute_layers"] or None)
 
 
 def _assert_same(row, st):
@@ -94,6 +95,15 @@ def test_top_rows_equal_step_moe_and_other_hardware():
     g = plan("megatron-gpt-22b", hardware="a100-80gb", gpus=64, global_batch=64, top=2)
     for row in g.plans:
         _assert_same(row, _step_of(row, "megatron-gpt-22b", "a100-80gb"))
+
+
+def test_partial_recompute_rows_equal_step():
+    # with recompute held at full, 405B on 1,024 GPUs ranks full recompute of part of each chunk
+    # first (recompute_layers > 0); `llmpar step` with --recompute-layers gives the same numbers
+    r = plan("llama-3.1-405b", gpus=1024, top=3, fix="recompute=full")
+    assert all(p.parallel.as_dict()["recompute_layers"] > 0 for p in r.plans)
+    for row in r.plans:
+        _assert_same(row, _step_of(row, "llama-3.1-405b", "h100-sxm"))
 
 
 def test_every_plan_is_a_layout_the_scalar_checks_accept(p405, gpt3):
