@@ -13,7 +13,7 @@ import pytest
 
 from llmpar.specs.registry import data_dir, load_hardware, shipped_names
 
-EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "h100-sxm-roce"}
+EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "h100-sxm-roce", "h100-96gb"}
 
 
 def test_all_shipped_profiles_load():

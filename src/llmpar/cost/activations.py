@@ -322,13 +322,18 @@ SRC_LOGITS_GRAD = ("PyTorch log_softmax / Megatron vocab_parallel_cross_entropy 
                    "beside it in the forward)")
 
 
+SRC_LOGITS_16BIT = ("torchtitan train.py (9dec370): pred = model(input_ids); loss = loss_fn(pred, labels) with "
+                    "loss_fn = cross_entropy(pred.float(), ...); 'del pred' only before loss.backward()")
+
+
 def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
     """Per micro-batch on the last stage (Korthikanti §4.3, 4sbh/t·(1 + V/h)): final-norm input,
     LM-head input, and the logits of the vocab-parallel cross-entropy (fp32: 4·s·b·V/t; for a
     128K vocabulary these outweigh a layer). ``mem`` (a stack's memory block, None = Korthikanti's
     accounting): ``fp32_logits`` False keeps 16-bit logits (2 B); ``logits_grad`` adds the logits'
-    fp32 gradient, live at the same time (2x); ``activations``/``norm_kernel`` 'eager' gives the
-    final RMSNorm the eager saved set."""
+    fp32 gradient, live at the same time (2x); ``logits_16bit_live`` the LM head's 16-bit output
+    beside them (2 B; torchtitan keeps ``pred`` through its fp32 loss); ``activations``/
+    ``norm_kernel`` 'eager' gives the final RMSNorm the eager saved set."""
     h = model.hidden
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
     fp32 = True if mem is None else bool(mem.fp32_logits)
@@ -342,6 +347,9 @@ def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
     if mem is not None and mem.logits_grad:
         T.append(ActTerm("gradient of the logits (fp32, live with them)", 4.0, model.vocab, "V", tp=True, sp=False,
                          selective=True, source=SRC_LOGITS_GRAD))
+    if mem is not None and mem.logits_16bit_live:
+        T.append(ActTerm("16-bit logits (the LM head's output, live through the loss)", 2.0, model.vocab, "V", tp=True,
+                         sp=False, selective=True, source=SRC_LOGITS_16BIT))
     if mem is not None and (mem.norm_kernel or mem.activations) == "eager":
         from llmpar.cost.activations_eager import eager_terms
 

@@ -154,6 +154,9 @@ class MemoryModel(_Strict):
                                "micro-batch, live once (not per micro-batch in flight); fitted")
     fp32_logits: bool = Field(True, description="the logits are upcast to fp32 for the loss (4 B per element)")
     logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
+    logits_16bit_live: bool = Field(
+        False, description="the LM head's 16-bit output stays allocated while the fp32 loss runs (torchtitan train.py: "
+                           "`pred = model(x); loss = loss_fn(pred, labels); del pred` before backward)")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
     grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")
     ddp_bucket_copy: bool = Field(
