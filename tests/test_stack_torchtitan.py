@@ -122,3 +122,22 @@ def test_op_sac_recompute_time_in_the_step():
     assert rec["none"] == 0 < rec["selective"] < rec["full"]
     hw = {rc: r["detail"]["hardware_flops_per_step"] for rc, r in run.items()}
     assert hw["selective"] - hw["none"] == pytest.approx(16 * 32 * 1_305_670_057_984, rel=1e-12)
+
+
+def test_bf16_logits_live_through_the_loss_by_hand():
+    # torchtitan train.py: pred = model(x); loss = cross_entropy(pred.float(), ...); del pred before
+    # backward -> the LM head's bf16 output sits beside the fp32 pair: + 2 B x tokens x V.
+    # Llama-3-8B, b = 1, s = 4096, V = 128,256, pp 1 (one micro-batch of logits):
+    # 2 x 4,096 x 128,256 = 1,050,673,152 B
+    from llmpar.specs import load_hardware
+
+    st = load_stack("torchtitan")
+    assert st.memory.logits_16bit_live and load_stack("torchtitan-compile").memory.logits_16bit_live
+    data = st.model_dump()
+    data["memory"]["logits_16bit_live"] = False
+    without = type(st).model_validate(data)
+    hw = load_hardware("h100-96gb")
+    par = Parallel(seq=4096)
+    on = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=st))["activations_bytes"]
+    off = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=without))["activations_bytes"]
+    assert on - off == pytest.approx(2 * 4096 * 128_256, rel=1e-12) == 1_050_673_152
