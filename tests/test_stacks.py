@@ -54,6 +54,9 @@ def test_extends_merges_and_explicit_options_override(tmp_path):
     ("name: bad\noverlap:\n  tp: 1.5\n", "overlap.tp"),
     ("name: bad\nextends: no-such-stack\n", "unknown stack 'no-such-stack'"),
     ("name: bad\nzero_stages: [0, 4]\n", "zero_stages"),
+    # a per-generation time names the field, not pydantic's union branch
+    ("name: bad\nkernels:\n  moe_s_per_layer: {default: 0, blackwell: -1 ms}\n", "field 'kernels.moe_s_per_layer'"),
+    ("name: bad\nmemory:\n  selective_recompute: op\n", "memory.selective_recompute"),
 ])
 def test_a_bad_stack_file_is_one_line_exit_2(cli, tmp_path, body, needle):
     bad = tmp_path / "bad.yaml"

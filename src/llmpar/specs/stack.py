@@ -39,7 +39,16 @@ def _check_gen_keys(v):
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 PerGen = Annotated[Union[Fraction, dict[str, Fraction]], BeforeValidator(_check_gen_keys)]
-PerGenSeconds = Annotated[Union[SECONDS, dict[str, SECONDS]], BeforeValidator(_check_gen_keys)]
+def _gen_seconds(v):
+    """A time or a per-generation mapping of times ('5 ms', 0.005), parsed in one place so an error
+    names the field, not pydantic's union branch."""
+    v = _check_gen_keys(v)
+    if isinstance(v, dict):
+        return {k: parse_seconds(x, "time", allow_zero=True) for k, x in v.items()}
+    return parse_seconds(v, "time", allow_zero=True)
+
+
+PerGenSeconds = Annotated[Union[float, dict[str, float]], BeforeValidator(_gen_seconds)]
 PerGenPositive = Annotated[Union[Annotated[float, Field(gt=0)], dict[str, Annotated[float, Field(gt=0)]]],
                            BeforeValidator(_check_gen_keys)]
 
