@@ -8,13 +8,14 @@ import pytest
 
 from llmpar import api
 from llmpar.calibrate.runs import _recompute_layer_counts
-from llmpar.cost.pipeline import full_recompute_fraction
+from llmpar.cost.pipeline import chunk_layers, full_recompute_fraction
 
 FULL = 2
 
 
 def test_fraction_of_a_chunk():
     # Llama 3.1 405B: 126 layers on pp 16 -> 8 on the busiest stage; v = 4 -> 2 per chunk
+    assert chunk_layers(126, 16, 4) == 2 and chunk_layers(126, 16) == 8
     assert full_recompute_fraction(126, 16, 4, 1) == 0.5
     assert full_recompute_fraction(126, 16, 4, 2) == 1.0
     assert full_recompute_fraction(126, 16, 4, 0) == 1.0          # 0 = every layer (the default)

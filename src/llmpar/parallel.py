@@ -389,7 +389,9 @@ def resolve(
         n_rec = _pos_int(recompute_layers, "recompute-layers", MAX_GPUS)
         if RECOMPUTE[rec] != "full":
             raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
-        per_chunk = -(-model.layers // pp) // v
+        from llmpar.cost.pipeline import chunk_layers   # cost is above parallel in the import order
+
+        per_chunk = int(chunk_layers(model.layers, pp, v))
         if n_rec > per_chunk:
             raise UserError(f"--recompute-layers {n_rec} exceeds the {per_chunk} layers of a pipeline chunk "
                             f"({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))

@@ -125,7 +125,7 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
 
 
 def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[str, int]]:
-    from llmpar.cost.pipeline import schedule_feasible, stage_layers
+    from llmpar.cost.pipeline import chunk_layers, schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
     lay = run.layout
@@ -191,8 +191,9 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
         else:
             raise UserError(f"{where}: the run states neither global_batch nor microbatches")
         for v in vs:
-            if n_rec_given and n_rec_given > per_stage // v:
-                raise UserError(f"{where}: recompute_layers {n_rec_given} exceeds the {per_stage // v} layers of a "
+            per_chunk = int(chunk_layers(model.layers, pp, v))
+            if n_rec_given and n_rec_given > per_chunk:
+                raise UserError(f"{where}: recompute_layers {n_rec_given} exceeds the {per_chunk} layers of a "
                                 f"pipeline chunk ({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
             s_name = sched or ("interleaved" if v > 1 else "1f1b")
             if s_name not in SCHEDULES:
@@ -203,7 +204,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
                 continue
             for zero in zeros:
                 for rec in recs:
-                    for n_rec in _recompute_layer_counts(rec, rec_given, n_rec_given, per_stage // v):
+                    for n_rec in _recompute_layer_counts(rec, rec_given, n_rec_given, per_chunk):
                         out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
                                         micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
                                         virtual_stages=v, recompute_layers=n_rec))

@@ -73,6 +73,13 @@ def stage_layers(layers, pp):
     return _out(-(-L // p))
 
 
+def chunk_layers(layers, pp, virtual_stages=1):
+    """Layers of one pipeline chunk on the busiest stage: ceil(L/p)/v (the interleaved schedule
+    splits a stage into v equal chunks; the layout rule makes v divide ceil(L/p)). 405B, pp 16,
+    v 4: 8/4 = 2. Array-polymorphic."""
+    return _out(np.asarray(stage_layers(layers, pp)) // np.asarray(virtual_stages))
+
+
 def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     """Share of a stage's layers that full recompute re-runs: Megatron-Core's
     ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` checkpoints
@@ -81,8 +88,8 @@ def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     N = 0 means every layer (the default, and what `--recompute full` means without N):
     fraction = min(N·v / ceil(L/p), 1), or 1 for N = 0. Array-polymorphic."""
     n = np.asarray(recompute_layers, dtype=float)
-    per_chunk = np.asarray(stage_layers(layers, pp), dtype=float) / np.asarray(virtual_stages, dtype=float)
-    return _out(np.where(n > 0, np.minimum(n / np.maximum(per_chunk, 1e-9), 1.0), 1.0))
+    per_chunk = np.asarray(chunk_layers(layers, pp, virtual_stages), dtype=float)
+    return _out(np.where(n > 0, np.minimum(n / np.maximum(per_chunk, 1.0), 1.0), 1.0))
 
 
 def _deficit(layers, pp):

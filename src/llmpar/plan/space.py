@@ -208,7 +208,7 @@ def _recompute_options(rs) -> list[tuple[int, float]]:
 def _partial_layers(q, L, pp, v):
     """(N, keep): recompute_layers for share q of a chunk of ceil(L/pp)/v layers, and whether the
     candidate is distinct (N below a whole chunk and not the count of the next smaller share)."""
-    per_chunk = -(-L // pp) // v
+    per_chunk = pipeline.chunk_layers(L, pp, v)
     n = np.where(q > 0, np.maximum(1, np.rint(q * per_chunk)), 0).astype(np.int64)
     idx = np.searchsorted(np.asarray(PARTIAL_FULL), q)                # position of q among the shares
     prev_q = np.asarray((0.0,) + PARTIAL_FULL)[idx]                    # the next smaller share (0: none)
