@@ -25,7 +25,7 @@ from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note
-from llmpar.parallel import DTYPES, MAX_GPUS, Resolved, Settings, resolve
+from llmpar.parallel import DTYPES, MAX_GPUS, Resolved, Settings, _pos_int, resolve
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
                             SweepRow, ValidateResult, num, step_numbers)
@@ -436,9 +436,7 @@ def _collective_group(hw, gpus: int | None, per_node: int | None) -> tuple[int, 
     if gpus > MAX_GPUS:
         raise UserError(f"--gpus {gpus} is beyond what llmpar models (at most {MAX_GPUS:,})")
     if per_node is not None:
-        if isinstance(per_node, bool) or int(per_node) != per_node or per_node < 1:
-            raise UserError(f"--gpus-per-node must be a positive integer, got {per_node}")
-        per_node = int(per_node)
+        per_node = _pos_int(per_node, "gpus-per-node")
         if per_node > domain:
             raise UserError(
                 f"--gpus-per-node {per_node} is larger than the {domain}-GPU NVLink domain of {hw.name}"
