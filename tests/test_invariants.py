@@ -191,9 +191,14 @@ def test_zero_stages_shard_model_states_in_order(case):
     rows = [stages(model, hw, par.replace(zero=z), s) for z in range(4)]
     prec = M.bytes_per_param(s, 3)
     bw, bg = M._zero3_buffers(model, par.replace(zero=3), prec, M.layer_shard(model, par), True)
+    # a stack whose ZeRO-1 accumulates its unsharded gradients in fp32 (memory.accumulated_grad_fp32:
+    # FSDP2 under PP) holds g1/g0 = 4/2 times ZeRO-0's bf16 gradients at ZeRO-1, by design: that
+    # excess is taken out before comparing (tests/test_stack_torchtitan.py checks it by hand)
+    g0, g1 = (float(M.bytes_per_param(s, z, par.microbatches).gradients) for z in (0, 1))
     for i in range(int(par.pp)):
         z0, z1, z2, z3 = (states(r[i]) for r in rows)
         z3 -= float(bw) + float(bg)
+        z1 -= rows[1][i]["gradients_bytes"] * (1.0 - g0 / g1)
         assert close_le(z3, z2) and close_le(z2, z1) and close_le(z1, z0), (i, z0, z1, z2, z3)
         if not model.moe:
             # the data-parallel group's shards add up to the unsharded copy (dp*cp ranks)

@@ -141,3 +141,71 @@ def test_bf16_logits_live_through_the_loss_by_hand():
     on = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=st))["activations_bytes"]
     off = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=without))["activations_bytes"]
     assert on - off == pytest.approx(2 * 4096 * 128_256, rel=1e-12) == 1_050_673_152
+
+
+# --- FSDP2 under PP: the accumulated unsharded gradients are fp32 (memory.accumulated_grad_fp32) ----
+# torch FSDPParam.to_accumulated_grad_if_needed: with gradient sync off (the pipelining stage turns it
+# off for every backward but the last) and reduce_dtype float32 unlike the bf16 gradient, the unsharded
+# gradient is upcast and accumulated in fp32: 4 B per local parameter instead of 2, at ZeRO-1 with m > 1.
+
+def test_accumulated_grads_fp32_only_where_fsdp2_accumulates_unsharded():
+    st = load_stack("torchtitan")
+    assert st.memory.accumulated_grad_fp32 and not load_stack("megatron-core").memory.accumulated_grad_fp32
+    s = Settings(stack=st)
+    assert s.grad_dtype == "bf16"
+    g = {(z, m): float(M.bytes_per_param(s, z, m).gradients) for z in (0, 1, 3) for m in (1, 8)}
+    # ZeRO-1 with 8 micro-batches accumulates in fp32; one micro-batch reduce-scatters the bf16 gradient
+    # at once; DDP (0) accumulates in param.grad (bf16); FSDP2 (3) reduce-scatters every micro-batch
+    assert g == {(0, 1): 2.0, (0, 8): 2.0, (1, 1): 2.0, (1, 8): 4.0, (3, 1): 2.0, (3, 8): 2.0}
+    assert "fp32" in M.bytes_per_param(s, 1, 8).describe["gradients"]
+
+
+def test_accumulated_grads_fp32_by_hand_on_a_pipeline_stage():
+    # Llama-3-8B, pp 2, tp 1, dp 1, ZeRO-1, 8 micro-batches: the gradient bytes on each stage are
+    # 4 B x that stage's parameters (params_per_gpu), twice what one micro-batch holds (2 B)
+    from llmpar.specs import load_hardware
+
+    s, hw = Settings(stack=load_stack("torchtitan")), load_hardware("h100-96gb")
+    many = M.memory_per_stage(LLAMA3_8B, hw, Parallel(pp=2, zero=1, microbatches=8, seq=4096), s)
+    one = M.memory_per_stage(LLAMA3_8B, hw, Parallel(pp=2, zero=1, microbatches=1, seq=4096), s)
+    for a, b in zip(many, one):
+        assert a["gradients_bytes"] == pytest.approx(4.0 * a["params_per_gpu"], rel=1e-12)
+        assert b["gradients_bytes"] == pytest.approx(2.0 * b["params_per_gpu"], rel=1e-12)
+
+
+# --- torchao's Float8 TP styles all-gather in FP8 (kernels.fp8.tp_all_gather_fp8) -----------------------
+# Float8ColwiseParallel casts its input to e4m3 before the forward all-gather; Float8RowwiseParallel
+# casts the output gradient to e5m2 before the backward all-gather; the reduce-scatters stay bf16.
+
+def test_fp8_tp_all_gather_bytes_by_hand():
+    from llmpar.cost import comm
+    from llmpar.specs import load_hardware
+
+    hw = load_hardware("h100-96gb")
+    par = Parallel(tp=8, sp=True, seq=8192)
+    place = {"tp": (8, 8)}
+    # act = b·s·h·2 = 8,192 x 4,096 x 2 = 67,108,864 B; per direction 2 all-gathers + 2 reduce-scatters,
+    # each (P-1)/P of its array: bf16 2 x (67,108,864 + 67,108,864) x 7/8 = 234,881,024 B;
+    # FP8 gathers 2 x (33,554,432 + 67,108,864) x 7/8 = 176,160,768 B (3/4)
+    f16, b16, sf16, sb16 = comm.tp_layer(hw, LLAMA3_8B, par, place, 2.0)
+    f8, b8, sf8, sb8 = comm.tp_layer(hw, LLAMA3_8B, par, place, 2.0, 1.0)
+    assert float(sf16) == float(sb16) == 234_881_024
+    assert float(sf8) == float(sb8) == 176_160_768
+    assert float(f8) < float(f16)
+    # without SP there is no all-gather (all-reduces only): nothing changes
+    nosp = Parallel(tp=8, sp=False, seq=8192)
+    assert comm.tp_layer(hw, LLAMA3_8B, nosp, place, 2.0, 1.0) == comm.tp_layer(hw, LLAMA3_8B, nosp, place, 2.0)
+
+
+def test_fp8_tp_all_gathers_only_for_fp8_on_torchtitan(cli):
+    # every TP byte under SP is in an all-gather + reduce-scatter pair of equal bf16 size, so gathering
+    # in FP8 sends (1 + 2)/(2 + 2) = 3/4 of the bytes; BF16 runs and Megatron-Core (TE gathers bf16
+    # here) are unchanged
+    def tp_bytes(stack, dtype):
+        res = cli("step", "llama-3-70b", "--stack", stack, "--gpus", "64", "--tp", "8", "--sp", "--zero", "3",
+                  "--dtype", dtype, "--hardware", "h100-96gb", "--global-batch", "64", "--json")
+        assert res.code == 0, res.err
+        return res.json()["comm_bytes_per_gpu"]["tp"]
+
+    assert tp_bytes("torchtitan", "fp8") == pytest.approx(0.75 * tp_bytes("torchtitan", "bf16"), rel=1e-12)
+    assert tp_bytes("megatron-core", "fp8") == pytest.approx(tp_bytes("megatron-core", "bf16"), rel=1e-12)

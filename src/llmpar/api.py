@@ -185,7 +185,7 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
                  f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
     if settings.convention == "deepspeed" and zero == 3:
         notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
-    prec = M.bytes_per_param(settings, zero)
+    prec = M.bytes_per_param(settings, zero, par.microbatches)
     return MemoryResult(
         model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
         mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
@@ -249,7 +249,7 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     stage = int(out["stage"])
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
-    prec = M.bytes_per_param(settings, layout["zero"])
+    prec = M.bytes_per_param(settings, layout["zero"], par.microbatches)
     return MemoryResult(
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="training",
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),

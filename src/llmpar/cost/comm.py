@@ -36,19 +36,25 @@ def _frac(n):
     return (n - 1) / np.maximum(n, 1)
 
 
-def tp_layer(hw, model, par, placement, e=2.0):
+def tp_layer(hw, model, par, placement, e=2.0, ag_e=None):
     """TP collectives of ONE layer and ONE micro-batch.
 
     Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd). Each collective moves the
     b*(s/cp)*h activation: without SP 2 all-reduces each way; with SP 2 all-gathers + 2
-    reduce-scatters each way (same bytes: AR = RS + AG).
+    reduce-scatters each way (same bytes: AR = RS + AG). ``ag_e`` (default ``e``) is the element
+    size the SP all-gathers move: 1 where the framework casts to FP8 before gathering (torchao's
+    Float8ColwiseParallel gathers the FP8 input in the forward, Float8RowwiseParallel the FP8
+    output gradient in the backward; the reduce-scatters stay 16-bit).
     """
     size, k = placement["tp"]
-    act = par.micro_batch * (par.seq / par.cp) * model.hidden * e
+    tokens_h = par.micro_batch * (par.seq / par.cp) * model.hidden
+    act, act_ag = tokens_h * e, tokens_h * (e if ag_e is None else ag_e)
     t_ar = collective_time(hw, "all_reduce", act, size, k)
-    t_pair = collective_time(hw, "all_gather", act, size, k) + collective_time(hw, "reduce_scatter", act, size, k)
+    t_pair = collective_time(hw, "all_gather", act_ag, size, k) + collective_time(hw, "reduce_scatter", act, size, k)
     one_way = np.where(par.sp, 2 * t_pair, 2 * t_ar)
-    sent = 2 * 2 * act * _frac(size)  # 2 all-reduces' worth, each 2(P-1)/P * act, per direction
+    # per direction: 2 all-reduces, each 2(P-1)/P * act; with SP 2 (all-gather + reduce-scatter)
+    # pairs, (P-1)/P * (act_ag + act) each
+    sent = 2 * np.where(par.sp, act_ag + act, 2 * act) * _frac(size)
     return one_way, one_way, sent, sent
 
 

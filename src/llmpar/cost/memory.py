@@ -206,7 +206,7 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     fits), params_per_gpu (this GPU's TP/PP/EP shard, before ZeRO), stage,
     activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind).
     """
-    prec = bytes_per_param(settings, par.zero)
+    prec = bytes_per_param(settings, par.zero, par.microbatches)
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
     cands = candidate_stages(par.pp)
@@ -270,7 +270,7 @@ def memory_totals(allocated, hw: Hardware, par: Parallel, settings: Settings, re
 
 def memory_per_stage(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> list[dict]:
     """Every pipeline stage of one scalar layout: layers, parameters and each memory component."""
-    prec = bytes_per_param(settings, par.zero)
+    prec = bytes_per_param(settings, par.zero, par.microbatches)
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
     _, res = _capacity(hw, reserve)

@@ -93,7 +93,7 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
 
     Sums per component equal :func:`memory_per_gpu`'s (or :func:`model_states_for_count`'s)."""
     from llmpar.cost.memory import _layer_coeffs, _stage_eval, memory_per_gpu   # memory re-exports this module
-    prec = bytes_per_param(settings, par.zero)
+    prec = bytes_per_param(settings, par.zero, par.microbatches)
     cap, res = _capacity(hw, reserve)
     terms: list[Term] = []
     if model is None:

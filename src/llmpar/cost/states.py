@@ -76,7 +76,7 @@ class BytesPerParam:
     describe: dict[str, str] = field(default_factory=dict)
 
 
-def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
+def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam:
     """Bytes per parameter for weights, gradients and optimizer states (docs/memory.md table).
 
     llmpar (default): weights 2 (bf16/fp16; fp8 keeps bf16 primaries and adds a 2-byte fp8 cache
@@ -86,6 +86,10 @@ def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
     deepspeed: DeepSpeed's estimators: ZeRO-2 2 + (2 + 4 + 4 + 8)/N = 2 + 18/N, split here as
     weights 2, gradients 6 (bf16 + fp32), optimizer 12 (fp32 master + m + v); ZeRO-3 18/N split
     as weights 2, gradients 4 (fp32), optimizer 12 (plus 4·largest layer, see model states).
+    A stack with ``memory.accumulated_grad_fp32`` (FSDP2 under PP: torchtitan) keeps the unsharded
+    gradients it accumulates over m > 1 micro-batches at ZeRO-1 in fp32 (4), whatever
+    ``--grad-dtype`` says: FSDP2 upcasts them to its reduce dtype while gradient sync is off
+    (torch FSDPParam.to_accumulated_grad_if_needed; MixedPrecisionPolicy reduce_dtype float32).
     """
     conv = settings.convention
     w = WEIGHT_BYTES[settings.dtype]
@@ -105,6 +109,11 @@ def bytes_per_param(settings: Settings, zero=0) -> BytesPerParam:
     else:
         g = GRAD_BYTES[settings.grad_dtype]
         gdoc = f"{settings.grad_dtype} gradients {g:g}"
+        if settings.stack.memory.accumulated_grad_fp32 and g < 4.0:
+            acc = (np.asarray(zero) == 1) & (np.asarray(microbatches) > 1)
+            g = _out(np.where(acc, 4.0, g))
+            if np.any(acc):
+                gdoc = "fp32 gradients 4 (accumulated unsharded over the micro-batches: FSDP2's reduce dtype)"
     wdoc = f"{settings.dtype} weights {w:g}"
     if settings.dtype == "fp8":
         wdoc += (f"; linear weights as fp8 primaries (weight + transpose {rec.weight_copy_bytes_per_param:g}, no "
@@ -311,7 +320,7 @@ def model_states_for_count(params, par: Parallel, settings: Settings) -> dict[st
     """Model states of a bare parameter count Ψ (``--params 7.5B``), split evenly over tp·pp,
     ZeRO over dp·cp (Rajbhandari 2019 §5, Table 1). No shapes: no activations, and the DeepSpeed
     ZeRO-3 largest-layer term is 0. Array-polymorphic."""
-    prec = bytes_per_param(settings, par.zero)
+    prec = bytes_per_param(settings, par.zero, par.microbatches)
     shard = np.asarray(params, dtype=float) / (np.asarray(par.tp, dtype=float) * np.asarray(par.pp, dtype=float))
     lin = shard if prec.fp8_cache else 0.0
     w, g, o = _states(shard, 0.0, lin, 0.0, prec, par)

@@ -157,7 +157,9 @@ def _layer_compute(model, hw, par, settings, e):
 def _layer_comm(model, hw, par, settings, place, e, L):
     """TP, CP and EP collectives of one layer and micro-batch, less what hides behind compute."""
     ov = settings.stack.overlap
-    tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e)
+    # FP8 all-gathers in TP (stack kernels.fp8.tp_all_gather_fp8: torchao's Float8 TP styles)
+    ag_e = 1.0 if settings.dtype == "fp8" and settings.stack.kernels.fp8.tp_all_gather_fp8 else e
+    tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e, ag_e)
     tp_rec = np.where(L.rec == REC_FULL, L.rec_full * tp_f, 0.0)
     # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
     # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP

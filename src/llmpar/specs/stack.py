@@ -84,6 +84,10 @@ class Fp8Recipe(_Strict):
     primary_weights: bool = Field(
         False, description="the FP8 copies are the primary linear weights (no BF16 copy: Megatron-Core "
                            "--fp8-param-gather, TE fp8_model_init)")
+    tp_all_gather_fp8: bool = Field(
+        False, description="with sequence parallelism the TP all-gathers (forward: the FP8 GEMMs' inputs; backward: "
+                           "their output gradients) move 1-byte FP8, the reduce-scatters stay 16-bit (torchao "
+                           "Float8ColwiseParallel / Float8RowwiseParallel: cast before the all-gather)")
 
 
 class AttentionKernel(_Strict):
@@ -167,6 +171,10 @@ class MemoryModel(_Strict):
         False, description="the LM head's 16-bit output stays allocated while the fp32 loss runs (torchtitan train.py: "
                            "`pred = model(x); loss = loss_fn(pred, labels); del pred` before backward)")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
+    accumulated_grad_fp32: bool = Field(
+        False, description="under ZeRO-1 with more than one micro-batch the unsharded gradients accumulated between "
+                           "gradient syncs are fp32 (FSDP2 with gradient sync off upcasts them to its reduce dtype: "
+                           "FSDPParam.to_accumulated_grad_if_needed), whatever the gradient dtype")
     grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")
     ddp_bucket_copy: bool = Field(
         False, description="torch DDP without gradient_as_bucket_view: its buckets hold a flat 16-bit copy of every "
