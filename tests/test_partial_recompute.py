@@ -4,11 +4,12 @@ without recompute. cost/pipeline.py full_recompute_fraction; docs/memory.md and 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from llmpar import api
 from llmpar.calibrate.runs import _recompute_layer_counts
-from llmpar.cost.pipeline import chunk_layers, full_recompute_fraction
+from llmpar.cost.pipeline import chunk_layers, full_recompute_fraction, partial_recompute_layers
 
 FULL = 2
 
@@ -85,3 +86,12 @@ def test_more_recomputed_layers_less_memory_more_time():
     full = api.step("llama-3-70b", **kw).model_dump()
     assert full["memory"]["activations_bytes"] == pytest.approx(mem[-1], rel=1e-12)
     assert full["step_time_s"] == pytest.approx(time[-1], rel=1e-12)
+
+
+def test_partial_counts_round_half_to_even_at_least_one():
+    # one rule for the planner's grid (1/4, 1/2, 3/4) and calibrate runs' (1/8 .. 7/8):
+    # share 1/2 of 5 layers = 2.5 -> 2 (half to even, as Python's round), 1/8 of 4 = 0.5 -> at least 1,
+    # 3/4 of 8 = 6; share 0 = 0 (every layer)
+    assert partial_recompute_layers(0.5, 5) == 2 and partial_recompute_layers(0.125, 4) == 1
+    assert partial_recompute_layers(0.75, 8) == 6 and partial_recompute_layers(0.0, 8) == 0
+    assert list(partial_recompute_layers(np.array([0.0, 0.25, 0.5, 0.75]), 4)) == [0, 1, 2, 3]

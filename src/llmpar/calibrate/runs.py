@@ -112,6 +112,7 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
     """recompute_layers values to evaluate: the stated one; for a run that does not state its
     recompute, full recompute of every layer (0) and of about 1/8 .. 7/8 of each chunk's layers
     (Megatron-Core's block method, searched like the other tuned knobs); otherwise 0 (all)."""
+    from llmpar.cost.pipeline import partial_recompute_layers
     from llmpar.parallel import RECOMPUTE
 
     if RECOMPUTE[rec] != "full":
@@ -120,7 +121,7 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
         return [n_given]
     if rec_given is not None:
         return [0]
-    partial = sorted({max(1, round(per_chunk * f)) for f in PARTIAL_RECOMPUTE} - {per_chunk})
+    partial = sorted({int(partial_recompute_layers(f, per_chunk)) for f in PARTIAL_RECOMPUTE} - {per_chunk})
     return [0] + [n for n in partial if n < per_chunk]
 
 

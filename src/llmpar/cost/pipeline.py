@@ -80,6 +80,14 @@ def chunk_layers(layers, pp, virtual_stages=1):
     return _out(np.asarray(stage_layers(layers, pp)) // np.asarray(virtual_stages))
 
 
+def partial_recompute_layers(share, per_chunk):
+    """``--recompute-layers`` N for a share of a chunk's ``per_chunk`` layers: round(share·per_chunk)
+    (half to even), at least 1; 0 for share 0 (every layer: plain full recompute). The planner's
+    and ``calibrate runs``' partial-recompute grids both go through it. Array-polymorphic."""
+    q = np.asarray(share, dtype=float)
+    return _out(np.where(q > 0, np.maximum(1, np.rint(q * np.asarray(per_chunk))), 0).astype(np.int64))
+
+
 def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     """Share of a stage's layers that full recompute re-runs: Megatron-Core's
     ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` checkpoints

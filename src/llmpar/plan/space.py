@@ -209,10 +209,10 @@ def _partial_layers(q, L, pp, v):
     """(N, keep): recompute_layers for share q of a chunk of ceil(L/pp)/v layers, and whether the
     candidate is distinct (N below a whole chunk and not the count of the next smaller share)."""
     per_chunk = pipeline.chunk_layers(L, pp, v)
-    n = np.where(q > 0, np.maximum(1, np.rint(q * per_chunk)), 0).astype(np.int64)
+    n = np.asarray(pipeline.partial_recompute_layers(q, per_chunk))
     idx = np.searchsorted(np.asarray(PARTIAL_FULL), q)                # position of q among the shares
     prev_q = np.asarray((0.0,) + PARTIAL_FULL)[idx]                    # the next smaller share (0: none)
-    n_prev = np.where(prev_q > 0, np.maximum(1, np.rint(prev_q * per_chunk)), 0)
+    n_prev = np.asarray(pipeline.partial_recompute_layers(prev_q, per_chunk))
     keep = (q == 0) | ((n < per_chunk) & (n != n_prev))
     return n, keep
 
