@@ -209,3 +209,15 @@ def test_fp8_tp_all_gathers_only_for_fp8_on_torchtitan(cli):
 
     assert tp_bytes("torchtitan", "fp8") == pytest.approx(0.75 * tp_bytes("torchtitan", "bf16"), rel=1e-12)
     assert tp_bytes("megatron-core", "fp8") == pytest.approx(tp_bytes("megatron-core", "bf16"), rel=1e-12)
+
+
+def test_memory_table_says_why_gradients_are_fp32(cli):
+    # 8 sequences over 2 stages at b = 1: m = 8 > 1, ZeRO-1 -> the fp32 accumulated gradients (4 B) are named;
+    # one micro-batch (global batch 1) keeps bf16 (2 B) and no such note
+    many = cli("memory", "llama-3-8b", "--stack", "torchtitan", "--pp", "2", "--zero", "1", "--gpus", "2",
+               "--global-batch", "8")
+    one = cli("memory", "llama-3-8b", "--stack", "torchtitan", "--pp", "2", "--zero", "1", "--gpus", "2",
+              "--global-batch", "1")
+    assert many.code == 0 and one.code == 0, (many.err, one.err)
+    assert "4 B/param (fp32, accumulated over micro-batches)" in many.out
+    assert "2 B/param" in one.out and "accumulated over micro-batches" not in one.out
