@@ -221,3 +221,22 @@ def test_memory_table_says_why_gradients_are_fp32(cli):
     assert many.code == 0 and one.code == 0, (many.err, one.err)
     assert "4 B/param (fp32, accumulated over micro-batches)" in many.out
     assert "2 B/param" in one.out and "accumulated over micro-batches" not in one.out
+
+
+def test_loss_parallel_fp32_temporaries_by_hand():
+    # torch loss_parallel (torchtitan's default when TP > 1) decomposes log_softmax: x, x - max and
+    # exp(x - max) are fp32 and live together, one vocab-sharded fp32 copy more than a fused kernel:
+    # Llama-3-8B, b = 1, s = 4096, V = 128,256, tp 2: 4 x 4,096 x 128,256 / 2 = 1,050,673,152 B; tp 1: none
+    from llmpar.specs import load_hardware
+
+    st = load_stack("torchtitan")
+    assert st.memory.loss_parallel_fp32_copies == 1 and load_stack("megatron-core").memory.loss_parallel_fp32_copies == 0
+    data = st.model_dump()
+    data["memory"]["loss_parallel_fp32_copies"] = 0
+    without = type(st).model_validate(data)
+    hw = load_hardware("h100-96gb")
+    for tp, extra in ((2, 1_050_673_152), (1, 0)):
+        par = Parallel(tp=tp, seq=4096)
+        on = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=st))["activations_bytes"]
+        off = M.memory_per_gpu(LLAMA3_8B, hw, par, Settings(stack=without))["activations_bytes"]
+        assert on - off == pytest.approx(extra, rel=1e-12, abs=1e-6)

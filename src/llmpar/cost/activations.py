@@ -44,6 +44,7 @@ class ActTerm:
     s2: bool = False
     source: str = SRC_KORTH
     only_selective: bool = False   # saved only under selective recompute (a policy's own set, e.g. torchtitan-op)
+    only_tp: bool = False          # held only when TP > 1 (torch loss_parallel's decomposed log-softmax)
 
     @property
     def per_token(self) -> float:
@@ -304,6 +305,8 @@ def term_bytes(term: ActTerm, par: Parallel):
     x = _tokens(par) * term.per_token / div
     if term.s2:
         x = x * np.asarray(par.seq, dtype=float)
+    if term.only_tp:
+        x = x * (np.asarray(par.tp) > 1)
     return _out(x)
 
 
@@ -326,13 +329,20 @@ SRC_LOGITS_16BIT = ("torchtitan train.py (9dec370): pred = model(input_ids); los
                     "loss_fn = cross_entropy(pred.float(), ...); 'del pred' only before loss.backward()")
 
 
+SRC_LOSS_PARALLEL = ("torch distributed/tensor/parallel/loss.py _log_softmax (loss_parallel, torch 2.5-2.6): x - "
+                     "amax(x), exp of that, then shifted - log(sumexp): x, shifted and exp(shifted) (then the "
+                     "result) live together in fp32, one copy more than a fused log_softmax; torchtitan 9dec370 "
+                     "enables loss_parallel whenever TP > 1 (parallel_dims.loss_parallel_enabled)")
+
+
 def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
     """Per micro-batch on the last stage (Korthikanti §4.3, 4sbh/t·(1 + V/h)): final-norm input,
     LM-head input, and the logits of the vocab-parallel cross-entropy (fp32: 4·s·b·V/t; for a
     128K vocabulary these outweigh a layer). ``mem`` (a stack's memory block, None = Korthikanti's
     accounting): ``fp32_logits`` False keeps 16-bit logits (2 B); ``logits_grad`` adds the logits'
     fp32 gradient, live at the same time (2x); ``logits_16bit_live`` the LM head's 16-bit output
-    beside them (2 B; torchtitan keeps ``pred`` through its fp32 loss); ``activations``/
+    beside them (2 B; torchtitan keeps ``pred`` through its fp32 loss); ``loss_parallel_fp32_copies``
+    more fp32 copies when TP > 1 (torch loss_parallel's decomposed log-softmax); ``activations``/
     ``norm_kernel`` 'eager' gives the final RMSNorm the eager saved set."""
     h = model.hidden
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
@@ -347,6 +357,9 @@ def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
     if mem is not None and mem.logits_grad:
         T.append(ActTerm("gradient of the logits (fp32, live with them)", 4.0, model.vocab, "V", tp=True, sp=False,
                          selective=True, source=SRC_LOGITS_GRAD))
+    if mem is not None and mem.loss_parallel_fp32_copies > 0:
+        T.append(ActTerm("vocab-parallel log-softmax temporaries (fp32, TP > 1)", 4.0 * mem.loss_parallel_fp32_copies,
+                         model.vocab, "V", tp=True, sp=False, selective=True, source=SRC_LOSS_PARALLEL, only_tp=True))
     if mem is not None and mem.logits_16bit_live:
         T.append(ActTerm("16-bit logits (the LM head's output, live through the loss)", 2.0, model.vocab, "V", tp=True,
                          sp=False, selective=True, source=SRC_LOGITS_16BIT))

@@ -170,6 +170,9 @@ class MemoryModel(_Strict):
     logits_16bit_live: bool = Field(
         False, description="the LM head's 16-bit output stays allocated while the fp32 loss runs (torchtitan train.py: "
                            "`pred = model(x); loss = loss_fn(pred, labels); del pred` before backward)")
+    loss_parallel_fp32_copies: float = Field(
+        0.0, ge=0, description="fp32 copies of the vocab-sharded logits the loss holds beyond a fused log_softmax when "
+                               "TP > 1 (torch loss_parallel decomposes it: x - max, exp, result; torchtitan: 1)")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
     accumulated_grad_fp32: bool = Field(
         False, description="under ZeRO-1 with more than one micro-batch the unsharded gradients accumulated between "
