@@ -98,6 +98,14 @@ PLANS = {
         priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75,
                 "kernels.attention.forward_efficiency": 0.35, "kernels.attention.backward_efficiency": 0.30},
         folds=16),
+    # DeepSpeed ZeRO-3 (2021) on Megatron's GPT: the 6 ZeRO-3 rows of Narayanan 2021 Table 2. The
+    # GEMM fraction is megatron-2022's (same model code and kernels, fitted on other rows); only
+    # what the ZeRO-3 engine changes is fitted: the effective cross-node bandwidth its gathers and
+    # reduce-scatters reach and how much of them hides behind compute. 6 folds = leave-one-row-out.
+    "megatron-deepspeed-2021": dict(
+        files=["narayanan2021-table2-zero3"],
+        parameters=["network.scale_out_efficiency", "overlap.zero3_prefetch"],
+        priors={"network.scale_out_efficiency": 1.0, "overlap.zero3_prefetch": 0.8}, folds=6),
     # the eager default: the GEMM, FP8 and memory values are torchtitan-compile's fit (compile leaves
     # the GEMMs to cuBLAS and the allocator alone); only what compile changes is fitted here, on the
     # two rows that ran without it

@@ -3,13 +3,18 @@ the listing commands, and bad stack files as one line and exit 2."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmpar.parallel import Settings
 from llmpar.specs import load_hardware, load_stack
 from llmpar.specs.stack import per_gen
 
-SHIPPED = ("megatron-core", "megatron-2022", "nanotron", "torchtitan", "torchtitan-compile", "deepspeed")
+ROOT = Path(__file__).resolve().parents[1]
+
+SHIPPED = ("megatron-core", "megatron-2022", "megatron-deepspeed-2021", "nanotron", "torchtitan", "torchtitan-compile",
+           "deepspeed")
 
 
 def test_every_shipped_stack_loads_names_its_sources_and_zero_stages():
@@ -114,3 +119,38 @@ def test_moe_layer_cost_per_micro_batch_by_hand():
     # the shipped value: fitted on NeMo 25.11's Blackwell MoE rows (stacks/megatron-core.yaml)
     assert per_gen(base.kernels.moe_s_per_layer, "blackwell") == 0.0057
     assert per_gen(base.kernels.moe_s_per_layer, "hopper") == 0.0
+
+
+def test_megatron_deepspeed_2021_is_megatron_2022_with_zero3():
+    # Narayanan 2021 Table 2 ran ZeRO-3 on the same GPT model code: the kernels are megatron-2022's
+    # (its fitted GEMM fraction carries over); the ZeRO engine's bandwidth share and prefetch are fitted
+    st, base = load_stack("megatron-deepspeed-2021"), load_stack("megatron-2022")
+    assert st.kernels == base.kernels and st.zero_stages == [0, 1, 2, 3] and base.zero_stages == [0]
+    assert st.network.scale_out_efficiency == 0.153 and st.overlap.zero3_prefetch == 0.3448
+    assert st.calibration["parameters"] == {"network.scale_out_efficiency": 0.153, "overlap.zero3_prefetch": 0.3448}
+
+
+def test_the_zero3_rows_are_comm_bound_by_hand():
+    # Narayanan eq. 3 for GPT-3 175B (l 96, h 12288, s 2048, V 51200) at batch 1536:
+    # F = 96·B·s·l·h²·(1 + s/6h + V/16lh) = 4.5110e18 FLOPs per step. Step = F / (TFLOP/s x GPUs):
+    # 768 GPUs at 88 and 1536 GPUs at 44 give the same 66.75 s (88 x 768 = 44 x 1536), while the
+    # compute per GPU halves: the step is the ZeRO-3 traffic, which does not shrink with more GPUs.
+    import yaml
+
+    rows = {r["gpus"]: r for r in yaml.safe_load((ROOT / "validation" / "narayanan2021-table2-zero3.yaml").read_text())["runs"]
+            if r["model"] == "megatron-gpt-175b"}
+    F = 96 * 1536 * 2048 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (16 * 96 * 12288))
+    assert F == pytest.approx(4.5110e18, rel=1e-4)
+    step = {n: F / (r["tflops_per_gpu"] * 1e12 * n) for n, r in rows.items()}
+    assert step[768] == pytest.approx(step[1536], rel=1e-12) == pytest.approx(66.75, abs=0.01)
+    assert step[384] == pytest.approx(81.58, abs=0.01)
+
+
+def test_a_calibration_record_is_the_files_own_not_merged_with_its_base():
+    # torchtitan-compile extends torchtitan; each file records its own fit. The child's record must
+    # not also list the base's fitted element-wise factor (it runs at 1.0, Inductor-fused), as a
+    # key-by-key merge of the two records did
+    comp, base = load_stack("torchtitan-compile"), load_stack("torchtitan")
+    assert "kernels.elementwise_traffic" in base.calibration["parameters"]
+    assert "kernels.elementwise_traffic" not in comp.calibration["parameters"]
+    assert comp.kernels.elementwise_traffic == 1.0

@@ -24,6 +24,8 @@ FILES = sorted(VALIDATION.glob("*.yaml"))
 EXPECTED_RUNS = {
     "narayanan2021-table1.yaml": 10,        # Table 1: 10 GPT models, 1.7B to 1T
     "korthikanti2022-table5.yaml": 8,       # Table 5: 4 models x (full recompute, SP + selective)
+    "narayanan2021-table2-ptdp.yaml": 6,    # Table 2: 175B and 530B PTD-P at 3 GPU counts each
+    "narayanan2021-table2-zero3.yaml": 6,   # Table 2: the same models under ZeRO-3 at 3 GPU counts each
     "megatron-core-h100-2024.yaml": 9,      # README model_table.png: 9 models, 1.7B to 462B
     "nemo-2407-h100-fp8.yaml": 12,          # NeMo 24.07 pretraining table: 12 rows
     "llama3-405b-table4.yaml": 3,           # Llama 3 Table 4: 3 stages
@@ -42,7 +44,8 @@ PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
 TOP_KEYS = {"source", "url", "about", "hardware", "stack", "metric", "convention", "flops_convention", "models", "common",
             "runs", "left_out"}
 REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
-STACKS = {"megatron-2022", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile", "deepspeed", "other"}
+STACKS = {"megatron-2022", "megatron-deepspeed-2021", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile",
+          "deepspeed", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
 LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
           "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype"}

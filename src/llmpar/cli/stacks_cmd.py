@@ -56,7 +56,8 @@ def stacks(ctx: click.Context, as_json: bool) -> None:
     from llmpar.cli.render import console
 
     table = Table(title="Shipped stacks (what the software achieves; `--stack NAME` on memory, step, plan)")
-    for col in ("name", "aliases", "attention", "GEMM fraction", "tp / dp overlap", "activations", "fitted"):
+    table.add_column("name", no_wrap=True)   # the name is what `--stack` takes: never cut it
+    for col in ("aliases", "attention", "GEMM fraction", "tp / dp overlap", "activations", "fitted"):
         table.add_column(col)
     for r in rows:
         st = registry.load_stack(r["name"])

@@ -198,9 +198,10 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[s
                 raise
             raise UserError(f"{path}: extends {str(base)!r}: {exc}") from None
         base_dict.pop("aliases", None)
-        for key in ("calibration", "fitted_on", "description"):   # a record of the base, not of this file
-            if key in base_dict and key not in data:
-                base_dict.pop(key)
+        # records of the base, not of this file: never inherited and never merged key by key (a
+        # child's calibration record lists its own fitted parameters, not the base's as well)
+        for key in ("calibration", "fitted_on", "description"):
+            base_dict.pop(key, None)
         data = _merge(base_dict, data)
         data["extends"] = str(base)
     data.setdefault("name", path.stem)
