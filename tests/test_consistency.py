@@ -35,8 +35,13 @@ def test_virtual_stages_must_divide_layers_per_stage(cli, command):
 def test_planner_and_check_layout_agree_on_every_layout():
     """Brute force over a small space: a layout is a planner candidate (before memory) exactly when
     check_layout, check_schedule, the batch rule and the convention accept it."""
+    from llmpar.specs import load_stack
+
     model = load_model("llama-3-70b")      # 80 layers, 64 heads, 8 KV heads
-    settings = api.make_settings(model)
+    # a stack that implements every schedule, so that all of the planner's schedule rules are exercised
+    base = load_stack("megatron-core")
+    every = type(base).model_validate({**base.model_dump(), "schedules": list(SCHEDULES)})
+    settings = api.make_settings(model, stack=every)
     G, S, B = 16, 8192, 64
     allowed = {"zero": (1,), "recompute": (0,), "micro_batch": (1, 2), "virtual_stages": (1, 2, 3, 4, 5)}
     cand = SP.enumerate_space(model, SP.SpaceSpec(gpus=G, seq=S, global_batch=B, allowed=allowed), settings)
@@ -65,6 +70,12 @@ def test_planner_and_check_layout_agree_on_every_layout():
             continue
         want.add((tp, pp, dp, cp, int(sp), b, sched, v))
     assert want and got == want
+    # the default stack (Megatron-Core: 1F1B and interleaved only) offers a subset: the same layouts
+    # less its missing schedules
+    mcore = SP.enumerate_space(model, SP.SpaceSpec(gpus=G, seq=S, global_batch=B, allowed=allowed),
+                               api.make_settings(model))
+    got_m = {tuple(int(getattr(mcore.par, k)[i]) for k in keys) for i in range(mcore.size)}
+    assert got_m == {t for t in want if SCHEDULES[t[6]] in ("1f1b", "interleaved")}
     # v = 3 never divides the 80/pp layers per stage of pp in {2, 4, 8, 16} (40, 20, 10, 5): never offered
     assert not any(t[7] == 3 for t in got)
 

@@ -151,27 +151,28 @@ def test_default_space_size_llama3_8b_on_one_node():
     # (tp, cp, pp) = powers of two with product | 8 -> exponents (a, c, p), a + c + p <= 3.
     # Per triple: 5 micro-batches {1,2,4,8,16} x 3 ZeRO (the default megatron-core stack implements
     # 0, 1 and 3: stacks/megatron-core.yaml zero_stages) x 3 recompute x SP {off} at tp=1 or
-    # {off,on} x (schedule, v) entries: pp=1: 1; pp>1: 1f1b, zb-h1, dualpipe + interleaved with
-    # v >= 2 dividing the 32/pp layers per stage: pp=2: v in {2,4,8,16} -> 7; pp=4: {2,4,8} -> 6;
-    # pp=8: {2,4} -> 5.  Sum over triples of entries x SP options:
+    # {off,on} x (schedule, v) entries: pp=1: 1; pp>1: 1f1b + interleaved with v >= 2 dividing the
+    # 32/pp layers per stage (Megatron-Core implements 1F1B and interleaved: stacks/megatron-core.yaml
+    # schedules): pp=2: v in {2,4,8,16} -> 5; pp=4: {2,4,8} -> 4; pp=8: {2,4} -> 3.
+    # Sum over triples of entries x SP options:
     #   p=0: a=0 (4 cp values) x1 + a=1 (3) x2 + a=2 (2) x2 + a=3 (1) x2 = 16, x 1 entry  = 16
-    #   p=1: 3x1 + 2x2 + 1x2 = 9, x 7 = 63;  p=2: 2x1 + 1x2 = 4, x 6 = 24;  p=3: 1, x 5 = 5
-    #   108 x 5 x 3 x 3 = 4860 with the three recompute modes alone.
+    #   p=1: 3x1 + 2x2 + 1x2 = 9, x 5 = 45;  p=2: 2x1 + 1x2 = 4, x 4 = 16;  p=3: 1, x 3 = 3
+    #   80 x 5 x 3 x 3 = 3600 with the three recompute modes alone.
     # Partial full recompute (plan/space.py PARTIAL_FULL): N = max(1, rint(q x c)) for q = 1/4, 1/2,
     # 3/4 of a chunk of c = ceil(32/pp)/v layers, kept when N < c and not the previous q's N:
     #   c = 32, 16, 8, 4 -> 3 extra entries; c = 2 -> 1 (N = 1); c = 1 -> 0.
     # Recompute options per (schedule, v) entry = 3 + extra; summed per pp, x the triple-SP combos:
     #   pp=1: 16 combos x 6 = 96
-    #   pp=2 (c = 16/v): 3 x 6 (v=1) + 6 (v=2) + 6 (v=4) + 4 (v=8) + 3 (v=16) = 37, x 9 = 333
-    #   pp=4 (c = 8/v):  3 x 6 + 6 (v=2) + 4 (v=4) + 3 (v=8) = 31, x 4 = 124
-    #   pp=8 (c = 4/v):  3 x 6 + 4 (v=2) + 3 (v=4) = 25, x 1 = 25
-    #   (96 + 333 + 124 + 25) x 5 micro-batches x 3 ZeRO = 578 x 15 = 8670, and every one of them
+    #   pp=2 (c = 16/v): 6 (v=1) + 6 (v=2) + 6 (v=4) + 4 (v=8) + 3 (v=16) = 25, x 9 = 225
+    #   pp=4 (c = 8/v):  6 + 6 (v=2) + 4 (v=4) + 3 (v=8) = 19, x 4 = 76
+    #   pp=8 (c = 4/v):  6 + 4 (v=2) + 3 (v=4) = 13, x 1 = 13
+    #   (96 + 225 + 76 + 13) x 5 micro-batches x 3 ZeRO = 410 x 15 = 6150, and every one of them
     #   divides evenly (no divisibility rejections).
     r = plan("llama-3-8b", gpus=8)
     s = r.space
-    assert s.candidates == 8670
+    assert s.candidates == 6150
     assert sum(v for k, v in s.rejected.items() if k != "memory") == 0
-    assert s.feasible + s.rejected["memory"] == 8670
+    assert s.feasible + s.rejected["memory"] == 6150
     # a 1-node job: every group lives on NVLink, and 8B fits without pipelining
     assert r.best.parallel.tp * r.best.parallel.cp * r.best.parallel.pp * r.best.parallel.dp == 8
 
@@ -282,9 +283,15 @@ def test_zero3_wins_when_its_traffic_is_hidden():
     # half exposed (the default dp_overlap 0.5) it does not pay. When the network keeps up with
     # compute so the gathers hide behind it entirely (perfect prefetch: dp_overlap 1), its memory
     # savings let Llama-3-70B on 256 GPUs drop context parallelism (the cp = 2 K/V exchange that
-    # the best ZeRO-1 layout needs to fit 8K sequences): ZeRO-3 wins.
-    exposed = plan("llama-3-70b", gpus=256, top=3)
-    hidden = plan("llama-3-70b", gpus=256, top=3, dp_overlap=1.0)
+    # the best ZeRO-1 layout needs to fit 8K sequences): ZeRO-3 wins. (Megatron-Core's 1F1B and
+    # interleaved schedules are the stack's default; the effect shows with every schedule offered.)
+    from llmpar.parallel import SCHEDULES
+    from llmpar.specs import load_stack
+
+    base = load_stack("megatron-core")
+    every = type(base).model_validate({**base.model_dump(), "schedules": list(SCHEDULES)})
+    exposed = plan("llama-3-70b", gpus=256, top=3, stack=every)
+    hidden = plan("llama-3-70b", gpus=256, top=3, dp_overlap=1.0, stack=every)
     assert all(p.parallel.zero != 3 for p in exposed.plans)
     assert exposed.best.parallel.cp == 2
     assert hidden.best.parallel.zero == 3

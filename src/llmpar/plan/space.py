@@ -271,7 +271,10 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     zs = _allowed(spec, "zero", tuple(settings.stack.zero_stages))   # the stages the framework implements
     rs = _recompute_options(_allowed(spec, "recompute", range(len(RECOMPUTE))))
     sps = _allowed(spec, "sp", (False, True))
-    scheds = _allowed(spec, "schedule", DEFAULT_SCHEDULES)
+    # the schedules the framework implements (stack.schedules), unless the user named some
+    stack_scheds = {SCHEDULES.index(x) for x in settings.stack.schedules}
+    scheds = _allowed(spec, "schedule", tuple(x for x in DEFAULT_SCHEDULES if x in stack_scheds)
+                      or tuple(sorted(stack_scheds)))
     user_v = spec.allowed.get("virtual_stages")
 
     rejected = {r: 0 for r in REASONS}

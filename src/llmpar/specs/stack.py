@@ -209,6 +209,10 @@ class Stack(_Strict):
     zero_stages: list[Literal[0, 1, 2, 3]] = Field(
         default_factory=lambda: [0, 1, 2, 3], min_length=1,
         description="ZeRO stages the framework implements (the planner and calibrate runs search only these)")
+    schedules: list[Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]] = Field(
+        default_factory=lambda: ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"], min_length=1,
+        description="pipeline schedules the framework implements (the planner searches only these unless "
+                    "--allow/--fix names one)")
     kernels: Kernels = Field(default_factory=Kernels)
     overlap: Overlap = Field(default_factory=Overlap)
     network: Network = Field(default_factory=Network)
