@@ -202,3 +202,24 @@ def test_logs_take_their_layout_from_the_command_line_and_their_stack_from_the_f
     assert d["rows"][0]["layout"]["gpus"] == 8 and d["rows"][0]["measured_step_time_s"] > 0
     res = cli("calibrate", "runs", log, "--layout", "gpus8", "--check")
     assert res.code == 2 and "--layout expects KEY=VALUE" in res.err
+
+
+def test_a_run_without_a_schedule_runs_one_its_stack_implements():
+    # Llama-3-8B (32 layers) at pp 4: 8 layers per stage. A run that states no schedule is searched
+    # over 1F1B and interleaved with v in {2, 4, 8} when the stack has interleaved (megatron-core),
+    # but only 1F1B under nanotron (no interleaved engine: stacks/nanotron.yaml schedules)
+    from llmpar.parallel import SCHEDULES
+    from llmpar.specs import load_model
+
+    run = R.Run(source="t:1", model="llama-3-8b", hardware="h100-sxm",
+                layout={"gpus": 8, "tp": 1, "pp": 4, "dp": 2, "seq": 4096, "global_batch": 64, "micro_batch": 1,
+                        "recompute": "none", "zero": 1})
+    model = load_model("llama-3-8b")
+    pairs = lambda stack: sorted({(SCHEDULES[c["schedule"]], c["virtual_stages"])
+                                  for c in R._layout_candidates(run, model, schedules=load_stack(stack).schedules)})
+    assert pairs("megatron-core") == [("1f1b", 1), ("interleaved", 2), ("interleaved", 4), ("interleaved", 8)]
+    assert pairs("nanotron") == [("1f1b", 1)]
+    # a stated schedule is evaluated as stated, whatever the stack
+    stated = dataclasses.replace(run, layout={**run.layout, "schedule": "interleaved", "virtual_stages": 2})
+    assert {(c["schedule"], c["virtual_stages"]) for c in R._layout_candidates(stated, model, schedules=("1f1b",))} \
+        == {(SCHEDULES.index("interleaved"), 2)}

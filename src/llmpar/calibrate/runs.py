@@ -126,7 +126,8 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
     return [0] + [n for n in partial if n < per_chunk]
 
 
-def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[str, int]]:
+def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
+                       schedules=("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")) -> list[dict[str, int]]:
     from llmpar.cost.pipeline import chunk_layers, schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
@@ -176,9 +177,13 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
     v_given = num("virtual_stages")
     bs = [b_given] if b_given else [b for b in MICRO_BATCHES]
     per_stage = int(stage_layers(model.layers, pp))
+    # a run that states no schedule ran one its framework implements (the stack's `schedules`):
+    # the interleaved one is searched only where the stack has it, else its plain schedule (1F1B)
+    single = [x for x in schedules if x != "interleaved"]
+    plain = "1f1b" if "1f1b" in single or not single else single[0]
     if v_given:
         vs = [v_given]
-    elif sched in (None, "interleaved") and pp > 1:
+    elif pp > 1 and (sched == "interleaved" or (sched is None and "interleaved" in schedules)):
         vs = [1] + [v for v in range(2, per_stage + 1) if per_stage % v == 0]
     else:
         vs = [1]
@@ -197,7 +202,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
             if n_rec_given and n_rec_given > per_chunk:
                 raise UserError(f"{where}: recompute_layers {n_rec_given} exceeds the {per_chunk} layers of a "
                                 f"pipeline chunk ({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
-            s_name = sched or ("interleaved" if v > 1 else "1f1b")
+            s_name = sched or ("interleaved" if v > 1 else plain)
             if s_name not in SCHEDULES:
                 raise UserError(f"{where}: unknown schedule {s_name!r}")
             # the schedule's own rule (cost/pipeline.py), as the planner and the CLI apply it
@@ -219,7 +224,8 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3)) -> list[dict[s
 
 
 def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None,
-            zero_stages=(0, 1, 2, 3)) -> tuple[list[Run], list[_Group]]:
+            zero_stages=(0, 1, 2, 3),
+            schedules=("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")) -> tuple[list[Run], list[_Group]]:
     """Resolve models and hardware and expand every run's candidate layouts into array groups."""
     from llmpar.parallel import Parallel
     from llmpar.specs import load_hardware, load_model
@@ -244,7 +250,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
             raise UserError(f"{r.source}: the run names no hardware; give --hardware")
         dtype = str(r.layout.get("dtype", "bf16"))
         key = (r.model, str(hw_name), dtype)
-        for cand in _layout_candidates(r, model_of(r.model), zero_stages):
+        for cand in _layout_candidates(r, model_of(r.model), zero_stages, schedules):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
     for (mname, hw_name, dtype), items in buckets.items():
@@ -579,7 +585,8 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     from llmpar.specs import load_stack
 
     stack = load_stack(stack)
-    runs, groups = prepare(runs, hardware=hardware, models=models, zero_stages=stack.zero_stages)
+    runs, groups = prepare(runs, hardware=hardware, models=models, zero_stages=stack.zero_stages,
+                           schedules=stack.schedules)
     gens = {g.hw.gpu.generation for g in groups}
     if len(gens) > 1:
         raise UserError(f"the runs span several GPU generations ({', '.join(sorted(map(str, gens)))}): "

@@ -211,7 +211,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
         convention=str(head.get("convention", "")), flops_convention=flops_conv, file_stack=head.get("stack"),
         stack=stk.name, stack_fitted_on=list(stk.fitted_on), stack_calibration=stk.calibration,
         runs=len(runs_in), notes=notes, left_out=head.get("left_out"))
-    runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages)
+    runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages, schedules=stk.schedules)
     pred = predict(runs, groups, stk)
     t_meas = measured_step_time(runs, pred)
     judge_fits = any(r.status != "ok" for r in read.runs)   # the file lists runs that did not complete
