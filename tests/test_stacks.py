@@ -154,3 +154,14 @@ def test_a_calibration_record_is_the_files_own_not_merged_with_its_base():
     assert "kernels.elementwise_traffic" in base.calibration["parameters"]
     assert "kernels.elementwise_traffic" not in comp.calibration["parameters"]
     assert comp.kernels.elementwise_traffic == 1.0
+
+
+def test_stacks_show_prints_what_the_framework_implements_and_its_network(cli):
+    # zero_stages, schedules and the network section are stack values like the others: a user must
+    # see megatron-deepspeed-2021's fitted scale-out share (0.153) and nanotron's schedules
+    res = cli("stacks", "show", "megatron-deepspeed-2021")
+    assert res.code == 0, res.err
+    assert "network.scale_out_efficiency" in res.out and "0.153" in res.out
+    assert "0, 1, 2, 3" in res.out
+    res = cli("stacks", "show", "nanotron")
+    assert "gpipe, 1f1b" in res.out

@@ -101,7 +101,10 @@ def stacks_show(name: str, as_json: bool) -> None:
     table = Table(show_header=True)
     for col in ("setting", "value", "meaning"):
         table.add_column(col)
-    for section in ("kernels", "overlap", "memory", "fixed"):
+    fields = type(st).model_fields
+    for key in ("zero_stages", "schedules"):   # what the framework implements: the planner searches only these
+        table.add_row(key, ", ".join(str(x) for x in getattr(st, key)), fields[key].description or "")
+    for section in ("kernels", "overlap", "network", "memory", "fixed"):
         for key, text, desc in _rows(getattr(st, section), section + "."):
             table.add_row(key, text, desc)
     con.print(table)
