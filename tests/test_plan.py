@@ -495,3 +495,17 @@ def test_plan_cli_reports_tight_and_the_runtime_reserve(cli):
     m = cli("plan", "llama-3-70b", "--gpus", "64", "--top", "5", "--margin", "10%", "--json").json()
     assert m["space"]["margin"] == pytest.approx(0.10)
     assert m["space"]["feasible"] < d["space"]["feasible"]
+
+
+def test_plan_searches_the_stacks_schedules_and_says_so():
+    # megatron-core implements 1F1B and interleaved (stacks/megatron-core.yaml schedules): the plan
+    # names the two it left out, and --fix/--allow schedule= still reaches them
+    from llmpar.parallel import SCHEDULES
+
+    r = plan("llama-3-70b", gpus=64, top=5)
+    assert {SCHEDULES[int(p.parallel.schedule)] for p in r.plans} <= {"1f1b", "interleaved"}
+    note = [a for a in r.assumptions if "pipeline schedules searched" in a]
+    assert note and "not zb-h1, dualpipe" in note[0]
+    forced = plan("llama-3-70b", gpus=64, top=1, fix="schedule=zb-h1,pp=4")
+    assert SCHEDULES[int(forced.best.parallel.schedule)] == "zb-h1"
+    assert not any("pipeline schedules searched" in a for a in forced.assumptions)

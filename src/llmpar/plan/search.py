@@ -383,6 +383,13 @@ def plan(
                                              defaults, notes)
     allowed = _knob_values(fix, allow, layout)
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
+    if "schedule" not in allowed:
+        # say which pipeline schedules were searched, and why not the others (the stack's list)
+        left = [x for x in ("1f1b", "interleaved", "zb-h1", "dualpipe") if x not in settings.stack.schedules]
+        if left:
+            notes.append(f"pipeline schedules searched: those stack {settings.stack.name} implements "
+                         f"({', '.join(x for x in settings.stack.schedules if x != 'gpipe')}); not "
+                         f"{', '.join(left)} (--allow schedule=NAME to add one)")
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
