@@ -42,6 +42,7 @@ import numpy as np
 from llmpar.calibrate.runs_io import MeasuredRun
 from llmpar.cost.flops import step_time_at_rate
 from llmpar.errors import UserError
+from llmpar.parallel import SCHEDULES as SCHEDULE_NAMES   # every schedule: a stack's `schedules` narrows it
 
 # parameter path -> (lower, upper, prior scale, per GPU generation?)
 PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
@@ -127,7 +128,7 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
 
 
 def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
-                       schedules=("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")) -> list[dict[str, int]]:
+                       schedules=SCHEDULE_NAMES) -> list[dict[str, int]]:
     from llmpar.cost.pipeline import chunk_layers, schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
@@ -225,7 +226,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
 
 def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None,
             zero_stages=(0, 1, 2, 3),
-            schedules=("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")) -> tuple[list[Run], list[_Group]]:
+            schedules=SCHEDULE_NAMES) -> tuple[list[Run], list[_Group]]:
     """Resolve models and hardware and expand every run's candidate layouts into array groups."""
     from llmpar.parallel import Parallel
     from llmpar.specs import load_hardware, load_model

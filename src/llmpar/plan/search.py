@@ -27,7 +27,7 @@ from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
-                             Parallel, Settings, check_settings, default_global_batch, seq_note)
+                             SCHEDULES, Parallel, Settings, check_settings, default_global_batch, seq_note)
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -385,7 +385,7 @@ def plan(
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
     if "schedule" not in allowed:
         # say which pipeline schedules were searched, and why not the others (the stack's list)
-        left = [x for x in ("1f1b", "interleaved", "zb-h1", "dualpipe") if x not in settings.stack.schedules]
+        left = [SCHEDULES[x] for x in SP.DEFAULT_SCHEDULES if SCHEDULES[x] not in settings.stack.schedules]
         if left:
             notes.append(f"pipeline schedules searched: those stack {settings.stack.name} implements "
                          f"({', '.join(x for x in settings.stack.schedules if x != 'gpipe')}); not "
