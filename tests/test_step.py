@@ -217,6 +217,46 @@ def test_zero1_weight_gather_hides_behind_the_next_forward():
     assert half["breakdown_s"]["dp"] == pytest.approx(max(t_rs + t_ag - hidden, (t_rs + t_ag) / 4), rel=1e-12)
 
 
+def test_zero1_weight_gather_synchronous_in_one_collective():
+    # nanotron's ZeRO-1 (optim/zero.py ZeroDistributedOptimizer.step): the optimizer updates the
+    # rank's shard, then one synchronous all_gather of the flattened bf16 shard; the gradients are
+    # reduce-scattered per DDP bucket, overlapped. Stack: overlap.param_gather 0,
+    # param_gather_bucket_bytes 0. With a 25 MB gradient bucket and dp overlap f = 0.5:
+    #   t_rs = k x time(RS, 4n/k), k = ceil(4n / 25 MB)  (bucketed, as before)
+    #   t_ag = time(AG, 2n)                              (one collective, not k)
+    #   exposed = t_rs + t_ag - 0.5 x min(t_rs, t_b)     (nothing of the gather hidden)
+    hw = load_hardware("a100-80gb")
+    par = Parallel(tp=1, pp=1, dp=8, zero=1, micro_batch=1, microbatches=1, seq=2048)
+    from llmpar.cost.params import total_params
+
+    n = total_params(TINY)
+    stack = NO_BUCKETS.model_copy(deep=True)
+    stack.overlap.dp_bucket_bytes = 25e6
+    stack.overlap.param_gather = 0.0
+    stack.overlap.param_gather_bucket_bytes = 0.0
+    k = -(-4.0 * n // 25e6)
+    assert k >= 2
+    t_rs = k * collective_time(hw, "reduce_scatter", 4.0 * n / k, 8, 8)
+    t_ag = collective_time(hw, "all_gather", 2.0 * n, 8, 8)
+    out = S.step_time(TINY, hw, par, Settings(grad_dtype="fp32", stack=stack.model_copy(
+        update={"overlap": stack.overlap.model_copy(update={"dp": 0.5})})), with_memory=False)
+    t_b = out["stage_backward_s"]
+    assert out["breakdown_s"]["dp"] == pytest.approx(t_rs + t_ag - 0.5 * min(t_rs, t_b), rel=1e-12)
+    # unset (megatron-core): the gather is bucketed like the gradients and hidden at overlap.dp
+    stack.overlap.param_gather = None
+    stack.overlap.param_gather_bucket_bytes = None
+    stack.overlap.dp = 0.5
+    out = S.step_time(TINY, hw, par, Settings(grad_dtype="fp32", stack=stack), with_memory=False)
+    t_ag_k = k * collective_time(hw, "all_gather", 2.0 * n / k, 8, 8)
+    t_f, t_b = out["stage_forward_s"], out["stage_backward_s"]
+    expect = t_rs + t_ag_k - 0.5 * (min(t_rs, t_b) + min(t_ag_k, t_f))
+    assert out["breakdown_s"]["dp"] == pytest.approx(max(expect, (t_rs + t_ag_k) / 4), rel=1e-12)
+    # the shipped stacks that gather synchronously say so
+    assert load_stack("nanotron").overlap.param_gather == 0.0
+    assert load_stack("nanotron").overlap.param_gather_bucket_bytes == 0.0
+    assert load_stack("deepspeed").overlap.param_gather == 0.0
+
+
 def test_dp_buckets_each_pay_latency():
     # With a 160 MB bucket (megatron-core's 40M fp32 elements), the ZeRO-0 all-reduce of the
     # n = total_params(TINY) fp32 gradients runs as k = ceil(4n / 160e6) all-reduces of 4n/k bytes:

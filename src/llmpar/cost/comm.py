@@ -112,7 +112,8 @@ def pp_microbatch(hw, model, par, placement, e=2.0):
     return np.where(size > 1, t, 0.0), np.where(size > 1, nbytes, 0.0)
 
 
-def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes, bucket_bytes=0.0):
+def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes, bucket_bytes=0.0,
+            gather_bucket_bytes=None):
     """Data-parallel traffic of one step (before overlap).
 
     dense_params: parameters on this GPU replicated across the dp*cp group; expert_params: routed-
@@ -131,6 +132,11 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
     bucket_cap_mb, Megatron-Core bucket_size, DeepSpeed reduce_bucket_size), and so do the weight
     gathers; each collective pays its own latency: n x time(bytes / n). At hundreds of ranks the
     latency term of n ring collectives (2(P-1) steps each) can outweigh the bandwidth term.
+    ``gather_bucket_bytes`` (the stack's overlap.param_gather_bucket_bytes) splits the ZeRO-1/2
+    weight all-gather on its own: None = as many collectives as the gradient buckets (Megatron-Core
+    gathers per bucket); 0 = one collective (nanotron ZeroDistributedOptimizer._all_gather_params:
+    one all_gather of the flattened shard); > 0 = ceil(weight bytes / it) collectives (DeepSpeed
+    allgather_bucket_size). ZeRO-3's per-layer gathers keep the gradient bucketing.
     """
     out_t, out_b, out_ag = 0.0, 0.0, 0.0
     for key, nparam in (("dp", dense_params), ("edp", expert_params)):
@@ -141,13 +147,19 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
         t_ar = n * collective_time(hw, "all_reduce", g / n, size, k)
         t_rs = n * collective_time(hw, "reduce_scatter", g / n, size, k)
         t_ag = n * collective_time(hw, "all_gather", w / n, size, k)
+        if gather_bucket_bytes is None:
+            t_ag12 = t_ag
+        else:
+            n_ag = np.maximum(np.ceil(w / gather_bucket_bytes), 1.0) if gather_bucket_bytes else 1.0
+            t_ag12 = n_ag * collective_time(hw, "all_gather", w / n_ag, size, k)
         f = _frac(size)
         z = par.zero
         m = par.microbatches
-        t = np.where(z == 0, t_ar, np.where(z == 1, t_rs + t_ag, np.where(z == 2, m * t_rs + t_ag, m * (t_rs + 2 * t_ag))))
+        t = np.where(z == 0, t_ar, np.where(z == 1, t_rs + t_ag12, np.where(z == 2, m * t_rs + t_ag12,
+                                                                               m * (t_rs + 2 * t_ag))))
         b = f * np.where(z == 0, 2 * g, np.where(z == 1, g + w, np.where(z == 2, m * g + w, m * (g + 2 * w))))
         live = (size > 1) & (nparam > 0)   # no group, or nothing to sync (dense model: no experts)
         out_t = out_t + np.where(live, t, 0.0)
         out_b = out_b + np.where(live, b, 0.0)
-        out_ag = out_ag + np.where(live & ((z == 1) | (z == 2)), t_ag, 0.0)
+        out_ag = out_ag + np.where(live & ((z == 1) | (z == 2)), t_ag12, 0.0)
     return out_t, out_b, out_ag

@@ -242,11 +242,13 @@ def _data_parallel(model, hw, par, settings, place, S):
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, DTYPE_BYTES["bf16"], g_comm,
-                                         ov.dp_bucket_bytes)
+                                         ov.dp_bucket_bytes, ov.param_gather_bucket_bytes)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
     #   Megatron-Core overlap_grad_reduce);
-    # - the ZeRO-1/2 weight all-gather behind the next step's forward (overlap_param_gather);
+    # - the ZeRO-1/2 weight all-gather behind the next step's forward (overlap_param_gather), with
+    #   the stack's overlap.param_gather when it states one (nanotron and DeepSpeed gather
+    #   synchronously after the optimizer step: 0) and --dp-overlap is not given;
     # - ZeRO-3's per-micro-batch gathers behind every micro-batch's compute (prefetch), with the
     #   stack's overlap.zero3_prefetch (unless --dp-overlap is given).
     # The last layer's bucket is never hidden (its gradients are the last computed): at least
@@ -254,8 +256,9 @@ def _data_parallel(model, hw, par, settings, place, S):
     z = np.asarray(par.zero)
     frac = np.where(z >= 3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
                     settings.dp_overlap)
+    frac_ag = frac if ov.param_gather is None or "dp_overlap" in settings.overrides() else ov.param_gather
     hidden = np.where(z >= 3, frac * np.minimum(dp_t, par.microbatches * (S.t_f + S.t_b)),
-                      frac * (np.minimum(dp_t - dp_ag, S.t_b) + np.minimum(dp_ag, S.t_f)))
+                      frac * np.minimum(dp_t - dp_ag, S.t_b) + frac_ag * np.minimum(dp_ag, S.t_f))
     exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / S.n_mid, dp_t))
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     g_bytes = DTYPE_BYTES[settings.grad_dtype]

@@ -130,6 +130,14 @@ class Overlap(_Strict):
         "none", description="how TP communication is overlapped (informational: its effect is overlap.tp)")
     tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
     dp: float = Field(0.0, ge=0, le=1, description="gradient reduce behind the last micro-batch's backward (bucketed)")
+    param_gather: float | None = Field(
+        None, ge=0, le=1, description="ZeRO-1/2 weight all-gather after the optimizer step hidden behind the next "
+                                      "step's forward (Megatron-Core overlap_param_gather); 0 = synchronous after the "
+                                      "step (nanotron, DeepSpeed stage 1/2); None = as overlap.dp")
+    param_gather_bucket_bytes: MEMORY_BYTES | None = Field(
+        None, description="bytes of weights per ZeRO-1/2 all-gather collective; 0 = one collective over all the "
+                          "rank's weights (nanotron's all_gather_coalesced); None = as many collectives as the "
+                          "gradient buckets (dp_bucket_bytes)")
     zero3_prefetch: float = Field(0.0, ge=0, le=1, description="ZeRO-3 / FSDP parameter gathers behind compute")
     pp: float = Field(0.0, ge=0, le=1, description="pipeline p2p behind compute (1 = async send/recv, 0 = blocking)")
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
