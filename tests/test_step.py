@@ -257,6 +257,27 @@ def test_zero1_weight_gather_synchronous_in_one_collective():
     assert load_stack("deepspeed").overlap.param_gather == 0.0
 
 
+def test_zero2_reduce_scatters_hide_behind_every_backward():
+    # ZeRO-2 with m = 4 micro-batches: the fp32 gradients are reduce-scattered after each
+    # micro-batch's backward (m x t_rs), each behind its own backward (DeepSpeed stage 2
+    # overlap_comm), so the window is m x t_b, not the last backward alone; the weight gather
+    # (t_ag) hides behind the next step's forward. With f = 0.5 and one collective each:
+    #   exposed = max(m t_rs + t_ag - 0.5 (min(m t_rs, m t_b) + min(t_ag, t_f)), (t_rs + t_ag) / L)
+    hw = load_hardware("a100-80gb")
+    par = Parallel(tp=1, pp=1, dp=8, zero=2, micro_batch=1, microbatches=4, seq=2048)
+    from llmpar.cost.params import total_params
+
+    n = total_params(TINY)
+    t_rs = collective_time(hw, "reduce_scatter", n * 4.0, 8, 8)
+    t_ag = collective_time(hw, "all_gather", n * 2.0, 8, 8)
+    out = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
+    t_f, t_b = out["stage_forward_s"], out["stage_backward_s"]
+    hidden = 0.5 * (min(4 * t_rs, 4 * t_b) + min(t_ag, t_f))
+    assert out["breakdown_s"]["dp"] == pytest.approx(max(4 * t_rs + t_ag - hidden, (t_rs + t_ag) / 4), rel=1e-12)
+    # more than ZeRO-1 would leave exposed of the same reduce-scatters behind one backward
+    assert out["breakdown_s"]["dp"] < 4 * t_rs + t_ag - 0.5 * (min(4 * t_rs, t_b) + min(t_ag, t_f))
+
+
 def test_dp_buckets_each_pay_latency():
     # With a 160 MB bucket (megatron-core's 40M fp32 elements), the ZeRO-0 all-reduce of the
     # n = total_params(TINY) fp32 gradients runs as k = ceil(4n / 160e6) all-reduces of 4n/k bytes:

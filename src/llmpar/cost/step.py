@@ -257,9 +257,17 @@ def _data_parallel(model, hw, par, settings, place, S):
     frac = np.where(z >= 3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
                     settings.dp_overlap)
     frac_ag = frac if ov.param_gather is None or "dp_overlap" in settings.overrides() else ov.param_gather
-    hidden = np.where(z >= 3, frac * np.minimum(dp_t, par.microbatches * (S.t_f + S.t_b)),
-                      frac * np.minimum(dp_t - dp_ag, S.t_b) + frac_ag * np.minimum(dp_ag, S.t_f))
-    exposed = np.maximum(dp_t - hidden, np.where(frac > 0, dp_t / S.n_mid, dp_t))
+    # gradient reduction window: ZeRO-0/1 reduce once, behind the last micro-batch's backward;
+    # ZeRO-2 reduce-scatters every micro-batch's gradients as its backward produces them
+    # (DeepSpeed stage 2 overlap_comm, FSDP SHARD_GRAD_OP), so each hides behind its own backward:
+    # m x t_b in all, and only the last micro-batch's last bucket is necessarily exposed
+    m = par.microbatches
+    grad_t = dp_t - dp_ag
+    grad_window = np.where(z == 2, m * S.t_b, S.t_b)
+    hidden = np.where(z >= 3, frac * np.minimum(dp_t, m * (S.t_f + S.t_b)),
+                      frac * np.minimum(grad_t, grad_window) + frac_ag * np.minimum(dp_ag, S.t_f))
+    floor = np.where(z == 2, (grad_t / m + dp_ag) / S.n_mid, dp_t / S.n_mid)
+    exposed = np.maximum(dp_t - hidden, np.where(frac > 0, floor, dp_t))
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
     opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))
