@@ -38,7 +38,7 @@ COMMON = ("model", "hardware", "gpus") + PARALLEL      # DESIGN.md: every layout
 MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
     "model_requested", "mode", "params_total", "params_per_gpu",
     "bytes_per_param.weights", "bytes_per_param.gradients", "bytes_per_param.optimizer",
-    "bytes_per_param.fp8_weight_cache", "bytes_per_param.convention",
+    "bytes_per_param.fp8_weight_cache", "bytes_per_param.convention", "bytes_per_param.gradients_fp32_accumulated",
     "model_states_bytes", "activation_bytes_per_layer", "capacity_bytes", "usable_bytes", "fits", "verdict",
     "margin_bytes", "uncertainty", "communicators", "max_micro_batch", "most_loaded_stage", "assumptions[]")
 
@@ -80,7 +80,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "stage", "layers", "params_per_gpu", "weights_bytes", "gradients_bytes", "optimizer_bytes",
         "activations_bytes", "buffers_bytes", "in_flight", "allocated_bytes", "reserved_bytes", "runtime_bytes",
         "total_bytes")) + under("terms[].", ("component", "name", "bytes", "formula", "values", "source")),
-    "memory --inference": tuple(k for k in MEMORY if k != "bytes_per_param.convention") + (
+    "memory --inference": tuple(k for k in MEMORY if k not in (
+        "bytes_per_param.convention", "bytes_per_param.gradients_fp32_accumulated")) + (
         "inference.batch", "inference.context", "inference.kv_dtype"),
     "memory --params": MEMORY,
     "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]") + under("detail.", (

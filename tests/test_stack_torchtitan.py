@@ -221,6 +221,13 @@ def test_memory_table_says_why_gradients_are_fp32(cli):
     assert many.code == 0 and one.code == 0, (many.err, one.err)
     assert "4 B/param (fp32, accumulated over micro-batches)" in many.out
     assert "2 B/param" in one.out and "accumulated over micro-batches" not in one.out
+    # the JSON says the same in its own key; fp32 asked for with --grad-dtype is 4 B without the note
+    args = ("memory", "llama-3-8b", "--stack", "torchtitan", "--pp", "2", "--zero", "1", "--gpus", "2", "--json")
+    bpp = cli(*args, "--global-batch", "8").json()["bytes_per_param"]
+    assert bpp["gradients"] == 4.0 and bpp["gradients_fp32_accumulated"] is True
+    assert cli(*args, "--global-batch", "1").json()["bytes_per_param"]["gradients_fp32_accumulated"] is False
+    asked = cli(*args, "--global-batch", "1", "--grad-dtype", "fp32").json()["bytes_per_param"]
+    assert asked["gradients"] == 4.0 and asked["gradients_fp32_accumulated"] is False
 
 
 def test_loss_parallel_fp32_temporaries_by_hand():

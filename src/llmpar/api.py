@@ -272,8 +272,11 @@ def _runtime_notes(settings: Settings, reserve) -> list[str]:
 
 
 def _bpp(prec) -> dict[str, Any]:
+    import numpy as np
+
     return {"weights": prec.weights, "gradients": float(prec.gradients), "optimizer": prec.optimizer,
-            "fp8_weight_cache": prec.fp8_cache, "convention": prec.convention}
+            "fp8_weight_cache": prec.fp8_cache, "convention": prec.convention,
+            "gradients_fp32_accumulated": bool(np.any(prec.fp32_accumulated))}
 
 
 # -------------------------------------------------------------------------------------- step

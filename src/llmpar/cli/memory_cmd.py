@@ -79,8 +79,7 @@ def _notes(r) -> dict[str, str]:
     notes = {
         "weights_bytes": f"{bpp['weights']:g} B/param" + (" + fp8 cache" if bpp.get("fp8_weight_cache") else ""),
         "gradients_bytes": f"{bpp['gradients']:g} B/param" + (
-            " (fp32, accumulated over micro-batches)" if bpp["gradients"] == 4.0 and r.settings.grad_dtype == "bf16"
-            and bpp["convention"] == "llmpar" else ""),
+            " (fp32, accumulated over micro-batches)" if bpp.get("gradients_fp32_accumulated") else ""),
         "optimizer_bytes": f"{bpp['optimizer']:g} B/param ({r.settings.optimizer})",
         "allocator_overhead_bytes": f"allocated x {r.settings.stack.memory.allocator_overhead:g} (caching allocator)",
         "runtime_bytes": (f"{r.communicators} NCCL communicators + CUDA context"

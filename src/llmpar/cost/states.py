@@ -74,6 +74,9 @@ class BytesPerParam:
     fp8_cache: float
     convention: str
     describe: dict[str, str] = field(default_factory=dict)
+    # True (or a mask) where the gradients are fp32 only because the stack accumulates them
+    # unsharded over micro-batches (memory.accumulated_grad_fp32), not because --grad-dtype says so
+    fp32_accumulated: Any = False
 
 
 def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam:
@@ -99,6 +102,7 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
     rec = settings.stack.kernels.fp8
     fp8 = (rec.weight_copy_bytes_per_param - (w if rec.primary_weights else 0.0)) if settings.dtype == "fp8" else 0.0
     k = OPTIMIZER_BYTES[settings.optimizer]
+    acc = False
     if conv == "megatron":
         g = 4.0
         gdoc = "fp32 main gradients 4 (Megatron)"
@@ -110,7 +114,7 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
         g = GRAD_BYTES[settings.grad_dtype]
         gdoc = f"{settings.grad_dtype} gradients {g:g}"
         if settings.stack.memory.accumulated_grad_fp32 and g < 4.0:
-            acc = (np.asarray(zero) == 1) & (np.asarray(microbatches) > 1)
+            acc = _out((np.asarray(zero) == 1) & (np.asarray(microbatches) > 1))
             g = _out(np.where(acc, 4.0, g))
             if np.any(acc):
                 gdoc = "fp32 gradients 4 (accumulated unsharded over the micro-batches: FSDP2's reduce dtype)"
@@ -121,6 +125,7 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
                  f" + fp8 copy and transpose of linear weights {fp8:g} (Transformer Engine)")
     return BytesPerParam(
         weights=w, gradients=g, optimizer=k, fp8_cache=fp8, convention=conv,
+        fp32_accumulated=acc,
         describe={"weights": wdoc, "gradients": gdoc,
                   "optimizer": f"{settings.optimizer}: {OPTIMIZER_DOC[settings.optimizer]} = {k:g}"
                   if conv != "deepspeed" else "fp32 master 4 + Adam m, v 8 = 12 (DeepSpeed)"},
