@@ -1,15 +1,10 @@
-"""validate/: the shipped A100 rows are wired correctly (layouts, searched knobs), and the nanotron
-memory-fit script still reads a file of the playbook's format. The command itself:
-tests/test_validate_cmd.py."""
-
-import numpy as np
-import yaml
+"""validate/: the shipped A100 rows are wired correctly (layouts, searched knobs). The command
+itself: tests/test_validate_cmd.py."""
 
 from llmpar.calibrate.runs import _layout_candidates, as_run
 from llmpar.calibrate.runs_io import read_runs
 from llmpar.specs import load_model
 from llmpar.specs.registry import data_dir
-from llmpar.validate import playbook_memory
 
 
 def _runs(name):
@@ -32,15 +27,3 @@ def test_candidates_respect_megatron_rules():
     for b, v in pairs:
         assert 96 % b == 0 and 10 % v == 0 and v >= 2 and (96 // b) % 8 == 0
     assert {(1, 10), (4, 2)} <= pairs and (8, 2) not in pairs     # 96/8 = 12 is not a multiple of 8
-
-
-def test_playbook_memory_script_reads_the_playbook_format(tmp_path):
-    run = {"model": "1B", "nodes": 1, "num_gpus": 8, "micro_batch_size": 1, "grad_accum": 32, "global_batch_size": 256,
-           "data_parallel": 8, "pipeline_parallel": 1, "tensor_parallel": 1, "zero_stage": 1, "status": "ok",
-           "mfu_pct": 38.1, "tokens_per_s_per_gpu": 40000, "tokens_per_s": 320000, "gpu_memory_gb": 24.2}
-    f = tmp_path / "runs.yaml"
-    f.write_text(yaml.safe_dump({"runs": [run, {**run, "model": "3B"}]}))
-    e = playbook_memory.evaluate(f)
-    assert e["pred"].shape == (2,) and np.all(e["pred"] > 0) and e["ok"].all()
-    s = playbook_memory.summary(e, e["nodes"] <= 2)
-    assert s["runs"] == 2 and s["ok"] == 2
