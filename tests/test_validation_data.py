@@ -7,6 +7,8 @@ count; measurements are finite and positive; each file holds the number of runs 
 
 from __future__ import annotations
 
+import functools
+
 import math
 from pathlib import Path
 
@@ -64,8 +66,12 @@ def _hardware_names() -> set[str]:
     return {yaml.safe_load(p.read_text())["name"] for p in data_dir("hardware").glob("*.yaml")}
 
 
+@functools.lru_cache(maxsize=None)
 def _load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    # libyaml's safe loader when present (the 1,650-run playbook file: ~0.2 s instead of ~1.2 s),
+    # read once per file for the whole module; the tests only read the returned documents
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
 
 
 def _runs(doc: dict) -> list[dict]:
