@@ -59,6 +59,24 @@ def test_fit_recovers_known_stack_parameters(monkeypatch):
     assert fit.fitted.kernels.gemm_efficiency["ampere"] == base.kernels.gemm_efficiency["ampere"]
 
 
+def test_fit_recovers_the_zero1_weight_gather_overlap(monkeypatch):
+    # truth: megatron-core with the ZeRO-1 weight all-gather only a quarter hidden
+    # (overlap.param_gather 0.25; the shipped stack leaves it unset = overlap.dp 0.9413). The
+    # synthetic runs are ZeRO-1 with dp > 1, so the exposed gather, (1 - f) x t_ag while t_ag < t_f,
+    # moves their times linearly in f: the fit starts from the value the base runs with (0.9413)
+    # and lands on the truth.
+    base = load_stack("megatron-core")
+    assert base.overlap.param_gather is None and R.base_values(base, ["overlap.param_gather"], "hopper")[0] == \
+        pytest.approx(base.overlap.dp)
+    truth = R.stack_with(base, {"overlap.param_gather": 0.25}, "hopper")
+    runs = synthetic_runs(truth)
+    monkeypatch.setattr(R, "PRIOR_WEIGHT", 0.0)
+    fit = R.fit_runs(runs, base, parameters=["overlap.param_gather"], folds=0)
+    assert fit.parameters["overlap.param_gather"]["before"] == pytest.approx(base.overlap.dp)
+    assert fit.parameters["overlap.param_gather"]["after"] == pytest.approx(0.25, abs=1e-3)
+    assert fit.fitted.overlap.param_gather == pytest.approx(0.25, abs=1e-3)
+
+
 def test_fit_is_deterministic():
     base = load_stack("megatron-core")
     truth = R.stack_with(base, {"kernels.gemm_efficiency": 0.7}, "hopper")

@@ -57,6 +57,7 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "overlap.dp": (0.0, 1.0, 0.3, False),
     "overlap.pp": (0.0, 1.0, 0.5, False),
     "overlap.zero3_prefetch": (0.0, 1.0, 0.3, False),
+    "overlap.param_gather": (0.0, 1.0, 0.3, False),
     "fixed.per_step_s": (0.0, 30.0, 0.5, False),
     "fixed.per_microbatch_s": (0.0, 1.0, 0.02, False),
     "network.scale_out_efficiency": (0.05, 1.0, 0.3, False),

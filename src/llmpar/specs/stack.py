@@ -233,7 +233,10 @@ class Stack(_Strict):
         return self
 
     def value(self, path: str, generation: str | None = None) -> float:
-        """A (possibly per-generation) value by dotted path, e.g. ``kernels.gemm_efficiency``."""
+        """A (possibly per-generation) value by dotted path, e.g. ``kernels.gemm_efficiency``.
+        ``overlap.param_gather`` left unset is the value it takes, ``overlap.dp``."""
+        if path == "overlap.param_gather" and self.overlap.param_gather is None:
+            return float(self.overlap.dp)
         obj = self
         for part in path.split("."):
             obj = getattr(obj, part)
