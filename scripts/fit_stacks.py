@@ -46,7 +46,9 @@ PLANS = {
         parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"],
         priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75}, folds=20),
     # Blackwell MoE: the per-MoE-layer cost alone (kernels.moe_s_per_layer), on the 6 MoE rows of
-    # the same tables, with the dense fit's GEMM fractions; 6 folds = leave-one-row-out
+    # the same tables, with the dense fit's GEMM fractions; fit_runs folds over (model, GPUs, hardware)
+    # configurations, so 6 requested are 5 (the two 256-GPU DeepSeek-V3 GB200 rows are one). GB200 rows
+    # are placed in 64-GPU rack segments (hardware/gb200-nvl72.yaml job_domain)
     "megatron-core-blackwell-moe": dict(
         stack="megatron-core", files=["nemo-2511-b200", "nemo-2511-gb200"],
         train=lambda r: r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),

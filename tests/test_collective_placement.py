@@ -68,7 +68,7 @@ def test_unavailable_reason_comes_from_cost(cli):
 def _group(draw):
     name = draw(st.sampled_from(sorted(HARDWARE)))
     hw = HARDWARE[name]
-    D = hw.nvlink_domain
+    D = hw.placement_domain     # --gpus-per-node m: m members in each domain a job fills
     divisors = [m for m in range(1, D + 1) if D % m == 0]
     per_node = draw(st.sampled_from([None] + divisors))
     if per_node is None:
@@ -86,7 +86,7 @@ def test_collective_step_plan_agree_on_placement(cli, group, log2):
     and as the planner's array evaluation of that layout among others."""
     name, gpus, per_node = group
     hw = HARDWARE[name]
-    D = hw.nvlink_domain
+    D = hw.placement_domain
     tp = 1 if per_node is None else D // per_node
     par = Parallel(tp=tp, dp=gpus)
     size, k = dims_placement(hw, par)["dp"]

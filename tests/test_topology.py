@@ -22,6 +22,15 @@ def dgx():
 
 @pytest.fixture(scope="module")
 def nvl72():
+    """Ranks fill whole 72-GPU racks (job_domain unset): the straddling cases below."""
+    hw = load_hardware("gb200-nvl72").model_copy(deep=True)
+    hw.job_domain = None
+    return hw
+
+
+@pytest.fixture(scope="module")
+def nvl72_seg64():
+    """The shipped profile: a large job fills 64 GPUs (16 trays) of each rack (job_domain 64)."""
     return load_hardware("gb200-nvl72")
 
 
@@ -59,11 +68,29 @@ def test_nvl72_straddling_groups(nvl72):
     assert group_placement(nvl72, 32, 4) == (2, True)
 
 
-def test_array_polymorphic_matches_scalar(dgx, nvl72):
+def test_nvl72_in_64_gpu_segments(nvl72_seg64):
+    # job_domain 64: ranks 0..63 in rack 0, 64..127 in rack 1 (the shipped GB200 profile)
+    hw = nvl72_seg64
+    assert hw.job_domain == 64 and hw.placement_domain == 64 and hw.nvlink_domain == 72
+    # tp=4, dp=32 on 128 GPUs: dp group 0 = ranks 0,4,...,124, span 128 = two whole segments,
+    # 64/4 = 16 members in each -> k=16, crosses (with whole racks it straddled at 18 | 14)
+    assert group_placement(hw, 32, 4, 128) == (16, True)
+    # tp=16 on 144 GPUs: every group of 16 consecutive ranks lies in one 64-GPU segment -> inside
+    assert group_placement(hw, 16, 1, 144) == (16, False)
+    # EP 64 (stride 1) on 256 GPUs: one segment each -> all-to-all on NVLink only
+    assert group_placement(hw, 64, 1, 256) == (64, False)
+    # unbounded cluster: span 128 = two segments, k = 64/4 = 16
+    assert group_placement(hw, 32, 4) == (16, True)
+    # a job of at most one rack's 72 GPUs stays in one rack, whatever the segment:
+    # tp=8, dp=9 on 72 GPUs -> the dp group (span 72) is inside
+    assert group_placement(hw, 9, 8, 72) == (9, False)
+
+
+def test_array_polymorphic_matches_scalar(dgx, nvl72, nvl72_seg64):
     sizes = np.array([8, 4, 2, 8, 32, 16])
     strides_ = np.array([1, 8, 4, 2, 4, 1])
     totals = np.array([8, 32, 8, 16, 128, 144])
-    for hw in (dgx, nvl72):
+    for hw in (dgx, nvl72, nvl72_seg64):
         k, cross = group_placement(hw, sizes, strides_, totals)
         for i in range(len(sizes)):
             assert (k[i], cross[i]) == group_placement(hw, int(sizes[i]), int(strides_[i]), int(totals[i]))

@@ -450,9 +450,10 @@ def _collective_group(hw, gpus: int | None, per_node: int | None) -> tuple[int, 
             raise UserError(f"--gpus {gpus} is not a multiple of --gpus-per-node {per_node}")
     place = collective_group(hw, gpus, per_node)
     k = place["members_per_node"]
-    if per_node is None and place["crosses_nodes"] and gpus % domain:
-        notes.append(f"{gpus} consecutive ranks fill {place['domains']} domains of {domain} unevenly "
-                     f"({gpus - (place['domains'] - 1) * domain} in the last): the smallest part, "
+    fill = hw.placement_domain     # the GPUs of a domain a job fills (job_domain), as step and plan place ranks
+    if per_node is None and place["crosses_nodes"] and gpus % fill:
+        notes.append(f"{gpus} consecutive ranks fill {place['domains']} domains of {fill} unevenly "
+                     f"({gpus - (place['domains'] - 1) * fill} in the last): the smallest part, "
                      f"k = {k} per domain, sets the NIC pace, as in step and plan")
     elif per_node is not None and domain % per_node:
         notes.append(f"--gpus-per-node {per_node} does not divide the {domain}-GPU domain: "

@@ -247,7 +247,9 @@ def _shape(hw, size_bytes, group_size, members_per_node):
     S = np.asarray(size_bytes, dtype=float)
     P = np.asarray(group_size, dtype=float)
     if members_per_node is None:
-        k = np.minimum(P, float(hw.nvlink_domain))
+        # a group of at most one physical domain stays in it; a larger one fills the domains a
+        # job is given (Hardware.placement_domain: job_domain, else the whole domain)
+        k = np.where(P <= hw.nvlink_domain, P, np.minimum(P, float(hw.placement_domain)))
     else:
         k = np.asarray(members_per_node, dtype=float)
     P1 = np.maximum(P, 1.0)

@@ -7,8 +7,9 @@ product of the degrees inside it. Expert-parallel groups are carved out of the d
 an ep group of size e takes e consecutive ranks of that space, so its stride is tp; the
 expert-data-parallel group (dp*cp/e ranks) then has stride tp*e.
 
-From size, stride and the scale-up domain D (``Hardware.nvlink_domain``: 8 on a DGX, 72 on a
-GB200 NVL72 rack, where gpus_per_node is 4 but all 72 GPUs share one NVLink domain) we derive
+From size, stride and the scale-up domain D a job fills (``Hardware.placement_domain``: the
+NVLink domain, 8 on a DGX; on a GB200 NVL72 rack, where gpus_per_node is 4 and all 72 GPUs share
+one NVLink domain, the 64 GPUs a large job gets of each rack: the profile's ``job_domain``) we derive
 k = members of one group inside one domain - what the collective model needs for beta_inter =
 k x NIC share - and whether the group crosses the scale-out tier. Everything is numpy-friendly:
 ``size`` and ``stride`` may be arrays (one entry per candidate layout).
@@ -38,8 +39,14 @@ def group_placement(hw, size, stride, total=None):
       least 1) on its right; a domain wholly inside a span holds D // stride. Without ``total``
       the cluster is taken as unbounded and the boundaries fall on every multiple of
       g = gcd(D, span): k = max(1, g // stride).
+
+    D is the profile's ``placement_domain``: the GPUs of a domain a job fills before the next
+    (``job_domain``, e.g. 64 of a GB200 NVL72 rack's 72), else the whole domain. A job of at most
+    one physical domain's GPUs is placed inside one domain whatever ``job_domain`` says (a
+    scheduler keeps such a job on one rack).
     """
-    D = int(hw.nvlink_domain)
+    D = int(hw.placement_domain)
+    D_phys = int(hw.nvlink_domain)
     scalar = np.ndim(size) == 0 and np.ndim(stride) == 0 and np.ndim(total) == 0
     n = np.maximum(np.asarray(size, dtype=np.int64), 1)
     s = np.maximum(np.asarray(stride, dtype=np.int64), 1)
@@ -58,9 +65,10 @@ def group_placement(hw, size, stride, total=None):
         bounds = -(-tot // D) - 1                      # internal domain boundaries in the job
         mis = ~inside & ~whole
         # a job that fits in one domain never leaves it, whatever its groups look like
-        crosses = np.where(bounds < 1, False, crosses)
-        k = np.where(bounds < 1, n, k)
-        idx = np.nonzero(mis & (bounds >= 1))[0]
+        single = (bounds < 1) | (tot <= D_phys)
+        crosses = np.where(single, False, crosses)
+        k = np.where(single, n, k)
+        idx = np.nonzero(mis & ~single)[0]
         if idx.size:
             # candidates share few distinct (size, stride, job size) triples: scan each once
             ni, si, bi = n[idx], s[idx], bounds[idx]
@@ -196,10 +204,10 @@ def collective_group(hw, gpus: int, per_node: int | None = None) -> dict:
     as stated (m members per domain: a job that leaves GPUs of each node idle).
     Adds ``domains``: the scale-up domains the group's ranks occupy.
     """
-    D = int(hw.nvlink_domain)
+    D = int(hw.placement_domain)
     if per_node is None:
         out = describe(hw, gpus, 1, gpus)
-        out["domains"] = -(-gpus // D)
+        out["domains"] = 1 if gpus <= hw.nvlink_domain else -(-gpus // D)
         return out
     if D % per_node == 0:
         stride = D // per_node

@@ -149,6 +149,10 @@ class Hardware(BaseModel):
                           "allocator overhead) replaces it. When a user profile sets it, it acts as --reserve "
                           "(docs/design-notes.md)")
     tiers: list[Tier] = Field(min_length=1)
+    job_domain: int | None = Field(
+        None, gt=0, description="GPUs of one scale-up domain a job's ranks fill before they move on to the next (a "
+                                "scheduler's allocation unit inside the domain, e.g. Slurm topology/block --segment "
+                                "x gpus_per_node on GB200 NVL72); None = the whole domain")
     calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
     node_power: Watts | None = Field(
         None, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
@@ -167,6 +171,11 @@ class Hardware(BaseModel):
             raise ValueError("only the last tier may have domain_size: null")
         if inner != sorted(inner):
             raise ValueError("tiers must be ordered from the smallest domain to the largest")
+        if self.job_domain is not None:
+            domain = max(inner) if inner else 1
+            if self.job_domain > domain or self.job_domain % self.gpus_per_node:
+                raise ValueError(f"job_domain {self.job_domain} must be a multiple of gpus_per_node "
+                                 f"({self.gpus_per_node}) and at most the scale-up domain ({domain})")
         if self.reserve is not None and self.reserve >= self.gpu.memory:
             raise ValueError("reserve must be smaller than the GPU memory")
         if self.node_power is not None and self.gpu.board_power is not None and \
@@ -188,3 +197,9 @@ class Hardware(BaseModel):
     def nvlink_domain(self) -> int:
         """GPUs reachable without the scale-out network (8 on a DGX, 72 on GB200 NVL72)."""
         return max((t.domain_size or 0) for t in self.tiers[:-1]) if len(self.tiers) > 1 else 1
+
+    @property
+    def placement_domain(self) -> int:
+        """GPUs of one scale-up domain a job fills before the next (``job_domain``, else the
+        whole domain): the D that rank placement (cost/topology.py) divides the job into."""
+        return int(self.job_domain) if self.job_domain is not None else self.nvlink_domain
