@@ -223,3 +223,9 @@ def test_bad_yaml_files(cli, tmp_path):
     hw = tmp_path / "hw.yaml"
     hw.write_text("extends: h100-sxm\nname: mine\nreserve: 100 GiB\n")
     assert_one_line_error(cli("memory", "llama-3-70b", "--hardware", str(hw)), "reserve")
+    # job_domain must be whole trays (4 GPUs) and at most the 72-GPU rack
+    for bad_domain in (70, 76):
+        hw.write_text(f"extends: gb200-nvl72\nname: mine\njob_domain: {bad_domain}\n")
+        assert_one_line_error(cli("memory", "llama-3-70b", "--hardware", str(hw)), "job_domain")
+    hw.write_text("extends: gb200-nvl72\nname: mine\njob_domain: 72\n")
+    assert cli("memory", "llama-3-70b", "--hardware", str(hw)).code == 0

@@ -194,6 +194,7 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "memory_bandwidth_GBps": hw.gpu.memory_bandwidth / 1e9,
         "peak_tflops": {k: v / 1e12 for k, v in hw.gpu.peak_flops.items()},
         "gpus_per_node": hw.gpus_per_node,
+        "job_domain": hw.job_domain,
         "reserve_bytes": hw.reserve,
         "generation": hw.gpu.generation,
         "board_power_w": hw.gpu.board_power,
@@ -273,6 +274,8 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
     for dtype, tf in result["peak_tflops"].items():
         gpu.add_row(f"peak {dtype} (dense)", f"{tf:g} TFLOP/s")
     gpu.add_row("GPUs per node", str(result["gpus_per_node"]))
+    if result["job_domain"] is not None:
+        gpu.add_row("job domain", f"{result['job_domain']} GPUs of each scale-up domain per job (rank placement)")
     if result["generation"]:
         gpu.add_row("generation", f"{result['generation']} (selects a stack's per-generation values)")
     if result["board_power_w"] is not None:

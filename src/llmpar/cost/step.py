@@ -244,8 +244,8 @@ def _data_parallel(model, hw, par, settings, place, S):
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, DTYPE_BYTES["bf16"], g_comm,
                                          ov.dp_bucket_bytes, ov.param_gather_bucket_bytes)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
-    # - gradient reduce (ZeRO 0-2) behind the last micro-batch's backward (bucketed: DDP,
-    #   Megatron-Core overlap_grad_reduce);
+    # - gradient reduce behind the backward (bucketed: DDP, Megatron-Core overlap_grad_reduce):
+    #   ZeRO 0-1 behind the last micro-batch's, ZeRO-2 behind every micro-batch's (below);
     # - the ZeRO-1/2 weight all-gather behind the next step's forward (overlap_param_gather), with
     #   the stack's overlap.param_gather when it states one (nanotron and DeepSpeed gather
     #   synchronously after the optimizer step: 0) and --dp-overlap is not given;
