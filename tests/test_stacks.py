@@ -118,9 +118,41 @@ def test_moe_layer_cost_per_micro_batch_by_hand():
     assert t(priced, "b200", 0) - t(free, "b200", 0) == pytest.approx(4 * 32 * 0.005, rel=1e-9)
     assert t(priced, "b200", 2) - t(free, "b200", 2) == pytest.approx(4 * 32 * 0.005 * 4 / 3, rel=1e-9)
     assert t(priced, "h100-sxm", 0) == t(free, "h100-sxm", 0)
-    # the shipped value: fitted on NeMo 25.11's Blackwell MoE rows (stacks/megatron-core.yaml)
-    assert per_gen(base.kernels.moe_s_per_layer, "blackwell") == 0.0046
+    # megatron-core prices its MoE launch work per local expert instead (test below): 0 here
+    assert per_gen(base.kernels.moe_s_per_layer, "blackwell") == 0.0
     assert per_gen(base.kernels.moe_s_per_layer, "hopper") == 0.0
+
+
+def test_moe_cost_per_local_expert_by_hand():
+    """kernels.moe_s_per_local_expert: seconds per routed expert held on the GPU (experts / ep),
+    per MoE layer and micro-batch (TE GroupedLinear launches a GEMM per local expert).
+    Mixtral-8x7B (32 MoE layers, 8 experts), m = 4, c = 0.5 ms on B200:
+      one GPU, ep = 1: 8 local experts -> 4 x 32 x 8 x 0.5 ms = 0.512 s;
+      two GPUs, dp = ep = 2: 4 local experts each -> 4 x 32 x 4 x 0.5 ms = 0.256 s."""
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import Parallel
+    from llmpar.specs import load_model
+
+    model = load_model("mixtral-8x7b")
+    assert model.moe.experts == 8 and model.moe_layers == 32
+    base = load_stack("megatron-core")
+    data = base.model_dump()
+    data["kernels"]["moe_s_per_layer"] = 0.0
+    data["kernels"]["moe_s_per_local_expert"] = {"default": 0.0, "blackwell": 0.0005}
+    priced = type(base).model_validate(data)
+    data["kernels"]["moe_s_per_local_expert"] = 0.0
+    free = type(base).model_validate(data)
+
+    def t(stack, dp, ep):
+        par = Parallel(dp=dp, ep=ep, micro_batch=1, microbatches=4, seq=4096)
+        return step_time(model, load_hardware("b200"), par, Settings(stack=stack), with_memory=False)["step_time_s"]
+
+    assert t(priced, 1, 1) - t(free, 1, 1) == pytest.approx(4 * 32 * 8 * 0.0005, rel=1e-9)
+    assert t(priced, 2, 2) - t(free, 2, 2) == pytest.approx(4 * 32 * 4 * 0.0005, rel=1e-9)
+    # the shipped value: fitted on NeMo 25.11's Blackwell MoE rows (stacks/megatron-core.yaml,
+    # scripts/fit_stacks.py megatron-core-blackwell-moe); Hopper has no Megatron-Core MoE row: 0
+    assert per_gen(base.kernels.moe_s_per_local_expert, "blackwell") == 0.0003689
+    assert per_gen(base.kernels.moe_s_per_local_expert, "hopper") == 0.0
 
 
 def test_megatron_deepspeed_2021_is_megatron_2022_with_zero3():

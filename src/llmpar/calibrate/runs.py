@@ -53,6 +53,7 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "kernels.elementwise_traffic": (0.5, 6.0, 1.0, False),
     "kernels.launch_s_per_layer": (0.0, 2e-3, 2e-4, False),
     "kernels.moe_s_per_layer": (0.0, 0.05, 2e-3, True),
+    "kernels.moe_s_per_local_expert": (0.0, 0.005, 2e-4, True),
     "overlap.tp": (0.0, 1.0, 0.3, False),
     "overlap.dp": (0.0, 1.0, 0.3, False),
     "overlap.pp": (0.0, 1.0, 0.5, False),

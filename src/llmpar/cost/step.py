@@ -137,9 +137,13 @@ def _layer_compute(model, hw, par, settings, e):
     t_cast_f = compute.memory_bound_time(hw, cast_f)
     t_cast_b = compute.memory_bound_time(hw, cast_b)
     # CPU/launch cost per layer and micro-batch, fwd 1/3, bwd 2/3; MoE layers add their own
-    # (router, permutation, the dispatcher's host sync: kernels.moe_s_per_layer, per GPU generation)
-    launch = stack.kernels.launch_s_per_layer + frac_moe * per_gen(stack.kernels.moe_s_per_layer,
-                                                                   hw.gpu.generation)
+    # (router, permutation, the dispatcher's host sync: kernels.moe_s_per_layer) and a cost per
+    # local expert (experts / ep: TE GroupedLinear launches one GEMM, and in FP8 one quantisation,
+    # per local expert: kernels.moe_s_per_local_expert), both per GPU generation
+    gen = hw.gpu.generation
+    local_experts = model.moe.experts / np.asarray(par.ep, dtype=float) if model.moe is not None else 0.0
+    launch = stack.kernels.launch_s_per_layer + frac_moe * (
+        per_gen(stack.kernels.moe_s_per_layer, gen) + per_gen(stack.kernels.moe_s_per_local_expert, gen) * local_experts)
     fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
     bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
     rec = np.asarray(par.recompute)

@@ -115,6 +115,11 @@ class Kernels(_Strict):
         0.0, description="seconds per MoE layer per micro-batch (forward + backward) beyond its GEMMs and all-to-alls: "
                          "router, top-k, token permutation and the dispatcher's host synchronisation, which stop the "
                          "CPU from running ahead of the GPU")
+    moe_s_per_local_expert: PerGenSeconds = Field(
+        0.0, description="seconds per routed expert held on the GPU (experts / ep), per MoE layer and micro-batch "
+                         "(forward + backward): Transformer Engine's GroupedLinear issues one GEMM (and, in FP8, one "
+                         "quantisation) per local expert from the host, so the MoE layer's launch work grows with "
+                         "the local experts")
 
 
 class Overlap(_Strict):
