@@ -39,6 +39,7 @@ EXPECTED_RUNS = {
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
     "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
     "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
+    "nemo-2511-h100.yaml": 4,               # Megatron-Bridge 25.11 DGX-H100 table: 6 rows - GPT OSS 120B - Qwen3 235B (EP folded into TP)
 }
 # The playbook grid's status counts (shared hf_playbook_runs_1b_3b.yaml): (model, status) -> runs
 PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
