@@ -196,19 +196,25 @@ def test_published_a100_rows():
     assert len(k) == 8 and sum(k) / len(k) <= 0.05 and max(k) <= 0.10
 
 
+def _tiny_dp8(zero, m=1):
+    """TINY on 8 A100s, dp = 8 (one node), with ZeRO ``zero`` and m micro-batches: the layout and
+    its unbucketed fp32 gradient reduce-scatter and bf16 weight all-gather times (one collective
+    each, as NO_BUCKETS runs them)."""
+    from llmpar.cost.params import total_params
+
+    hw = load_hardware("a100-80gb")
+    par = Parallel(tp=1, pp=1, dp=8, zero=zero, micro_batch=1, microbatches=m, seq=2048)
+    n = total_params(TINY)
+    return hw, par, n, collective_time(hw, "reduce_scatter", n * 4.0, 8, 8), collective_time(hw, "all_gather", n * 2.0, 8, 8)
+
+
 def test_zero1_weight_gather_hides_behind_the_next_forward():
     # ZeRO-1 (distributed optimizer): reduce-scatter the fp32 grads after the backward, all-gather
     # the bf16 weights after the optimizer. With overlap f the reduce-scatter hides behind
     # f x min(t_rs, t_b) of the last backward and the gather behind f x min(t_ag, t_f) of the next
     # step's forward (Megatron-Core overlap_grad_reduce / overlap_param_gather); the last
     # layer's bucket stays exposed: exposed >= (t_rs + t_ag) / L_stage.
-    hw = load_hardware("a100-80gb")
-    par = Parallel(tp=1, pp=1, dp=8, zero=1, micro_batch=1, microbatches=1, seq=2048)
-    from llmpar.cost.params import total_params
-
-    n = total_params(TINY)
-    t_rs = collective_time(hw, "reduce_scatter", n * 4.0, 8, 8)
-    t_ag = collective_time(hw, "all_gather", n * 2.0, 8, 8)
+    hw, par, n, t_rs, t_ag = _tiny_dp8(zero=1)
     none = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
     assert none["breakdown_s"]["dp"] == pytest.approx(t_rs + t_ag, rel=1e-12)
     half = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
@@ -225,11 +231,7 @@ def test_zero1_weight_gather_synchronous_in_one_collective():
     #   t_rs = k x time(RS, 4n/k), k = ceil(4n / 25 MB)  (bucketed, as before)
     #   t_ag = time(AG, 2n)                              (one collective, not k)
     #   exposed = t_rs + t_ag - 0.5 x min(t_rs, t_b)     (nothing of the gather hidden)
-    hw = load_hardware("a100-80gb")
-    par = Parallel(tp=1, pp=1, dp=8, zero=1, micro_batch=1, microbatches=1, seq=2048)
-    from llmpar.cost.params import total_params
-
-    n = total_params(TINY)
+    hw, par, n, _, t_ag = _tiny_dp8(zero=1)
     stack = NO_BUCKETS.model_copy(deep=True)
     stack.overlap.dp_bucket_bytes = 25e6
     stack.overlap.param_gather = 0.0
@@ -237,7 +239,6 @@ def test_zero1_weight_gather_synchronous_in_one_collective():
     k = -(-4.0 * n // 25e6)
     assert k >= 2
     t_rs = k * collective_time(hw, "reduce_scatter", 4.0 * n / k, 8, 8)
-    t_ag = collective_time(hw, "all_gather", 2.0 * n, 8, 8)
     out = S.step_time(TINY, hw, par, Settings(grad_dtype="fp32", stack=stack.model_copy(
         update={"overlap": stack.overlap.model_copy(update={"dp": 0.5})})), with_memory=False)
     t_b = out["stage_backward_s"]
@@ -263,13 +264,7 @@ def test_zero2_reduce_scatters_hide_behind_every_backward():
     # overlap_comm), so the window is m x t_b, not the last backward alone; the weight gather
     # (t_ag) hides behind the next step's forward. With f = 0.5 and one collective each:
     #   exposed = max(m t_rs + t_ag - 0.5 (min(m t_rs, m t_b) + min(t_ag, t_f)), (t_rs + t_ag) / L)
-    hw = load_hardware("a100-80gb")
-    par = Parallel(tp=1, pp=1, dp=8, zero=2, micro_batch=1, microbatches=4, seq=2048)
-    from llmpar.cost.params import total_params
-
-    n = total_params(TINY)
-    t_rs = collective_time(hw, "reduce_scatter", n * 4.0, 8, 8)
-    t_ag = collective_time(hw, "all_gather", n * 2.0, 8, 8)
+    hw, par, _, t_rs, t_ag = _tiny_dp8(zero=2, m=4)
     out = S.step_time(TINY, hw, par, Settings(dp_overlap=0.5, grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
     t_f, t_b = out["stage_forward_s"], out["stage_backward_s"]
     hidden = 0.5 * (min(4 * t_rs, 4 * t_b) + min(t_ag, t_f))
