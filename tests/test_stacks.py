@@ -203,3 +203,18 @@ def test_stacks_show_prints_what_the_framework_implements_and_its_network(cli):
     assert "0, 1, 2, 3" in res.out
     res = cli("stacks", "show", "nanotron")
     assert "gpipe, 1f1b" in res.out
+
+
+def test_moe_step_on_a_generation_without_moe_cost_says_it_is_optimistic(cli):
+    # megatron-core prices MoE launch work on Blackwell only (moe_s_per_local_expert, fitted on
+    # NeMo 25.11's B200/GB200 rows); on Hopper both MoE costs are 0, so step and plan say the MoE
+    # step is likely optimistic. A dense model, or Blackwell, gets no such line.
+    note = "states no MoE launch cost for hopper"
+    moe_h100 = cli("step", "mixtral-8x7b", "--gpus", "8", "--ep", "8", "--json").json()["assumptions"]
+    assert any(note in a for a in moe_h100)
+    moe_b200 = cli("step", "mixtral-8x7b", "--hardware", "b200", "--gpus", "8", "--ep", "8", "--json").json()
+    assert not any("states no MoE launch cost" in a for a in moe_b200["assumptions"])
+    dense = cli("step", "llama-3-8b", "--gpus", "8", "--json").json()["assumptions"]
+    assert not any("MoE launch cost" in a for a in dense)
+    plan = cli("plan", "mixtral-8x7b", "--gpus", "32", "--json").json()
+    assert any(note in a for a in plan["assumptions"])

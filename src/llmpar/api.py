@@ -24,7 +24,7 @@ import operator
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
-from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note
+from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, moe_cost_note, parse_reserve, stack_note
 from llmpar.parallel import DTYPES, MAX_GPUS, Resolved, Settings, _pos_int, resolve
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
@@ -347,6 +347,9 @@ def step(
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
+    moe_note = moe_cost_note(spec, hw, settings)
+    if moe_note:
+        notes.append(moe_note)
     full = float(out["mfu_full_attention"])
     if out["mfu_convention"] == "causal":
         notes.append(f"MFU counts attention causally (half of s²: what a causal model needs, never more than the "

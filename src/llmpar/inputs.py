@@ -94,4 +94,21 @@ def stack_note(settings: Settings) -> str:
     return text + " (`llmpar stacks show " + st.name + "`)"
 
 
-__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "parse_reserve", "stack_note"]
+def moe_cost_note(model: ModelSpec, hw, settings: Settings) -> str | None:
+    """A warning when an MoE model's step time gets no MoE launch cost on this GPU generation:
+    the stack states none for it (kernels.moe_s_per_layer and moe_s_per_local_expert are 0), and
+    every MoE measurement in validation/ ran slower than GEMMs and all-to-alls alone (docs/stacks.md)."""
+    from llmpar.specs.stack import per_gen
+
+    if model is None or model.moe is None:
+        return None
+    k, gen = settings.stack.kernels, hw.gpu.generation
+    if per_gen(k.moe_s_per_layer, gen) or per_gen(k.moe_s_per_local_expert, gen):
+        return None
+    return (f"stack {settings.stack.name} states no MoE launch cost for {gen or 'this GPU'} "
+            "(kernels.moe_s_per_layer and moe_s_per_local_expert are 0 there): the MoE layers' router, "
+            "permutation and per-expert GEMM launches are not priced, so this step is likely optimistic "
+            "(docs/stacks.md, limits)")
+
+
+__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve", "stack_note"]

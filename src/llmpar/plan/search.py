@@ -376,6 +376,9 @@ def plan(
                                     tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
+    moe_note = inputs.moe_cost_note(spec_model, hw, settings)
+    if moe_note:
+        notes.append(moe_note)
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 
