@@ -49,7 +49,7 @@ from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
-    head_shard, layer_shard,
+    head_shard, layer_shard, optimizer_step_bytes,
 )
 from llmpar.cost.runtime import *  # noqa: F401,F403
 from llmpar.cost.runtime import (
@@ -158,11 +158,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     # once however many micro-batches are in flight (memory.working_layers; fitted per stack)
     working = mem.working_layers * peak_kept
     act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor + working
-    # the optimizer step's working buffers (a foreach Adam's fp32 sqrt(v) is 4 B; the stack's
-    # memory.optimizer_step_bytes_per_param, fitted), per parameter this GPU optimises (o / the
-    # optimizer's bytes per parameter), kept reserved by the caching allocator
-    opt_local = o / prec.optimizer if prec.optimizer else 0.0
-    buffers = (np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + mem.optimizer_step_bytes_per_param * opt_local
+    # reduction buckets and the optimizer step's working buffers (cost/states.optimizer_step_bytes)
+    buffers = (np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + optimizer_step_bytes(mem, o, prec)
                + np.zeros_like(np.asarray(w, dtype=float)))
     n_comm = np.asarray(communicators(par.tp, p, par.dp, par.cp, par.ep, embedding=is_first | is_last))
     return {

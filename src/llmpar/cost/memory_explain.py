@@ -21,7 +21,8 @@ from llmpar.cost.pipeline import DUALPIPE
 from llmpar.cost.states import (
     INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV, SRC_MEGATRON_PP, SRC_MEGATRON_TP,
     SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _word_embedding, _zero3_buffers, _zero_divisors,
-    bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard,
+    bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard, optimized_params,
+    optimizer_step_bytes,
 )
 from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
 from llmpar.cost.runtime import (
@@ -197,8 +198,8 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
     buf = float(e["buffers_bytes"])
     if buf:
         n = int(par.dp) * int(par.cp)
-        local = float(e["optimizer_bytes"]) / prec.optimizer if prec.optimizer else 0.0
-        opt_step = mem.optimizer_step_bytes_per_param * local
+        local = float(optimized_params(float(e["optimizer_bytes"]), prec))
+        opt_step = float(optimizer_step_bytes(mem, float(e["optimizer_bytes"]), prec))
         bucket = float(mem.grad_bucket_bytes) if n > 1 else 0.0
         if bucket:
             terms.append(Term("buffers", "gradient-reduction bucket", bucket,

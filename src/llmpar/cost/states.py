@@ -132,6 +132,19 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
     )
 
 
+def optimized_params(optimizer_bytes, prec: BytesPerParam):
+    """Parameters this GPU's optimizer updates: its optimizer-state bytes over the bytes per
+    parameter (all of them at ZeRO-0, 1/(dp·cp) at ZeRO-1+). Array-polymorphic."""
+    return optimizer_bytes / prec.optimizer if prec.optimizer else 0.0 * np.asarray(optimizer_bytes)
+
+
+def optimizer_step_bytes(mem, optimizer_bytes, prec: BytesPerParam):
+    """The optimizer step's working buffers: the stack's ``memory.optimizer_step_bytes_per_param``
+    (fitted; a foreach Adam's fp32 sqrt(v) is 4 B, torch/optim/adam.py _multi_tensor_adam) per
+    parameter this GPU optimises, kept reserved by the caching allocator."""
+    return mem.optimizer_step_bytes_per_param * optimized_params(optimizer_bytes, prec)
+
+
 def convention_allows(settings: Settings, zero):
     """Mask of ZeRO stages a convention defines: megatron 0 and 1, deepspeed 2 and 3, llmpar all."""
     z = np.asarray(zero)

@@ -258,9 +258,9 @@ def _data_parallel(model, hw, par, settings, place, S):
     # The last layer's bucket is never hidden (its gradients are the last computed): at least
     # dp_t / L_stage stays exposed.
     z = np.asarray(par.zero)
-    frac = np.where(z >= 3, ov.zero3_prefetch if "dp_overlap" not in settings.overrides() else settings.dp_overlap,
-                    settings.dp_overlap)
-    frac_ag = frac if ov.param_gather is None or "dp_overlap" in settings.overrides() else ov.param_gather
+    given = "dp_overlap" in settings.overrides()   # --dp-overlap overrides every DP overlap value of the stack
+    frac = np.where(z >= 3, settings.dp_overlap if given else ov.zero3_prefetch, settings.dp_overlap)
+    frac_ag = frac if ov.param_gather is None or given else ov.param_gather
     # gradient reduction window: ZeRO-0/1 reduce once, behind the last micro-batch's backward;
     # ZeRO-2 reduce-scatters every micro-batch's gradients as its backward produces them
     # (DeepSpeed stage 2 overlap_comm, FSDP SHARD_GRAD_OP), so each hides behind its own backward:
