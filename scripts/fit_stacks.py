@@ -60,7 +60,7 @@ PLANS = {
         priors={"kernels.moe_s_per_layer": 0.0, "kernels.moe_s_per_local_expert": 0.0}, folds=6),
     "megatron-2022": dict(files=["narayanan2021-table1", "korthikanti2022-table5"],
                           parameters=["kernels.gemm_efficiency"], priors={"kernels.gemm_efficiency": 0.852},
-                          folds=18),
+                          folds=14),   # 14 (model, GPUs) configurations: leave-one-configuration-out
     # nanotron: fit on 1-2 nodes only, on every run of them (the soft-L1 loss keeps a slow run from
     # dominating). An earlier plan left out runs slower than half their cell's best as "environment
     # pathologies"; they were mostly many small micro-batches under TP/PP, a per-micro-batch cost

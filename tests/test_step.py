@@ -183,15 +183,17 @@ def test_place_tp_inside_node_dp_across():
 
 def test_published_a100_rows():
     """docs/validation.md: Korthikanti 2022 Table 5 (iteration time) and Narayanan 2021 Table 1
-    (TFLOP/s per GPU, best micro-batch and chunks per stage) under the megatron-2022 stack, through
-    `llmpar validate` (the shipped validation/ rows). The stack's GEMM fraction was fitted on these
-    18 rows: 4.1 % mean / 8.3 % max in-sample, 4.7 % / 9.5 % leave-one-out (stacks/megatron-2022.yaml)."""
+    (TFLOP/s per GPU; micro-batch and chunks per stage as Megatron-LM examples/sc21/run_table_1.sh
+    sets them) under the megatron-2022 stack, through `llmpar validate` (the shipped validation/
+    rows). The stack's GEMM fraction was fitted on these 18 rows (3.2 % mean / 7.2 % max in-sample,
+    3.5 % / 8.1 % leave-one-configuration-out: stacks/megatron-2022.yaml); the issue's target on the
+    published metrics is mean <= 3.5 %, max <= 8 % (validate: 3.3 % / 7.6 %)."""
     from llmpar.validate.core import validate
 
     res = validate(["korthikanti2022-table5", "narayanan2021-table1"])
     errs = [abs(r["error"]) for r in res.rows if r["metric"] in ("step_time_s", "tflops_per_gpu")]
     assert len(errs) == 18
-    assert sum(errs) / len(errs) <= 0.05 and max(errs) <= 0.10, errs
+    assert sum(errs) / len(errs) <= 0.035 and max(errs) <= 0.08, errs
     k = [abs(r["error"]) for r in res.rows if r["source"] == "korthikanti2022-table5" and r["metric"] == "step_time_s"]
     assert len(k) == 8 and sum(k) / len(k) <= 0.05 and max(k) <= 0.10
 
