@@ -25,7 +25,7 @@ from llmpar.specs import load_hardware
 # ----------------------------------------------------------------------------- shared blocks
 
 PARALLEL = tuple(f"parallel.{k}" for k in (
-    "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch", "microbatches", "seq",
+    "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch", "microbatches", "seq",
     "schedule", "virtual_stages", "recompute_layers"))
 SETTINGS = tuple(f"settings.{k}" for k in (
     "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
@@ -59,7 +59,7 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",
-            *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
+            *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                                             "global_batch", "microbatches", "seq", "schedule", "virtual_stages",
                                             "recompute_layers")))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
@@ -92,7 +92,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
                           "margin")),
-        *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "batch", "sp_seq", "schedule",
+        *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "schedule",
                                    "convention", "memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",
         *under("comparison.", ("winner_rank", "other_rank", "objective", "margin_s")),
@@ -267,7 +267,7 @@ def test_common_keys_have_their_types(cli):
     for d in outs:
         assert isinstance(d["model"], str) and isinstance(d["hardware"], str) and type(d["gpus"]) is int
         p = d["parallel"]
-        for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
+        for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "microbatches", "seq",
                   "virtual_stages", "recompute_layers"):
             assert type(p[k]) is int, k
         assert type(p["sp"]) is bool

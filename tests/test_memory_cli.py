@@ -18,7 +18,7 @@ JSON_KEYS = {
     "params_per_gpu", "bytes_per_param", "memory", "model_states_bytes", "activation_bytes_per_layer",
     "capacity_bytes", "usable_bytes", "fits", "max_micro_batch", "most_loaded_stage", "assumptions",
 }
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                  "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
 MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
                "buffers_bytes", "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes",

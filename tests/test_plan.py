@@ -369,7 +369,7 @@ def test_result_contract(p405):
     assert step_keys <= set(row)
     assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed"}
     assert set(row["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
-    assert set(row["parallel"]) == {"tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
+    assert set(row["parallel"]) == {"tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                                     "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
     # the breakdown adds up to the step time (issue 3), row by row
     for r in d["plans"]:

@@ -6,7 +6,7 @@ from conftest import assert_one_line_error
 
 STEP_KEYS = {"model", "hardware", "gpus", "parallel", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
              "hardware_tflops_per_gpu", "mfu", "hfu", "breakdown_s", "comm_bytes_per_gpu", "memory"}
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                  "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
 
 

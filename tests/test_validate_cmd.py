@@ -106,6 +106,19 @@ def test_source_filter_and_stack_override(cli):
     assert {r["stack"] for r in b["rows"]} == {"megatron-core"} and b["groups"][0]["stack"] == "megatron-core"
 
 
+def test_stack_file_override(cli, tmp_path):
+    # --stack takes a FILE as every command does (it used to be looked up again by its name):
+    # a stack that extends megatron-2022 with twice the fixed cost per step (Korthikanti's 22B
+    # rows have one micro-batch, so the step grows by exactly 2 s over the shipped stack's)
+    f = tmp_path / "slow.yaml"
+    f.write_text("name: my-slow-2022\nextends: megatron-2022\ndescription: test\nfixed: {per_step_s: 2 s}\n")
+    a = cli("validate", "--source", K, "--json").json()["rows"][0]
+    res = cli("validate", "--source", K, "--stack", str(f), "--json")
+    assert res.code == 0, res.err
+    b = res.json()["rows"][0]
+    assert b["stack"] == "my-slow-2022" and b["predicted"] == pytest.approx(a["predicted"] + 2.0)
+
+
 def test_memory_and_fits_rows_on_a_playbook_slice(cli):
     # the first 5 playbook runs (nanotron, 1 node): tokens/s, peak reserved memory (GiB x 2**30
     # as the file records it) against llmpar's allocator pool, and the FITS verdict

@@ -39,7 +39,7 @@ EXPECTED_RUNS = {
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
     "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
     "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
-    "nemo-2511-h100.yaml": 4,               # Megatron-Bridge 25.11 DGX-H100 table: 6 rows - GPT OSS 120B - Qwen3 235B (EP folded into TP)
+    "nemo-2511-h100.yaml": 5,               # Megatron-Bridge 25.11 DGX-H100 table: 6 rows - GPT OSS 120B (Qwen3 235B: EP folded over TP, etp 1)
 }
 # The playbook grid's status counts (shared hf_playbook_runs_1b_3b.yaml): (model, status) -> runs
 PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
@@ -51,12 +51,12 @@ REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
 STACKS = {"megatron-2022", "megatron-deepspeed-2021", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile",
           "deepspeed", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
-LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
+LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
           "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype"}
 MEASURES = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_allocated_bytes",
             "peak_reserved_bytes"}
 RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "status", "note"}
-INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "microbatches", "seq",
+INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "microbatches", "seq",
             "virtual_stages", "recompute_layers"}
 CHOICES = {"recompute": {"none", "selective", "full"},
            "schedule": {"gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"},
@@ -128,8 +128,8 @@ def test_runs(path):
         tp, pp, cp = r.get("tp", 1), r.get("pp", 1), r.get("cp", 1)
         dp = r.get("dp", r["gpus"] // (tp * pp * cp))
         assert tp * pp * cp * dp == r["gpus"], (where, "gpus != tp*cp*pp*dp")
-        if "ep" in r:
-            assert (dp * cp) % r["ep"] == 0, (where, "ep must divide dp*cp")
+        if "ep" in r:   # ep*etp divides the stage's tp*cp*dp GPUs; etp = tp (the default): ep divides dp*cp
+            assert (tp * cp * dp) % (r["ep"] * r.get("etp", tp)) == 0, (where, "ep*etp must divide tp*cp*dp")
         if {"global_batch", "micro_batch", "microbatches"} <= set(r):
             assert r["global_batch"] == r["micro_batch"] * r["microbatches"] * dp, where
         elif {"global_batch", "micro_batch"} <= set(r):

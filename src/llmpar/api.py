@@ -91,6 +91,7 @@ def memory(
     dp: int | None = None,
     cp: int | None = None,
     ep: int | None = None,
+    etp: int | None = None,
     zero: int = 0,
     sp: bool | None = None,
     recompute: str = "none",
@@ -132,7 +133,7 @@ def memory(
         raise UserError("--batch/--context describe serving and need --inference (training uses --micro-batch/--seq)")
     hw = load_hardware_spec(hardware)
     res_bytes = parse_reserve(reserve, hw)
-    layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=recompute,
+    layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=recompute,
                   micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches, seq=seq,
                   schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers)
     if params is not None:
@@ -291,6 +292,7 @@ def step(
     dp: int | None = None,
     cp: int | None = None,
     ep: int | None = None,
+    etp: int | None = None,
     zero: int = 0,
     sp: bool | None = None,
     recompute: str = "none",
@@ -332,7 +334,7 @@ def step(
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf path/config.json")
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
-    mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp,
+    mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
                  dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention, attention=attention,

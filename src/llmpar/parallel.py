@@ -6,7 +6,10 @@ them at once (``llmpar plan``) with the same code. Categorical knobs are integer
 can live in arrays: see RECOMPUTE and SCHEDULES.
 
 Resolution rules (DESIGN.md, CLI conventions):
-- gpus = tp*cp*pp*dp; ep divides dp*cp (expert data-parallel = dp*cp/ep); expert-TP = tp.
+- gpus = tp*cp*pp*dp. MoE layers: expert-TP etp (--etp; default tp) and ep with ep*etp dividing
+  tp*cp*dp; expert data-parallel = tp*cp*dp/(ep*etp). With etp = tp this is ep | dp*cp, experts
+  sharded inside the data-parallel group; etp < tp folds EP over the TP ranks too (Megatron-Core
+  MoE parallel folding: Liu et al. 2025, arXiv:2504.14960, §3).
 - --gpus without --dp: dp = gpus/(tp*cp*pp) (must be an integer). --dp without --gpus: gpus is
   the product. Both: must agree. Neither: one node of the hardware.
 - --global-batch B (sequences): m = B/(b*dp) micro-batches; --microbatches m sets m directly.
@@ -52,6 +55,7 @@ class Parallel:
     dp: Any = 1
     cp: Any = 1
     ep: Any = 1
+    etp: Any = 0                # expert tensor-parallel degree; 0 = tp (Megatron-Core's default)
     zero: Any = 0
     sp: Any = False
     recompute: Any = 0          # index into RECOMPUTE
@@ -76,15 +80,22 @@ class Parallel:
         return self.global_batch * self.seq
 
     @property
+    def expert_tp(self):
+        """Expert tensor-parallel degree: etp, or tp when etp is 0 (not given)."""
+        if isinstance(self.etp, np.ndarray) or isinstance(self.tp, np.ndarray):
+            return np.where(np.asarray(self.etp) > 0, self.etp, self.tp)
+        return self.etp or self.tp
+
+    @property
     def expert_dp(self):
-        """Expert data-parallel degree: dp*cp/ep (DESIGN.md, Degrees)."""
-        return self.dp * self.cp // self.ep
+        """Expert data-parallel degree: tp*cp*dp/(ep*etp) (DESIGN.md, Degrees); dp*cp/ep when etp = tp."""
+        return self.tp * self.dp * self.cp // (self.ep * self.expert_tp)
 
     def as_dict(self) -> dict[str, Any]:
         """The common JSON ``parallel`` object (scalar layouts only)."""
         return {
             "tp": int(self.tp), "pp": int(self.pp), "dp": int(self.dp), "cp": int(self.cp), "ep": int(self.ep),
-            "zero": int(self.zero), "sp": bool(self.sp), "recompute": RECOMPUTE[int(self.recompute)],
+            "etp": int(self.expert_tp), "zero": int(self.zero), "sp": bool(self.sp), "recompute": RECOMPUTE[int(self.recompute)],
             "micro_batch": int(self.micro_batch), "global_batch": int(self.global_batch),
             "microbatches": int(self.microbatches), "seq": int(self.seq),
             "schedule": SCHEDULES[int(self.schedule)], "virtual_stages": int(self.virtual_stages),
@@ -210,7 +221,7 @@ def default_global_batch(seq: int, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> 
 # Layout rules, in the order the planner counts rejections (llmpar.plan.space.REASONS). Each is an
 # array-polymorphic mask (True = the layout breaks the rule) so that ``check_layout`` (one scalar
 # layout, a message) and the planner (every candidate at once, a count) apply the same rules.
-LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "sp_seq", "virtual_stages", "zero")
+LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "sp_seq", "virtual_stages", "zero")
 
 
 def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
@@ -219,7 +230,10 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
     - tp_heads: tp divides the attention heads and the KV heads (Megatron: num_query_groups % tp == 0)
     - pp_layers: pp <= layers
     - cp_seq: cp divides the sequence
-    - ep: ep = 1, or the model has experts, ep divides them and divides dp*cp
+    - ep: ep = 1, or the model has experts, ep divides them, and ep*etp divides tp*cp*dp (with etp
+      = tp: ep divides dp*cp)
+    - etp: etp not given (= tp), or the model has experts, etp divides tp*cp*dp and the expert FFN
+      width (Megatron-Core splits each expert's FFN over the etp ranks)
     - sp_seq: with SP (tp > 1), tp divides seq/cp
     - virtual_stages: v = 1, or pp > 1 and v divides the layers of the most-loaded stage
       ceil(layers/pp) (Megatron-LM splits a stage into v equal model chunks)
@@ -229,14 +243,17 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
 
     tp, pp, dp, cp, ep = par.tp, par.pp, par.dp, par.cp, par.ep
     seq, v, sp, zero = par.seq, par.virtual_stages, par.sp, par.zero
+    etp, etp_given = par.expert_tp, np.asarray(par.etp) > 0
     moe = model.moe
     experts = moe.experts if moe is not None else 1
+    f_e = moe.expert_ffn_hidden if moe is not None else 1
     per_stage = stage_layers(model.layers, np.maximum(pp, 1))
     return {
         "tp_heads": (model.heads % tp != 0) | (model.n_kv_heads % tp != 0),
         "pp_layers": pp > model.layers,
         "cp_seq": seq % cp != 0,
-        "ep": (ep > 1) & ((moe is None) | (experts % ep != 0) | ((dp * cp) % ep != 0)),
+        "ep": (ep > 1) & ((moe is None) | (experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)),
+        "etp": etp_given & (etp != tp) & ((moe is None) | ((tp * cp * dp) % etp != 0) | (f_e % etp != 0)),
         "sp_seq": np.logical_and(sp, tp > 1) & ((seq // cp) % tp != 0),
         "virtual_stages": (v > 1) & ((pp == 1) | (per_stage % v != 0)),
         "zero": (zero < 0) | (zero > 3),
@@ -262,7 +279,18 @@ def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
             return f"ep={ep} given but {model.name} has no experts"
         if model.moe.experts % ep:
             return f"ep={ep} does not divide the {model.moe.experts} experts of {model.name}"
-        return f"ep={ep} does not divide dp*cp = {dp * cp} (experts are sharded inside the data-parallel group)"
+        etp = int(par.expert_tp)
+        if etp == tp:
+            return (f"ep={ep} does not divide dp*cp = {dp * cp} (experts are sharded inside the data-parallel "
+                    f"group; --etp 1 folds EP over the TP ranks too, as Megatron-Core's MoE parallel folding)")
+        return f"ep*etp = {ep}*{etp} does not divide tp*cp*dp = {tp * cp * dp} (the GPUs of one pipeline stage)"
+    if rule == "etp":
+        etp = int(par.expert_tp)
+        if not model.moe:
+            return f"--etp {etp} given but {model.name} has no experts"
+        if (tp * cp * dp) % etp:
+            return f"--etp {etp} does not divide tp*cp*dp = {tp * cp * dp} (the GPUs of one pipeline stage)"
+        return f"--etp {etp} does not divide the expert FFN width {model.moe.expert_ffn_hidden} of {model.name}"
     if rule == "sp_seq":
         return f"sequence parallelism needs seq/cp = {seq // cp} divisible by tp={tp}"
     if rule == "virtual_stages":
@@ -323,6 +351,7 @@ def resolve(
     dp: int | None = None,
     cp: int | None = None,
     ep: int | None = None,
+    etp: int | None = None,
     zero: int = 0,
     sp: bool | None = None,
     recompute: str = "none",
@@ -342,6 +371,7 @@ def resolve(
     pp = _pos_int(pp, "pp", MAX_GPUS) or 1
     cp = _pos_int(cp, "cp", MAX_GPUS) or 1
     ep = _pos_int(ep, "ep", MAX_GPUS) or 1
+    etp = _pos_int(etp, "etp", MAX_GPUS) or 0
     gpus = _pos_int(gpus, "gpus", MAX_GPUS)
     dp = _pos_int(dp, "dp", MAX_GPUS)
     b = _pos_int(micro_batch, "micro-batch", MAX_BATCH) or 1
@@ -420,7 +450,7 @@ def resolve(
         raise UserError(f"{m * per_step:,} sequences x {seq:,} tokens = {m * per_step * seq:,} tokens per step is "
                         f"beyond what llmpar models (at most {MAX_TOKENS_PER_STEP:,})")
     par = Parallel(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=int(zero), sp=bool(sp), recompute=rec,
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=0 if etp == tp else etp, zero=int(zero), sp=bool(sp), recompute=rec,
         micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v, recompute_layers=n_rec,
     )
     check_layout(model, par)

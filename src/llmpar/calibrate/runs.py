@@ -150,6 +150,8 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
         return int(f)
 
     tp, pp, cp, ep = (num(k, 1) for k in ("tp", "pp", "cp", "ep"))
+    etp = num("etp", 0)
+    etp = 0 if etp == tp else etp     # 0: expert-TP = tp (Parallel.etp)
     gpus, dp = num("gpus"), num("dp")
     if dp is None:
         if gpus is None:
@@ -215,7 +217,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
             for zero in zeros:
                 for rec in recs:
                     for n_rec in _recompute_layer_counts(rec, rec_given, n_rec_given, per_chunk):
-                        out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, sp=sp, recompute=rec,
+                        out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=rec,
                                         micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
                                         virtual_stages=v, recompute_layers=n_rec))
     if not out:

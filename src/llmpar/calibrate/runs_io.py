@@ -27,8 +27,8 @@ from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, RECOMPUTE, SCH
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
-DEGREES = ("tp", "pp", "dp", "cp", "ep")
-LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "global_batch",
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
+LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
                  "peak_reserved_bytes")
@@ -92,6 +92,7 @@ ALIASES: dict[str, str] = {
     "data_parallel": "dp", "data_parallel_size": "dp",
     "context_parallel": "cp", "context_parallel_size": "cp",
     "expert_parallel": "ep", "expert_parallel_size": "ep", "expert_model_parallel_size": "ep",
+    "expert_tensor_parallel": "etp", "expert_tensor_parallel_size": "etp",
     "zero_stage": "zero", "sequence_parallel": "sp", "recompute_granularity": "recompute",
     "micro_batch_size": "micro_batch", "mbs": "micro_batch",
     "global_batch_size": "global_batch", "gbs": "global_batch",
@@ -369,9 +370,12 @@ def _check_layout(layout: dict[str, Any], where: str, notes: list[str]) -> dict[
     elif gpus != model_par * dp:
         raise _fail(where, f"gpus={gpus} disagrees with tp*cp*pp*dp = {tp}*{cp}*{pp}*{dp} = {model_par * dp}")
     dp = out["dp"]
-    ep = out.get("ep")
-    if ep is not None and (dp * cp) % ep:
-        raise _fail(where, f"ep={ep} does not divide dp*cp = {dp * cp}")
+    ep, etp = out.get("ep") or 1, out.get("etp") or tp
+    if (tp * cp * dp) % (ep * etp):
+        if etp == tp:
+            raise _fail(where, f"ep={ep} does not divide dp*cp = {dp * cp} (give etp, the expert tensor-parallel "
+                               f"size, when EP also spans TP ranks)")
+        raise _fail(where, f"ep*etp = {ep}*{etp} does not divide tp*cp*dp = {tp * cp * dp}")
     v = out.get("virtual_stages")
     if v is not None and v > 1:
         if pp == 1:

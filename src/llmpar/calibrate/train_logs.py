@@ -162,6 +162,7 @@ def _megatron_layout(args: dict[str, Any], where: str, notes: list[str]) -> dict
     direct = {
         "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
         "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
+        "expert_tensor_parallel_size": "etp",
         "data_parallel_size": "dp", "world_size": "gpus", "micro_batch_size": "micro_batch",
         "global_batch_size": "global_batch", "seq_length": "seq", "sequence_parallel": "sp",
     }

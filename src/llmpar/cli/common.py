@@ -22,6 +22,8 @@ _LAYOUT_OPTIONS = [
     click.option("--dp", type=int, help="Data-parallel degree (default: derived from --gpus, or one node)."),
     click.option("--cp", type=int, help="Context-parallel degree (default 1)."),
     click.option("--ep", type=int, help="Expert-parallel degree, carved out of dp*cp (default 1)."),
+    click.option("--etp", type=int, help="Expert tensor-parallel degree (default tp). Below tp, EP also spans the "
+                                          "TP ranks: ep*etp divides tp*cp*dp (Megatron-Core MoE parallel folding)."),
     click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage over dp*cp."),
     click.option("--sp/--no-sp", default=None, help="Sequence parallelism (default: on when tp > 1)."),
     click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True),
@@ -99,7 +101,7 @@ def common_options(f):
     return layout_options(precision_options(output_options(f)))
 
 
-LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch",
+LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers")
 
 

@@ -32,6 +32,8 @@ _LAYOUT = [
     click.option("--dp", type=int, help="Fix the data-parallel degree."),
     click.option("--cp", type=int, help="Fix the context-parallel degree."),
     click.option("--ep", type=int, help="Fix the expert-parallel degree."),
+    click.option("--etp", type=int, help="Fix the expert tensor-parallel degree (default: each candidate's tp; "
+                                          "below tp, Megatron-Core MoE parallel folding)."),
     click.option("--zero", type=click.IntRange(0, 3), help="Fix the ZeRO stage."),
     click.option("--sp/--no-sp", default=None, help="Fix sequence parallelism on or off."),
     click.option("--recompute", type=click.Choice(RECOMPUTE), help="Fix the recompute mode."),

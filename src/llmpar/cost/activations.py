@@ -45,6 +45,10 @@ class ActTerm:
     source: str = SRC_KORTH
     only_selective: bool = False   # saved only under selective recompute (a policy's own set, e.g. torchtitan-op)
     only_tp: bool = False          # held only when TP > 1 (torch loss_parallel's decomposed log-softmax)
+    # dispatched tokens gathered over the expert-TP group: x etp/t of the replicated size (with
+    # etp = t every expert-TP rank holds all T tokens' copies; MoE parallel folding with etp < t
+    # leaves each rank its own T/t tokens' copies times etp: Liu et al. 2025, arXiv:2504.14960 §3)
+    etp: bool = False
 
     @property
     def per_token(self) -> float:
@@ -220,7 +224,7 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
         add(ActTerm("router probabilities (fp32)", 4.0, moe.experts, "E", tp=False, sp=True, selective=True,
                     source=SRC_MOE))
         add(ActTerm(f"expert inputs ({k} dispatched copies per token)", g, k * h, "k·h", tp=False, sp=False,
-                    selective=True, source=SRC_MOE))
+                    selective=True, source=SRC_MOE, etp=True))
         ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE)
         add(ActTerm("expert outputs (for the routing-weight gradient)", 2.0, k * h, "k·h", tp=False, sp=True,
                     selective=True, source=SRC_MOE))
@@ -247,6 +251,8 @@ class ActCoeffs:
     s2: float
     ckpt_rep: float
     ckpt_sp: float
+    ex: float = 0.0          # expert-TP-gathered terms (ActTerm.etp): x etp/t
+    sel_ex: float = 0.0
 
 
 def aggregate(terms: list[ActTerm], ckpt: ActTerm) -> ActCoeffs:
@@ -257,15 +263,17 @@ def aggregate(terms: list[ActTerm], ckpt: ActTerm) -> ActCoeffs:
         return total(lambda t: not t.only_selective and pred(t))
 
     return ActCoeffs(
-        rep=total_none(lambda t: not t.s2 and not t.tp and not t.sp),
+        rep=total_none(lambda t: not t.s2 and not t.tp and not t.sp and not t.etp),
         sp=total_none(lambda t: not t.s2 and not t.tp and t.sp),
         tp=total_none(lambda t: not t.s2 and t.tp),
-        sel_rep=total(lambda t: t.selective and not t.s2 and not t.tp and not t.sp),
+        sel_rep=total(lambda t: t.selective and not t.s2 and not t.tp and not t.sp and not t.etp),
         sel_sp=total(lambda t: t.selective and not t.s2 and not t.tp and t.sp),
         sel_tp=total(lambda t: t.selective and not t.s2 and t.tp),
         s2=total_none(lambda t: t.s2),
         ckpt_rep=ckpt.per_token if not ckpt.sp else 0.0,
         ckpt_sp=ckpt.per_token if ckpt.sp else 0.0,
+        ex=total_none(lambda t: t.etp),
+        sel_ex=total(lambda t: t.selective and t.etp),
     )
 
 
@@ -283,16 +291,18 @@ def _tokens(par: Parallel):
 def layer_activation_bytes(c: ActCoeffs, par: Parallel, recompute=None):
     """Bytes one layer keeps for one micro-batch on one GPU (Korthikanti 2022 Table 2, generalised).
 
-    none:      b·s/c · (rep + sp/t_sp + tp/t) + b·s/c · s · s2/t
-    selective: b·s/c · (sel_rep + sel_sp/t_sp + sel_tp/t)
+    none:      b·s/c · (rep + sp/t_sp + tp/t + ex·etp/t) + b·s/c · s · s2/t
+    selective: b·s/c · (sel_rep + sel_sp/t_sp + sel_tp/t + sel_ex·etp/t)
     full:      b·s/c · (ckpt_rep + ckpt_sp/t_sp)
-    with t_sp = t when sequence parallelism is on, else 1.
+    with t_sp = t when sequence parallelism is on, else 1, and etp the expert-TP degree (= t
+    unless MoE parallel folding sets it).
     """
     t, sp_div = _split(par)
     tok = _tokens(par)
     s = np.asarray(par.seq, dtype=float)
-    none = tok * (c.rep + c.sp / sp_div + c.tp / t) + tok * s * c.s2 / t
-    sel = tok * (c.sel_rep + c.sel_sp / sp_div + c.sel_tp / t)
+    ex = np.asarray(par.expert_tp, dtype=float) / t
+    none = tok * (c.rep + c.sp / sp_div + c.tp / t + c.ex * ex) + tok * s * c.s2 / t
+    sel = tok * (c.sel_rep + c.sel_sp / sp_div + c.sel_tp / t + c.sel_ex * ex)
     full = tok * (c.ckpt_rep + c.ckpt_sp / sp_div)
     rec = np.asarray(par.recompute if recompute is None else recompute)
     return _out(np.where(rec == 0, none, np.where(rec == 1, sel, full))), _out(none)
@@ -307,6 +317,8 @@ def term_bytes(term: ActTerm, par: Parallel):
         x = x * np.asarray(par.seq, dtype=float)
     if term.only_tp:
         x = x * (np.asarray(par.tp) > 1)
+    if term.etp:
+        x = x * np.asarray(par.expert_tp, dtype=float) / t
     return _out(x)
 
 

@@ -36,7 +36,7 @@ def _frac(n):
     return (n - 1) / np.maximum(n, 1)
 
 
-def tp_layer(hw, model, par, placement, e=2.0, ag_e=None):
+def tp_layer(hw, model, par, placement, e=2.0, ag_e=None, moe=False):
     """TP collectives of ONE layer and ONE micro-batch.
 
     Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd). Each collective moves the
@@ -45,16 +45,31 @@ def tp_layer(hw, model, par, placement, e=2.0, ag_e=None):
     size the SP all-gathers move: 1 where the framework casts to FP8 before gathering (torchao's
     Float8ColwiseParallel gathers the FP8 input in the forward, Float8RowwiseParallel the FP8
     output gradient in the backward; the reduce-scatters stay 16-bit).
+    One pair (or all-reduce) belongs to the attention block, the other to the MLP. In a MoE layer
+    (``moe``) under MoE parallel folding (expert-TP etp < tp: Liu et al. 2025, arXiv:2504.14960
+    §3) the MLP's pair runs in the etp group over the tokens that group holds, etp/tp of the
+    activation: none at etp = 1. With etp = tp it is the dense MLP's pair.
     """
     size, k = placement["tp"]
     tokens_h = par.micro_batch * (par.seq / par.cp) * model.hidden
     act, act_ag = tokens_h * e, tokens_h * (e if ag_e is None else ag_e)
-    t_ar = collective_time(hw, "all_reduce", act, size, k)
-    t_pair = collective_time(hw, "all_gather", act_ag, size, k) + collective_time(hw, "reduce_scatter", act, size, k)
-    one_way = np.where(par.sp, 2 * t_pair, 2 * t_ar)
-    # per direction: 2 all-reduces, each 2(P-1)/P * act; with SP 2 (all-gather + reduce-scatter)
-    # pairs, (P-1)/P * (act_ag + act) each
-    sent = 2 * np.where(par.sp, act_ag + act, 2 * act) * _frac(size)
+
+    def half(n, kn, share):
+        # one all-reduce, 2(P-1)/P * act; with SP one all-gather + reduce-scatter pair, (P-1)/P * (act_ag + act)
+        t_ar = collective_time(hw, "all_reduce", act * share, n, kn)
+        t_pair = (collective_time(hw, "all_gather", act_ag * share, n, kn)
+                  + collective_time(hw, "reduce_scatter", act * share, n, kn))
+        live = n > 1
+        return (np.where(live, np.where(par.sp, t_pair, t_ar), 0.0),
+                np.where(live, share * np.where(par.sp, act_ag + act, 2 * act) * _frac(n), 0.0))
+
+    t_attn, b_attn = half(size, k, 1.0)
+    if moe and "etp" in placement:
+        esize, ek = placement["etp"]
+        t_mlp, b_mlp = half(esize, ek, np.asarray(esize, dtype=float) / np.maximum(size, 1))
+    else:
+        t_mlp, b_mlp = t_attn, b_attn
+    one_way, sent = t_attn + t_mlp, b_attn + b_mlp
     return one_way, one_way, sent, sent
 
 

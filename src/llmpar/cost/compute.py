@@ -126,7 +126,7 @@ def memory_bound_time(hw: Hardware, nbytes):
     return nbytes / (hw.gpu.memory_bandwidth * hw.gpu.memory_efficiency)
 
 
-def layer_elementwise_bytes(model, b, s, tp, sp, cp=1, attention: str = "flash", dtype_bytes: float = 2.0):
+def layer_elementwise_bytes(model, b, s, tp, sp, cp=1, attention: str = "flash", dtype_bytes: float = 2.0, etp=None):
     """HBM bytes moved by the memory-bound ops of one transformer layer, forward, per GPU.
 
     Counted per op as (bytes read + bytes written), one pass each, with Megatron's fusions
@@ -146,7 +146,8 @@ def layer_elementwise_bytes(model, b, s, tp, sp, cp=1, attention: str = "flash",
     Llama block (RMSNorm, SwiGLU, no dropout, RoPE):
       2 x RMSNorm 4*T*h*e; 2 x residual add 6*T*h*e; SwiGLU T*f/tp*3e; RoPE 2e*T*(a+kv)*d/tp
     MoE layers replace the dense FFN traffic with top_k tokens through experts of size f_e (and the
-    shared experts), plus the permute/unpermute copies 2 * 2*T*top_k*h*e.
+    shared experts), plus the permute/unpermute copies 2 * 2*T*top_k*h*e (x etp/tp: under MoE
+    parallel folding each expert-TP group permutes the tokens it gathered, etp/tp of them).
     Backward moves about twice the forward traffic (reads output grads and saved inputs, writes
     input grads): step.py applies that factor.
     """
@@ -162,7 +163,7 @@ def layer_elementwise_bytes(model, b, s, tp, sp, cp=1, attention: str = "flash",
         moe = model.moe
         f_e = moe.expert_ffn_hidden
         act_per_token = (3 * e if model.ffn_type == "swiglu" else 2 * e) * (moe.top_k * f_e + moe.shared_experts * f_e)
-        permute = 2 * 2 * T * moe.top_k * h * e
+        permute = 2 * 2 * T * moe.top_k * h * e * (tp if etp is None else etp) / tp
         moe_ffn = T * act_per_token / tp + permute
         dense_ffn = T * (3 * e if model.ffn_type == "swiglu" else 2 * e) * model.ffn_hidden / tp
         frac_moe = model.moe_layers / model.layers

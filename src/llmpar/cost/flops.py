@@ -285,7 +285,7 @@ def palm_flops_per_token(model: ModelSpec, s):
 # GEMMs per layer per micro-batch on one GPU, after the TP and CP split
 # ---------------------------------------------------------------------------------------------
 
-def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, causal=CAUSAL_FLASH) -> list:
+def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, etp=None, causal=CAUSAL_FLASH) -> list:
     """The forward GEMMs of one layer for one micro-batch on one GPU: (name, m, n, k, count),
     an (m x k) @ (k x n) product done ``count`` times; FLOPs = 2·m·n·k·count. m, n, k and count
     may be arrays (b, s, tp, cp, ep arrays). Backward: the same GEMMs twice (input and weight
@@ -302,7 +302,11 @@ def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, causal=CA
     - MLA (Megatron-Core MultiLatentAttention): q_down and kv_down are replicated on every TP
       rank ("duplicated"), so each rank pays them in full; q_up/kv_up are column-parallel.
     - MoE, balanced routing: each of the E/ep experts on this GPU receives
-      m = ep·T·top_k/E tokens; expert FFNs are split by expert-TP = tp; count = E/ep. The router
+      m = ep·T·top_k/E tokens; expert FFNs are split by expert-TP = tp; count = E/ep. With MoE
+      parallel folding (``etp`` < tp; Liu et al. 2025, arXiv:2504.14960 §3) the EP group also
+      spans TP ranks, each dispatching its own T/tp (sequence-parallel) tokens, and an expert's
+      FFN is split over etp ranks that gather their tokens: m = ep·(T/tp)·etp·top_k/E, width
+      f_e/etp (the same FLOPs per GPU; other GEMM shapes). The router
       (h x E) runs on T/tp tokens (sequence-parallel). Shared experts are one dense FFN of size
       n_shared·f_e on all T tokens.
     GEMM FLOPs summed over the tp·cp GPUs equal :func:`layer_flops` with the same ``causal``,
@@ -337,11 +341,12 @@ def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, causal=CA
         return gemms
     e = model.moe
     fe = e.expert_ffn_hidden
-    tokens_per_expert = ep * T * e.top_k / e.experts
+    etp = tp if etp is None else etp
+    tokens_per_expert = ep * (T / tp) * etp * e.top_k / e.experts
     local_experts = e.experts / ep
     gemms.append(("router", T / tp, e.experts, h, 1))
-    gemms.append(("expert_up", tokens_per_expert, up * fe / tp, h, local_experts))
-    gemms.append(("expert_down", tokens_per_expert, h, fe / tp, local_experts))
+    gemms.append(("expert_up", tokens_per_expert, up * fe / etp, h, local_experts))
+    gemms.append(("expert_down", tokens_per_expert, h, fe / etp, local_experts))
     if e.shared_experts:
         fs = e.shared_experts * fe
         gemms.append(("shared_up", T, up * fs / tp, h, 1))

@@ -124,8 +124,9 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
         terms.append(Term("params", f"{nm} MoE layer(s), non-expert", nm * float(shard.moe),
                           "L_stage × [(attn)/t + shared/t + router + norms]", f"{nm} × {_g(shard.moe)} (t={t})", src_shard))
         terms.append(Term("params", f"{nm} MoE layer(s), routed experts", nm * float(shard.experts),
-                          "L_stage × E·expert / (ep·t)",
-                          f"{nm} × {model.moe.experts}·{_g(P.expert_params(model))} / ({int(par.ep)}·{t})", src_shard))
+                          "L_stage × E·expert / (ep·etp)  (etp = expert-TP, t unless --etp)",
+                          f"{nm} × {model.moe.experts}·{_g(P.expert_params(model))} / ({int(par.ep)}·{int(par.expert_tp)})",
+                          src_shard))
     if emb:
         terms.append(Term("params", "embedding (vocab-parallel)", emb, "V·h/t + positions",
                           f"{model.vocab}·{model.hidden}/{t} + {_g(P.embedding_params(model) - _word_embedding(model))}",
@@ -246,6 +247,8 @@ def _act_formula(x: ActTerm) -> str:
     coef = f"{x.coef:g}" if x.coef != 1 else ""
     seq = "b·(s/c)·s" if x.s2 else "b·(s/c)"
     div = " / t" if x.tp else (" / t_sp" if x.sp else "")
+    if x.etp:
+        div = " × etp/t"   # the tokens the expert-TP group gathered (= 1 unless MoE parallel folding)
     return f"{coef}·{seq}·{x.unit}{div}".lstrip("·")
 
 

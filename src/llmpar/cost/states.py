@@ -203,7 +203,7 @@ class LayerShard:
     """Parameters of one transformer layer held by one GPU after TP/EP (before ZeRO).
 
     ``dense``/``moe``: non-expert parameters of a dense / MoE layer; ``experts``: routed-expert
-    parameters of a MoE layer (sharded by ep x expert-TP); ``*_linear``: the part in linear
+    parameters of a MoE layer (sharded by ep x expert-TP etp); ``*_linear``: the part in linear
     layers (for the fp8 weight cache). Values may be arrays (one per candidate tp/ep).
     """
 
@@ -218,10 +218,12 @@ class LayerShard:
 def layer_shard(model: ModelSpec, par: Parallel) -> LayerShard:
     """Megatron sharding of one layer (Shoeybi 2019 §3): QKV/FC1 column-parallel and proj/FC2
     row-parallel split by t with their column biases; norms, row biases and MLA down-projections
-    replicated. MoE: routed experts split over ep ranks and expert-TP = t; shared experts like a
-    dense FFN; router replicated."""
+    replicated. MoE: routed experts split over ep ranks and expert-TP etp (= t unless MoE parallel
+    folding sets it: Liu et al. 2025, arXiv:2504.14960 §3); shared experts like a dense FFN;
+    router replicated."""
     t = np.asarray(par.tp, dtype=float)
     ep = np.asarray(par.ep, dtype=float)
+    et = np.asarray(par.expert_tp, dtype=float)
     attn = P.attention_params(model)
     attn_rep = _tp_replicated_attention(model)
     norms = P.norm_params_per_layer(model)
@@ -240,7 +242,7 @@ def layer_shard(model: ModelSpec, par: Parallel) -> LayerShard:
         router = P.router_params(model)
         moe = attn_gpu + shared_gpu + router + norms
         one = P.expert_params(model)
-        experts = model.moe.experts * ((one - _row_bias(model)) / t + _row_bias(model)) / ep
+        experts = model.moe.experts * ((one - _row_bias(model)) / et + _row_bias(model)) / ep
         moe_lin = attn_gpu + shared_gpu
         exp_lin = experts
     return LayerShard(
@@ -294,12 +296,13 @@ def _zero_divisors(par: Parallel):
 
     ZeRO (Rajbhandari 2019 §5) shards over the data-parallel group: dp·cp ranks (Megatron shards
     the distributed optimizer over the data-parallel-with-context-parallel group); expert
-    parameters over the expert-data-parallel group dp·cp/ep. Stage 1 shards optimizer states,
+    parameters over the expert-data-parallel group tp·cp·dp/(ep·etp) (= dp·cp/ep when etp = tp).
+    Stage 1 shards optimizer states,
     stage 2 also gradients, stage 3 also weights.
     """
     z = np.asarray(par.zero)
     n = np.asarray(par.dp, dtype=float) * np.asarray(par.cp, dtype=float)
-    ne = n / np.asarray(par.ep, dtype=float)
+    ne = n * np.asarray(par.tp, dtype=float) / (np.asarray(par.ep, dtype=float) * np.asarray(par.expert_tp, dtype=float))
     one = np.ones_like(n)
     return (
         (np.where(z >= 3, n, one), np.where(z >= 2, n, one), np.where(z >= 1, n, one)),

@@ -69,7 +69,8 @@ def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settin
     att = stack.kernels.attention
     skip = att.causal_skip and settings.attention == "flash"
     causal = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
-    gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep, causal=causal)
+    gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
+                              etp=par.expert_tp, causal=causal)
     core = [g for g in gemms if g[0] in flops.ATTENTION_CORE]
     linear = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
     g_lin, cast_f, cast_b = compute.linear_gemms_time(hw, stack, settings.dtype, linear)
@@ -130,8 +131,9 @@ def _layer_compute(model, hw, par, settings, e):
     moe_parts = _layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
     g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op = _mix(frac_moe, dense, moe_parts)
     traffic = stack.kernels.elementwise_traffic
-    elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e)
-    elem_flash = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e)
+    etp = par.expert_tp
+    elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e, etp)
+    elem_flash = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, "flash", e, etp)
     t_elem = compute.memory_bound_time(hw, elem)
     t_scores = compute.memory_bound_time(hw, elem - elem_flash)   # s^2 softmax/dropout traffic
     t_cast_f = compute.memory_bound_time(hw, cast_f)
@@ -164,6 +166,9 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # FP8 all-gathers in TP (stack kernels.fp8.tp_all_gather_fp8: torchao's Float8 TP styles)
     ag_e = 1.0 if settings.dtype == "fp8" and settings.stack.kernels.fp8.tp_all_gather_fp8 else e
     tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e, ag_e)
+    if model.moe is not None:   # MoE layers: the MLP's collectives in the expert-TP group (comm.tp_layer)
+        mix = comm.tp_layer(hw, model, par, place, e, ag_e, moe=True)
+        tp_f, tp_b, tp_bytes_f, tp_bytes_b = _mix(L.frac_moe, (tp_f, tp_b, tp_bytes_f, tp_bytes_b), mix)
     tp_rec = np.where(L.rec == REC_FULL, L.rec_full * tp_f, 0.0)
     # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
     # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP

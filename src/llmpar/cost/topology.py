@@ -141,13 +141,26 @@ def _groups(par, order) -> dict:
     s_space = st[inner]
     dpcp = par.dp * par.cp
     ep = par.ep
+    etp = par.expert_tp
+    folded = np.asarray(etp != par.tp)
+    if folded.any() and not (order[0] == "tp" and order[-1] == "pp"):
+        from llmpar.errors import UserError
+
+        raise UserError(f"--etp other than tp needs tp innermost and pp outermost in the rank order "
+                        f"(e.g. tp-cp-dp-pp), got {'-'.join(order)}")
+    # MoE layers (Megatron-Core MoE parallel folding, Liu et al. 2025 arXiv:2504.14960 §3.2): the
+    # tp x cp x dp ranks of a pipeline stage, consecutive when tp is innermost and pp outermost,
+    # are regrouped as etp (innermost) x ep x edp. With etp = tp that is EP inside the dp x cp
+    # space (stride s_space), as before folding existed.
+    ep_stride = np.where(folded, etp, s_space)
     return {
         "tp": (par.tp, st["tp"]),
         "cp": (par.cp, st["cp"]),
         "dp": (par.dp, st["dp"]),
         "pp": (par.pp, st["pp"]),
-        "ep": (ep, s_space),
-        "edp": (dpcp // ep, s_space * ep),
+        "ep": (ep, ep_stride),
+        "edp": (par.tp * dpcp // (ep * etp), ep_stride * ep),
+        "etp": (etp, np.where(folded, 1, st["tp"])),
         "dpcp": (dpcp, s_space),
     }
 
@@ -156,7 +169,8 @@ def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
     """dim -> (group size, members per domain k) for each parallel group of layout ``par``.
 
     Keys: ``tp``, ``cp``, ``dp``, ``pp`` (the groups of each degree), ``ep`` (expert-parallel:
-    e consecutive ranks of the dp x cp space), ``edp`` (expert data-parallel: dp*cp/ep ranks),
+    e consecutive ranks of the dp x cp space, or with etp < tp of the folded tp x cp x dp space),
+    ``edp`` (expert data-parallel: tp*cp*dp/(ep*etp) ranks), ``etp`` (expert tensor-parallel),
     ``dpcp`` (the dp x cp group over which dense gradients are reduced and ZeRO shards when
     cp > 1, as Megatron does). Fields of ``par`` may be numpy arrays.
     """

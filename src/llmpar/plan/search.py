@@ -247,7 +247,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
 
 # -------------------------------------------------------------------------------------- API
 
-_LAYOUT_KNOBS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "zero": "zero", "sp": "sp",
+_LAYOUT_KNOBS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "zero": "zero", "sp": "sp",
                  "recompute": "recompute", "micro_batch": "micro_batch", "schedule": "schedule",
                  "virtual_stages": "virtual_stages"}
 
@@ -500,6 +500,9 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: 
     ep = allowed.get("ep")
     if ep and len(ep) == 1 and ep[0] > 1 and model.moe is None:
         raise UserError(f"--fix ep={ep[0]}: {model.name} has no experts")
+    etp = allowed.get("etp")
+    if etp and model.moe is None:
+        raise UserError(f"--etp / etp={','.join(map(str, etp))}: {model.name} has no experts")
     if "tp" in one and (model.heads % one["tp"] or model.n_kv_heads % one["tp"]):
         raise UserError(f"--fix tp={one['tp']} does not divide the {model.heads} heads / {model.n_kv_heads} KV heads "
                         f"of {model.name}")

@@ -51,7 +51,8 @@ REASONS = {
     "tp_heads": "tp does not divide the attention heads or the KV heads",
     "pp_layers": "pp exceeds the layers",
     "cp_seq": "cp does not divide the sequence",
-    "ep": "ep does not divide the experts or dp*cp",
+    "ep": "ep does not divide the experts, or ep*etp does not divide tp*cp*dp (dp*cp when etp = tp)",
+    "etp": "etp does not divide tp*cp*dp or the expert FFN width",
     "batch": "global batch not divisible by micro_batch*dp (or not the --microbatches asked for)",
     "sp_seq": "sequence parallelism needs seq/cp divisible by tp",
     "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
@@ -61,10 +62,10 @@ REASONS = {
 }
 
 # the rules of parallel.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
-_DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep")
+_DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")
 
 # the knobs --fix / --allow accept: key -> Parallel field
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages")
 _KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_batch", "v": "virtual_stages",
                  "virtual-stages": "virtual_stages", "vpp": "virtual_stages"}
 _BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
@@ -265,6 +266,9 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     cps = [c for c in cps if c in _allowed(spec, "cp", cps)]
     pps = [p for p in pps if p in _allowed(spec, "pp", pps)]
     eps = [e for e in eps if e in _allowed(spec, "ep", eps)]
+    # expert-TP: 0 = tp (Megatron-Core's default) unless --fix/--allow etp= names values; the
+    # planner does not search MoE parallel folding on its own
+    etps = list(spec.allowed.get("etp", (0,))) if model.moe is not None else [0]
     dps = spec.allowed.get("dp")
     bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
         spec.allowed["micro_batch"])
@@ -279,7 +283,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
 
     rejected = {r: 0 for r in REASONS}
     total = 0
-    groups: dict[tuple, list[tuple[int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep)
+    groups: dict[tuple, list[tuple[int, int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep, etp)
     pairs_by_pp = {p: _sched_pairs(spec, model, p, scheds, user_v) for p in pps}
 
     # ---- degrees (small: a few hundred rows), rejected rows counted with all their knobs
@@ -297,16 +301,18 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                 pairs = pairs_by_pp[pp]
                 n_knobs = len(bs) * len(zs) * len(sp_opts) * sum(_n_recompute(rs, L, pp, v) for _, v in pairs)
                 for ep in eps:
-                    if n_knobs == 0:
-                        continue
-                    total += n_knobs
-                    # the degree rules of parallel.layout_violations (the same function check_layout uses)
-                    bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, seq=S))
-                    reason = next((r for r in _DEGREE_RULES if bad[r]), None)
-                    if reason is not None:
-                        rejected[reason] += n_knobs
-                    else:
-                        groups.setdefault((pp, tuple(sp_opts)), []).append((tp, cp, dp, ep))
+                    for etp in etps:
+                        if n_knobs == 0:
+                            continue
+                        etp = 0 if etp == tp else etp
+                        total += n_knobs
+                        # the degree rules of parallel.layout_violations (the same function check_layout uses)
+                        bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, seq=S))
+                        reason = next((r for r in _DEGREE_RULES if bad[r]), None)
+                        if reason is not None:
+                            rejected[reason] += n_knobs
+                        else:
+                            groups.setdefault((pp, tuple(sp_opts)), []).append((tp, cp, dp, ep, etp))
     if not groups:
         return Candidates(par=_empty(S), total=total, rejected=rejected)
     chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), bs, pairs_by_pp[pp], zs, rs, sp_opts)
@@ -318,7 +324,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     b, sched, v, sp, zero = cols["micro_batch"], cols["schedule"], cols["virtual_stages"], cols["sp"], cols["zero"]
     per = b * dp
     m = B // per
-    rules = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=cols["ep"], zero=zero, sp=sp,
+    rules = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=cols["ep"], etp=cols["etp"], zero=zero, sp=sp,
                                               seq=np.full(tp.shape, S, dtype=np.int64), virtual_stages=v))
     bad = {
         "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
@@ -337,7 +343,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         alive &= ~hit
     idx = np.flatnonzero(alive)
     par = Parallel(
-        tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], zero=zero[idx], sp=sp[idx],
+        tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], etp=cols["etp"][idx], zero=zero[idx], sp=sp[idx],
         recompute=cols["recompute"][idx], micro_batch=b[idx], microbatches=m[idx],
         seq=np.full(idx.size, S, dtype=np.int64), schedule=sched[idx], virtual_stages=v[idx],
         recompute_layers=n_rec[idx],
@@ -346,7 +352,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
 
 
 def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
-    """Degree rows (tp, cp, dp, ep) of one pp x the knob product, as columns (rows outer)."""
+    """Degree rows (tp, cp, dp, ep, etp) of one pp x the knob product, as columns (rows outer)."""
     grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.arange(len(rs)),
                         np.asarray(sps, dtype=bool), indexing="ij")
     bi, pi, z, ri, s = (g.ravel() for g in grids)
@@ -357,7 +363,7 @@ def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
     deg = lambda j: np.repeat(rows[:, j], k)  # noqa: E731
     knob = lambda x: np.tile(x, n)  # noqa: E731
     return {
-        "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3),
+        "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3), "etp": deg(4),
         "micro_batch": knob(np.asarray(bs, dtype=np.int64)[bi]), "schedule": knob(pr[pi, 0]),
         "virtual_stages": knob(pr[pi, 1]), "zero": knob(z.astype(np.int64)), "recompute": knob(r.astype(np.int64)),
         "rq": knob(rq), "sp": knob(s),
@@ -366,5 +372,5 @@ def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
 
 def _empty(seq) -> Parallel:
     e = np.zeros(0, dtype=np.int64)
-    return Parallel(tp=e, pp=e, dp=e, cp=e, ep=e, zero=e, sp=np.zeros(0, dtype=bool), recompute=e, micro_batch=e,
+    return Parallel(tp=e, pp=e, dp=e, cp=e, ep=e, etp=e, zero=e, sp=np.zeros(0, dtype=bool), recompute=e, micro_batch=e,
                     microbatches=e, seq=e + seq, schedule=e, virtual_stages=e, recompute_layers=e)

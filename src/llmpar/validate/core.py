@@ -53,7 +53,7 @@ MEMORY_CONVENTIONS = {
 }
 FITS_CONVENTION = ("published status (ok = the run completed; oom = out of memory or crashed) vs llmpar's verdict "
                    "(allocator pool + CUDA context + NCCL buffers against the HBM capacity)")
-CONFIG_KEYS = ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "zero", "recompute", "micro_batch",
+CONFIG_KEYS = ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "recompute", "micro_batch",
                "global_batch", "microbatches", "seq", "virtual_stages", "schedule", "sp", "dtype")
 SEARCHABLE = ("micro_batch", "virtual_stages", "zero", "recompute")
 
@@ -133,7 +133,7 @@ def _header_text(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _stack_for(file_stack: str | None, override: str | None) -> tuple[Any, list[str]]:
+def _stack_for(file_stack: str | None, override: Any) -> tuple[Any, list[str]]:
     from llmpar.specs import load_stack
     from llmpar.specs.registry import shipped_names
 
@@ -191,7 +191,7 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
             "median_abs_error": float(np.median(e))}
 
 
-def evaluate_source(name: str, stack: str | None = None, limit: int | None = None
+def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
     """One shipped source through calibrate/runs.py; (its header, its rows)."""
     from llmpar.calibrate.runs import measured_step_time, predict, prepare
@@ -226,6 +226,7 @@ def evaluate_source(name: str, stack: str | None = None, limit: int | None = Non
                                                                                  * int(lay.get("pp", 1))
                                                                                  * int(lay.get("cp", 1)))),
                   "cp": int(lay.get("cp", 1)), "ep": int(lay.get("ep", 1)),
+                  "etp": int(lay.get("etp") or lay.get("tp", 1)),
                   "zero": pick["zero"], "recompute": pick["recompute"], "micro_batch": pick["micro_batch"],
                   "global_batch": int(round(pred.tokens_per_step[i] / int(lay["seq"]))),
                   "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
@@ -312,10 +313,12 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
 
     ``limit``: only the first N runs of each source. ``progress(name, done, total)`` is called
     before each source and once at the end."""
+    stack_obj = None
     if stack is not None:
         from llmpar.specs import load_stack
 
-        stack = load_stack(stack).name          # unknown stack: one line, before any work
+        stack_obj = load_stack(stack)           # unknown stack: one line, before any work
+        stack = stack_obj.name                  # (a user's stack FILE is evaluated as loaded, not by name)
     if source is None:
         names = source_names()
     else:
@@ -325,7 +328,7 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     for n, name in enumerate(names):
         if progress:
             progress(name, n, len(names))
-        src, src_rows = evaluate_source(name, stack, limit)
+        src, src_rows = evaluate_source(name, stack_obj, limit)
         sources.append(src)
         rows.extend(src_rows)
     if progress:

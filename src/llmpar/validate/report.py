@@ -112,6 +112,8 @@ def layout(row: dict[str, Any]) -> str:
         parts.append(f"cp{c['cp']}")
     if c["ep"] > 1:
         parts.append(f"ep{c['ep']}")
+    if c.get("etp", c["tp"]) != c["tp"]:
+        parts.append(f"etp{c['etp']}")
     parts += [star("zero", f"z{c['zero']}"), star("micro_batch", f"b{c['micro_batch']}"), f"m{c['microbatches']}"]
     if c["virtual_stages"] > 1 or "virtual_stages" in s:
         parts.append(star("virtual_stages", f"v{c['virtual_stages']}"))
