@@ -260,6 +260,28 @@ def test_zero1_weight_gather_synchronous_in_one_collective():
     assert load_stack("deepspeed").overlap.param_gather == 0.0
 
 
+def test_zero1_gather_host_loop_per_tensor_and_rank():
+    # nanotron's gather loops over (DP rank x parameter tensor): a view and a copy_ per pair
+    # (distributed.py all_gather_coalesced). TINY (GPT, LayerNorm, no linear biases) holds per
+    # block the qkv, dense, fc1 and fc2 weights + 2 LayerNorms x (weight, bias) = 8 tensors;
+    # 4 layers + embedding, final norm, head = 4 x 8 + 3 = 35 on the one stage. With 10 us per
+    # pair at dp 8: 10e-6 x 8 x 35 = 2.8 ms more exposed DP time under ZeRO-1, none under ZeRO-0
+    from llmpar.cost.params import param_tensors_per_layer
+
+    assert param_tensors_per_layer(TINY) == 8
+    assert param_tensors_per_layer(load_model("megatron-gpt-22b")) == 12   # + the 4 linear biases
+    assert param_tensors_per_layer(load_model("llama-3-8b")) == 6   # nanotron's fused Llama block
+    slow = NO_BUCKETS.model_copy(deep=True)
+    slow.kernels.zero_gather_s_per_tensor_rank = 10e-6
+    for zero, extra in ((1, 10e-6 * 8 * 35), (0, 0.0)):
+        hw, par, *_ = _tiny_dp8(zero=zero)
+        base = S.step_time(TINY, hw, par, Settings(grad_dtype="fp32", stack=NO_BUCKETS), with_memory=False)
+        more = S.step_time(TINY, hw, par, Settings(grad_dtype="fp32", stack=slow), with_memory=False)
+        assert more["breakdown_s"]["dp"] - base["breakdown_s"]["dp"] == pytest.approx(extra, abs=1e-12)
+        assert more["step_time_s"] - base["step_time_s"] == pytest.approx(extra, abs=1e-12)
+    assert load_stack("megatron-core").kernels.zero_gather_s_per_tensor_rank == 0.0
+
+
 def test_zero2_reduce_scatters_hide_behind_every_backward():
     # ZeRO-2 with m = 4 micro-batches: the fp32 gradients are reduce-scattered after each
     # micro-batch's backward (m x t_rs), each behind its own backward (DeepSpeed stage 2

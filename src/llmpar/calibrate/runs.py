@@ -54,6 +54,7 @@ PARAMETERS: dict[str, tuple[float, float, float, bool]] = {
     "kernels.launch_s_per_layer": (0.0, 2e-3, 2e-4, False),
     "kernels.moe_s_per_layer": (0.0, 0.05, 2e-3, True),
     "kernels.moe_s_per_local_expert": (0.0, 0.005, 2e-4, True),
+    "kernels.zero_gather_s_per_tensor_rank": (0.0, 1e-4, 1e-5, False),
     "overlap.tp": (0.0, 1.0, 0.3, False),
     "overlap.dp": (0.0, 1.0, 0.3, False),
     "overlap.pp": (0.0, 1.0, 0.5, False),

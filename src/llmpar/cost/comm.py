@@ -112,6 +112,18 @@ def ep_moe_layer(hw, model, par, placement, e=2.0):
     return 2 * t, 2 * t, 2 * sent, 2 * sent
 
 
+def zero_gather_host_time(s_per_tensor_rank, group, tensors):
+    """Host time of a ZeRO-1/2 weight all-gather that loops over (DP rank x parameter tensor).
+
+    nanotron ``ZeroDistributedOptimizer._all_gather_params`` (optim/zero.py) builds, for every
+    parameter and every DP rank, a view of that rank's slice, and ``all_gather_coalesced``
+    (nanotron/distributed.py) flattens each rank's list, gathers, then unflattens and ``copy_``s
+    every (rank, parameter) slice back one by one: group x tensors view-and-copy operations,
+    each a PyTorch op dispatched from Python (microseconds each, no overlap: the optimizer step
+    waits for it). ``s_per_tensor_rank``: the stack's kernels.zero_gather_s_per_tensor_rank."""
+    return s_per_tensor_rank * np.asarray(group, dtype=float) * np.asarray(tensors, dtype=float)
+
+
 def pp_microbatch(hw, model, par, placement, e=2.0):
     """One stage-boundary transfer of one micro-batch in one direction.
 

@@ -53,6 +53,7 @@ __all__ = [
     "moe_layer_params",
     "norm_params",
     "norm_params_per_layer",
+    "param_tensors_per_layer",
     "router_params",
     "shared_expert_params",
     "total_params",
@@ -151,6 +152,24 @@ def router_params(model: ModelSpec) -> int:
 def norm_params_per_layer(model: ModelSpec) -> int:
     """The block's two norms of width h (pre-attention and pre-MLP); MLA's inner norms are in attention."""
     return 2 * norm_params(model, model.hidden)
+
+
+def param_tensors_per_layer(model: ModelSpec) -> int:
+    """Parameter *tensors* (not elements) of one block, as a framework holds them with fused QKV
+    and fused gate/up (nanotron ``LlamaDecoderLayer``: qkv_proj, o_proj, gate_up_proj, down_proj,
+    input_layernorm, post_attention_layernorm = 6 for Llama): 4 weight matrices and their biases,
+    2 norms (weight, and bias for LayerNorm). MoE blocks hold 2 matrices per routed expert (fused
+    gate/up, down) and per shared expert, plus the router, instead of the dense MLP's 2; MLA adds
+    its two inner norms and the down/up split of Q and KV (2 more matrices).
+    Counts what loops over parameters cost (nanotron's ZeRO-1 gather: cost/comm.py)."""
+    n = 4 + (1 if _qkv_bias(model) else 0) + (1 if _out_bias(model) else 0) + (2 if _mlp_bias(model) else 0)
+    n += 2 * (2 if model.norm == "layernorm" else 1)
+    if model.mla is not None:
+        n += 4
+    if model.moe is not None:
+        moe = model.moe
+        n += 2 * (moe.experts + moe.shared_experts) + 1 - 2
+    return n
 
 
 def embedding_params(model: ModelSpec) -> int:

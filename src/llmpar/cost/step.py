@@ -38,6 +38,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from llmpar.cost import comm, compute, flops, memory, pipeline
+from llmpar.cost import params as P
 from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs.hardware import Hardware
@@ -277,6 +278,14 @@ def _data_parallel(model, hw, par, settings, place, S):
                       frac * np.minimum(grad_t, grad_window) + frac_ag * np.minimum(dp_ag, S.t_f))
     floor = np.where(z == 2, (grad_t / m + dp_ag) / S.n_mid, dp_t / S.n_mid)
     exposed = np.maximum(dp_t - hidden, np.where(frac > 0, floor, dp_t))
+    # the ZeRO-1/2 weight gather's host loop over (DP rank x parameter tensor), where the stack's
+    # framework has one (comm.zero_gather_host_time: nanotron): synchronous, never hidden
+    c_host = settings.stack.kernels.zero_gather_s_per_tensor_rank
+    if c_host:
+        tensors = S.n_mid * P.param_tensors_per_layer(model) + 3       # + embedding, final norm, head
+        group = np.asarray(par.dp) * np.asarray(par.cp)
+        exposed = exposed + np.where(((z == 1) | (z == 2)) & (group > 1),
+                                     comm.zero_gather_host_time(c_host, group, tensors), 0.0)
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
     opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))

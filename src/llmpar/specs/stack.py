@@ -120,6 +120,11 @@ class Kernels(_Strict):
                          "(forward + backward): Transformer Engine's GroupedLinear issues one GEMM (and, in FP8, one "
                          "quantisation) per local expert from the host, so the MoE layer's launch work grows with "
                          "the local experts")
+    zero_gather_s_per_tensor_rank: SECONDS = Field(
+        0.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
+                         "all-gather: frameworks that gather into per-rank, per-parameter views and copy each back "
+                         "(nanotron all_gather_coalesced) pay one slice and one copy launch per pair, synchronously; "
+                         "0 for flat-buffer gathers (Megatron-Core, DeepSpeed)")
 
 
 class Overlap(_Strict):
