@@ -154,6 +154,11 @@ def test_cli_and_runs_format(cli, tmp_path):
     res = cli("plan", "mixtral-8x7b", "--gpus", "64", "--etp", "1", "--top", "2", "--json")
     assert res.code == 0, res.err
     assert {p["parallel"]["etp"] for p in res.json()["plans"]} == {1}
+    # the text output says so: the header of step/memory, the plan table's ep cell ('4 e1')
+    res = cli("memory", "deepseek-v3", "--gpus", "256", "--tp", "2", "--pp", "8", "--ep", "32", "--etp", "1")
+    assert res.code == 0 and "ep 32 · etp 1)" in res.out
+    res = cli("plan", "mixtral-8x7b", "--gpus", "64", "--etp", "1", "--top", "1")
+    assert res.code == 0 and " e1 " in res.out
     # a measured-runs table names the expert-TP size as Megatron does
     f = tmp_path / "runs.csv"
     f.write_text("model,hardware,gpus,tp,pp,expert_model_parallel_size,expert_tensor_parallel_size,seq,"

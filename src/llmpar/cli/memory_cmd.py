@@ -136,6 +136,8 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     par = r.parallel
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
     layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
+    if int(par.expert_tp) != int(par.tp):
+        layout += f" · etp {int(par.expert_tp)}"
     con.print(R.header(name, [("on", r.hardware), ("stack", r.settings.stack.name), ("gpus", f"{r.gpus} ({layout})")]))
     pairs = []
     if r.mode == "inference":

@@ -207,11 +207,16 @@ def _rows_table(rows, fmt, unit, title):
         d = p.parallel.as_dict()
         name, sec = p.largest_overhead()
         table.add_row(*[str(x) for x in (
-            p.rank, d["tp"], d["pp"], d["dp"], d["cp"], d["ep"], d["zero"], "on" if d["sp"] else "off",
+            p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
             R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
             _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
             f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
     return table
+
+
+def _ep_cell(d) -> str:
+    """ep, and the expert-TP degree when MoE parallel folding sets it apart from tp ('32 e1')."""
+    return f"{d['ep']} e{d['etp']}" if d.get("etp", d["tp"]) != d["tp"] else str(d["ep"])
 
 
 def _mem_cell(p, fmt) -> str:

@@ -114,6 +114,8 @@ def _layout(p) -> str:
         text += f" cp{d['cp']}"
     if d["ep"] > 1:
         text += f" ep{d['ep']}"
+    if d.get("etp", d["tp"]) != d["tp"]:
+        text += f" etp{d['etp']}"
     rec = recompute_label(d, short=True)
     text += f" z{d['zero']}{'' if rec == 'none' else ' ' + rec} b{d['micro_batch']} m{d['microbatches']}"
     if d["pp"] > 1 and d["virtual_stages"] > 1:
