@@ -13,7 +13,7 @@ import pytest
 
 from llmpar.specs.registry import data_dir, load_hardware, shipped_names
 
-EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "h100-sxm-roce", "h100-96gb"}
+EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm-roce", "h100-96gb"}
 
 
 def test_all_shipped_profiles_load():
@@ -36,6 +36,7 @@ def test_all_shipped_profiles_load():
         ("h800", 200, 50, 8, 8),            # NVLink 400 bidir; DeepSeek-V3: IB 50 GB/s
         ("b200", 900, 50, 8, 8),            # NVLink5 1800 bidir; 8x 400 Gb/s
         ("gb200-nvl72", 900, 50, 72, 4),    # 4 GPUs per tray, 72-GPU NVLink domain
+        ("gb300-nvl72", 900, 100, 72, 4),   # the same rack; one ConnectX-8 800 Gb/s per GPU
         ("h100-sxm-roce", 450, 50, 8, 8),   # Llama 3: 400 Gbps RoCE per GPU
     ],
 )
@@ -57,6 +58,12 @@ def test_compute_and_memory_numbers():
     assert h200.gpu.memory_bandwidth == 4.8e12 and h200.gpu.memory == 140 * 2**30
     assert h800.gpu.peak("bf16") == 989e12 and h800.gpu.memory_bandwidth == 3.35e12
     assert b200.gpu.peak("bf16") == 2250e12 and gb200.gpu.peak("bf16") == 2500e12
+    # GB300 NVL72: 360 PF dense FP8 per 72 GPUs = 5 PF each; 8 stacks x 36 GiB = 288 GiB raw x
+    # GB200's usable share 185/192 = 277.5 -> 277 GiB; GB200's MAMF curve and job_domain (extends)
+    gb300 = load_hardware("gb300-nvl72")
+    assert gb300.gpu.peak("fp8") == 360e15 / 72 and gb300.gpu.peak("bf16") == 2500e12
+    assert gb300.gpu.memory == 277 * 2**30 and gb300.gpu.board_power == 1400
+    assert gb300.gpu.gemm == gb200.gpu.gemm and gb300.placement_domain == 64 and gb300.gpu.generation == "blackwell"
     # A100's curve is fitted on the published Megatron runs (docs/validation.md); it must stay at or
     # below the best case MAMF measures, 271.2 / 312 = 0.869
     assert 0.5 < a100.gpu.gemm.max_efficiency <= 271.2 / 312 + 1e-9

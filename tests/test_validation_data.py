@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from llmpar.specs.model import ModelSpec
-from llmpar.specs.registry import data_dir, load_model
+from llmpar.specs.registry import data_dir, load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATION = ROOT / "validation"
@@ -37,6 +37,7 @@ EXPECTED_RUNS = {
     "torchtitan-h100-2024.yaml": 2,         # docs/performance.md Tables 1 and 3, the "FSDP" rows (no torch.compile)
     "torchtitan-compile-h100-2024.yaml": 16,  # Tables 1-6 (3 + 4 + 3 + 2 + 2 + 4 = 18) less those 2
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
+    "nemo-2608-blackwell.yaml": 5,          # Megatron-Bridge 26.08 GB300/GB200 tables: the MoE rows llmpar can lay out (DeepSeekV3 on GB300: custom pipeline layout)
     "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
     "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
     "nemo-2511-h100.yaml": 5,               # Megatron-Bridge 25.11 DGX-H100 table: 6 rows - GPT OSS 120B (Qwen3 235B: EP folded over TP, etp 1)
@@ -55,7 +56,7 @@ LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute"
           "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype"}
 MEASURES = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_allocated_bytes",
             "peak_reserved_bytes"}
-RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "status", "note"}
+RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "hardware", "status", "note"}   # hardware: a row on another profile than the file's
 INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "microbatches", "seq",
             "virtual_stages", "recompute_layers"}
 CHOICES = {"recompute": {"none", "selective", "full"},
@@ -120,6 +121,8 @@ def test_runs(path):
         assert r.get("row") and r.get("model"), where
         if r["model"] not in inline:
             load_model(r["model"])  # raises if not shipped
+        if "hardware" in r:
+            load_hardware(r["hardware"])   # raises if not shipped
         for k in INT_KEYS & set(r):
             assert isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= (0 if k == "zero" else 1), (where, k)
         for k, allowed in CHOICES.items():
