@@ -38,6 +38,11 @@ from llmpar.specs.registry import shipped_names
         #   8 experts * 3*4096*14336 = 1,409,286,144, router 4096*8 = 32,768, norms 2*4096:
         #   32 * 1,451,270,144 = 46,440,644,608; + 2*32000*4096 + 4096
         ("mixtral-8x7b", 46_702_792_704),
+        # Qwen3-30B-A3B (Qwen3 report: 30.5B total): per layer attention 2048*4096 (q) + 2*2048*512
+        #   (k, v: 4 KV heads of 128) + 4096*2048 (o) = 18,874,368, 128 experts * 3*2048*768 =
+        #   603,979,776, router 2048*128 = 262,144, norms 2*2048: 48 * 623,120,384 = 29,909,778,432;
+        #   + 2*151936*2048 (untied) + 2048 = 30,532,110,336 (HF's 30,532,122,624 adds QK-norm, 48*2*128)
+        ("qwen3-30b-a3b", 30_532_110_336),
         # DeepSeek-V3 main model (no MTP module, no FP8 scale tensors): 671,026,419,200, the count of
         # the HF checkpoint's tensors for layers 0-60 + embed + head + norm (public header audits).
         # Derivation (attention 187,107,328 per layer, see test_mla_attention):
