@@ -484,7 +484,7 @@ def plan_jobs(draw):
 
 
 def _step_kwargs(d: dict) -> dict:
-    return dict(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], zero=d["zero"], sp=d["sp"],
+    return dict(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], etp=d["etp"], zero=d["zero"], sp=d["sp"],
                 recompute=d["recompute"], micro_batch=d["micro_batch"], global_batch=d["global_batch"], seq=d["seq"],
                 schedule=d["schedule"], virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None,
                 recompute_layers=d["recompute_layers"] or None)

@@ -166,3 +166,26 @@ def test_cli_and_runs_format(cli, tmp_path):
                  "deepseek-v3,h100-sxm,256,2,8,32,1,4096,2048,1,60\n")
     run = read_runs([f]).runs[0]
     assert (run.layout["ep"], run.layout["etp"], run.layout["dp"]) == (32, 1, 16)
+
+
+def test_planner_searches_folding_where_the_stack_has_it(tmp_path):
+    # megatron-core states moe_folding (expert_tensor_parallel_size): for an MoE model the planner
+    # tries etp = tp and etp = 1. At tp = 1 the two are one layout, so --fix tp=1 enumerates the
+    # same candidates either way; at tp = 2 every degree row gets an etp = 1 twin: twice as many.
+    from llmpar import plan
+    from llmpar.specs import load_stack
+
+    assert load_stack("megatron-core").moe_folding and not load_stack("nanotron").moe_folding
+    f = tmp_path / "nofold.yaml"
+    f.write_text("name: nofold\nextends: megatron-core\ndescription: test\nmoe_folding: false\n")
+    n = {}
+    for stack in ("megatron-core", str(f)):
+        for tp in (1, 2):
+            n[stack, tp] = plan("mixtral-8x7b", gpus=64, tp=tp, stack=stack, top=1).space.candidates
+    assert n["megatron-core", 1] == n[str(f), 1]
+    assert n["megatron-core", 2] == 2 * n[str(f), 2]
+    # the search reaches layouts only folding allows: tp 2 x pp 8 on 64 GPUs leaves dp 4, and EP 8
+    # over dp*cp = 4 exists only with etp 1 (8 * 1 divides tp*cp*dp = 8)
+    best = plan("mixtral-8x7b", gpus=64, tp=2, pp=8, ep=8, stack="megatron-core", top=1).plans[0]
+    d = best.parallel.as_dict()
+    assert (d["etp"], d["dp"] * d["cp"]) == (1, 4)

@@ -55,7 +55,7 @@ def gpt3_megatron_2021():
 
 def _step_of(row, model, hardware):
     d = row.parallel.as_dict()
-    return api.step(model, hardware=hardware, gpus=row.gpus, tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"],
+    return api.step(model, hardware=hardware, gpus=row.gpus, tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], etp=d["etp"],
                     zero=d["zero"], sp=d["sp"], recompute=d["recompute"], micro_batch=d["micro_batch"],
                     global_batch=d["global_batch"], seq=d["seq"], schedule=d["schedule"],
                     virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None,

@@ -125,7 +125,8 @@ def _layout_text(par: Parallel) -> str:
     d = par.as_dict()
     sched = d["schedule"] + (f" v={d['virtual_stages']}" if d["virtual_stages"] > 1 else "")
     return (f"zero={d['zero']}, recompute={d['recompute']}, tp={d['tp']}, pp={d['pp']}, dp={d['dp']}, cp={d['cp']}, "
-            f"ep={d['ep']}, sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
+            f"ep={d['ep']}" + (f", etp={d['etp']}" if d["etp"] != d["tp"] else "")
+            + f", sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
 
 
 def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> NoLayout:

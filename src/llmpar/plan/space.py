@@ -266,9 +266,10 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     cps = [c for c in cps if c in _allowed(spec, "cp", cps)]
     pps = [p for p in pps if p in _allowed(spec, "pp", pps)]
     eps = [e for e in eps if e in _allowed(spec, "ep", eps)]
-    # expert-TP: 0 = tp (Megatron-Core's default) unless --fix/--allow etp= names values; the
-    # planner does not search MoE parallel folding on its own
-    etps = list(spec.allowed.get("etp", (0,))) if model.moe is not None else [0]
+    # expert-TP: 0 = tp (Megatron-Core's default); with a stack that folds (moe_folding) also 1,
+    # the value Megatron-Bridge's MoE recipes use; --fix/--allow etp= names the values instead
+    default_etps = (0, 1) if settings.stack.moe_folding else (0,)
+    etps = list(spec.allowed.get("etp", default_etps)) if model.moe is not None else [0]
     dps = spec.allowed.get("dp")
     bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
         spec.allowed["micro_batch"])
@@ -301,10 +302,9 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                 pairs = pairs_by_pp[pp]
                 n_knobs = len(bs) * len(zs) * len(sp_opts) * sum(_n_recompute(rs, L, pp, v) for _, v in pairs)
                 for ep in eps:
-                    for etp in etps:
+                    for etp in sorted({0 if e == tp else e for e in etps}):   # etp = tp is the default, once
                         if n_knobs == 0:
                             continue
-                        etp = 0 if etp == tp else etp
                         total += n_knobs
                         # the degree rules of parallel.layout_violations (the same function check_layout uses)
                         bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, seq=S))

@@ -231,6 +231,10 @@ class Stack(_Strict):
         default_factory=lambda: ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"], min_length=1,
         description="pipeline schedules the framework implements (the planner searches only these unless "
                     "--allow/--fix names one)")
+    moe_folding: bool = Field(
+        False, description="the framework sets the expert tensor-parallel degree apart from tp (Megatron-Core "
+                           "expert_tensor_parallel_size, MoE parallel folding): the planner then searches etp in "
+                           "{tp, 1} for MoE models unless --etp/--fix/--allow names it")
     kernels: Kernels = Field(default_factory=Kernels)
     overlap: Overlap = Field(default_factory=Overlap)
     network: Network = Field(default_factory=Network)
