@@ -100,21 +100,33 @@ def test_expert_gemms_same_flops_other_shapes(dsv3):
 
 
 def test_tp_collectives_of_a_folded_moe_layer(dsv3):
-    # a layer's TP traffic is one (all-gather + reduce-scatter) pair for attention and one for the
-    # MLP; with etp = 1 the experts need no TP collective, so a MoE layer sends half the bytes
+    # a layer's TP traffic: one (all-gather + reduce-scatter) pair for attention; in a MoE layer the
+    # expert-TP group all-gathers the dispatched tokens (top_k = 8 copies of each rank's T/tp) and
+    # reduce-scatters the outputs (Megatron-Core MoEAlltoAllTokenDispatcher), and DeepSeek-V3's one
+    # shared expert is a dense TP MLP with its own pair.
+    # SP, P = 2: a pair of the b*s*h activation sends (P-1)/P * 2 * b*s*h*2 = 0.5 * 2 * 4096 * 7168 * 2
     hw = load_hardware("h100-sxm")
+    pair = 0.5 * 2 * 4096 * 7168 * 2
     par = Parallel(**FOLDED, sp=True, seq=4096)
     place = dims_placement(hw, par)
     t_dense, _, b_dense, _ = comm.tp_layer(hw, dsv3, par, place)
     t_moe, _, b_moe, _ = comm.tp_layer(hw, dsv3, par, place, moe=True)
-    # SP, P = 2: each pair sends (P-1)/P * 2 * b*s*h*2 bytes = 0.5 * 2 * 4096 * 7168 * 2
-    pair = 0.5 * 2 * 4096 * 7168 * 2
-    assert float(b_dense) == pytest.approx(2 * pair) and float(b_moe) == pytest.approx(pair)
-    assert float(t_moe) == pytest.approx(float(t_dense) / 2)
-    # without folding the MoE layer's MLP pair is the dense one
+    # dense layer: attention + MLP = 2 pairs; folded MoE layer (etp 1): attention + shared expert,
+    # the experts need none
+    assert float(b_dense) == pytest.approx(2 * pair) and float(b_moe) == pytest.approx(2 * pair)
+    assert float(t_moe) == pytest.approx(float(t_dense))
+    # without folding (etp = tp = 2): attention + shared + the experts' pair over 8 copies = 10 pairs
     par = Parallel(tp=2, pp=8, dp=16, cp=1, ep=16, sp=True, seq=4096)
     place = dims_placement(hw, par)
-    assert float(comm.tp_layer(hw, dsv3, par, place, moe=True)[2]) == pytest.approx(2 * pair)
+    assert float(comm.tp_layer(hw, dsv3, par, place, moe=True)[2]) == pytest.approx(10 * pair)
+    # a MoE model without shared experts, folded: attention only (Mixtral, 8 experts: ep 4, etp 1)
+    mix = load_model("mixtral-8x7b")
+    par = Parallel(tp=2, pp=2, dp=16, cp=1, ep=4, etp=1, sp=True, seq=4096)
+    mix_pair = 0.5 * 2 * 4096 * 4096 * 2
+    assert float(comm.tp_layer(hw, mix, par, dims_placement(hw, par), moe=True)[2]) == pytest.approx(mix_pair)
+    # ... and unfolded: attention + top_k = 2 copies' pair = 3 pairs
+    par = Parallel(tp=2, pp=2, dp=16, cp=1, ep=4, sp=True, seq=4096)
+    assert float(comm.tp_layer(hw, mix, par, dims_placement(hw, par), moe=True)[2]) == pytest.approx(3 * mix_pair)
 
 
 def test_expert_inputs_activation_scales_with_etp(dsv3):

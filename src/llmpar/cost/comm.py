@@ -45,10 +45,14 @@ def tp_layer(hw, model, par, placement, e=2.0, ag_e=None, moe=False):
     size the SP all-gathers move: 1 where the framework casts to FP8 before gathering (torchao's
     Float8ColwiseParallel gathers the FP8 input in the forward, Float8RowwiseParallel the FP8
     output gradient in the backward; the reduce-scatters stay 16-bit).
-    One pair (or all-reduce) belongs to the attention block, the other to the MLP. In a MoE layer
-    (``moe``) under MoE parallel folding (expert-TP etp < tp: Liu et al. 2025, arXiv:2504.14960
-    §3) the MLP's pair runs in the etp group over the tokens that group holds, etp/tp of the
-    activation: none at etp = 1. With etp = tp it is the dense MLP's pair.
+    One pair (or all-reduce) belongs to the attention block, the other to the MLP. A MoE layer
+    (``moe``) has no dense MLP pair: Megatron-Core's all-to-all dispatcher all-gathers the
+    *dispatched* tokens in the expert-TP group after the EP all-to-all and reduce-scatters the
+    expert outputs before the return all-to-all (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``
+    / ``combine_preprocess``): each rank holds its T/tp tokens' top_k copies, so the pair moves
+    top_k x etp/tp of the activation in the etp group — top_k x the dense pair without folding
+    (etp = tp), nothing at etp = 1 (MoE parallel folding: Liu et al. 2025, arXiv:2504.14960 §3).
+    Shared experts are a dense TP MLP on the layer's tokens: one dense pair in the tp group.
     """
     size, k = placement["tp"]
     tokens_h = par.micro_batch * (par.seq / par.cp) * model.hidden
@@ -64,9 +68,11 @@ def tp_layer(hw, model, par, placement, e=2.0, ag_e=None, moe=False):
                 np.where(live, share * np.where(par.sp, act_ag + act, 2 * act) * _frac(n), 0.0))
 
     t_attn, b_attn = half(size, k, 1.0)
-    if moe and "etp" in placement:
-        esize, ek = placement["etp"]
-        t_mlp, b_mlp = half(esize, ek, np.asarray(esize, dtype=float) / np.maximum(size, 1))
+    if moe and model.moe is not None:
+        esize, ek = placement.get("etp", (size, k))
+        t_mlp, b_mlp = half(esize, ek, model.moe.top_k * np.asarray(esize, dtype=float) / np.maximum(size, 1))
+        if model.moe.shared_experts:
+            t_mlp, b_mlp = t_mlp + t_attn, b_mlp + b_attn
     else:
         t_mlp, b_mlp = t_attn, b_attn
     one_way, sent = t_attn + t_mlp, b_attn + b_mlp
