@@ -312,3 +312,17 @@ def test_dp_buckets_each_pay_latency():
     out = S.step_time(TINY, hw, par, Settings(dp_overlap=0.0), with_memory=False)
     assert out["breakdown_s"]["dp"] == pytest.approx(bucketed, rel=1e-12)
     assert bucketed > collective_time(hw, "all_reduce", 4.0 * n, 8, 8)
+
+
+def test_ep_overlap_hides_the_all_to_alls_behind_the_moe_layer():
+    # EP exposed per MoE layer and micro-batch = t_a2a - f x min(t_a2a, t_compute), f = --ep-overlap
+    # (the stack's overlap.ep when not given; megatron-core 0). Mixtral on 8 H100, ep 8: the
+    # all-to-alls are shorter than the layer's compute, so f = 0.5 exposes exactly half of what
+    # f = 0 does and f = 1 hides them (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
+    from llmpar.api import step
+
+    kw = dict(gpus=8, ep=8, global_batch=64, seq=4096)
+    e0, e5, e1 = (step("mixtral-8x7b", ep_overlap=f, **kw).breakdown_s["ep"] for f in (None, 0.5, 1.0))
+    assert load_stack("megatron-core").overlap.ep == 0.0 and e0 > 0
+    assert e5 == pytest.approx(e0 / 2, rel=1e-12) and e1 == 0.0
+    assert step("mixtral-8x7b", ep_overlap=0.5, **kw).settings.ep_overlap == 0.5

@@ -314,6 +314,7 @@ def step(
     tp_overlap: float | None = None,
     rank_order: str | None = None,
     stack=None,
+    ep_overlap: float | None = None,
     tokens=None,
     pue=None,
     gpu_hour_price=None,
@@ -321,7 +322,7 @@ def step(
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
-    Keyword arguments are the CLI's common options; ``dp_overlap``/``tp_overlap`` are the usable
+    Keyword arguments are the CLI's common options; ``dp_overlap``/``tp_overlap``/``ep_overlap`` are the usable
     fractions of the compute DP/TP traffic can hide behind (defaults 0.5 and 0.8; see
     :class:`llmpar.parallel.Settings`), ``rank_order`` the rank order, innermost first.
     ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``, ``power_per_gpu``: days, GPU-hours, energy
@@ -344,6 +345,7 @@ def step(
     s = mem.settings
     settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=grad_dtype, convention=s.convention,
                              attention=attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                             ep_overlap=ep_overlap,
                              rank_order=rank_order, stack=s.stack)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))

@@ -132,6 +132,7 @@ class Settings:
     # compute window a collective can hide behind; None = the stack's ``overlap.dp`` / ``overlap.tp``.
     dp_overlap: float | None = None
     tp_overlap: float | None = None
+    ep_overlap: float | None = None    # None = the stack's overlap.ep (DualPipe hides EP fully regardless)
     # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
     stack: Any = None
@@ -140,7 +141,8 @@ class Settings:
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
 
         stack = load_stack(self.stack)
-        given = {k: getattr(self, k) is not None for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap")}
+        given = {k: getattr(self, k) is not None
+                 for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap", "ep_overlap")}
         object.__setattr__(self, "stack", stack)
         object.__setattr__(self, "_given", given)
         if self.grad_dtype is None:
@@ -151,6 +153,8 @@ class Settings:
             object.__setattr__(self, "dp_overlap", float(stack.overlap.dp))
         if self.tp_overlap is None:
             object.__setattr__(self, "tp_overlap", float(stack.overlap.tp))
+        if self.ep_overlap is None:
+            object.__setattr__(self, "ep_overlap", float(stack.overlap.ep))
         for value, names, what in (
             (self.dtype, DTYPES, "dtype"), (self.optimizer, OPTIMIZERS, "optimizer"),
             (self.grad_dtype, GRAD_DTYPES, "grad dtype"), (self.convention, CONVENTIONS, "convention"),
@@ -159,7 +163,7 @@ class Settings:
             code(names, value, what)
         if sorted(self.rank_order.split("-")) != ["cp", "dp", "pp", "tp"]:
             raise UserError(f"--rank-order must order tp, cp, dp, pp (innermost first), e.g. tp-cp-dp-pp; got {self.rank_order!r}")
-        for name in ("dp_overlap", "tp_overlap"):
+        for name in ("dp_overlap", "tp_overlap", "ep_overlap"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")

@@ -74,6 +74,9 @@ _OVERLAP_OPTIONS = [
     click.option("--tp-overlap", type=float, default=None,
                  help="Usable fraction of the GEMM time TP collectives hide behind inside an NVLink domain "
                       "(default: the stack's overlap.tp; 0: none, as Megatron-LM 2021-22)."),
+    click.option("--ep-overlap", type=float, default=None,
+                 help="Usable fraction of a MoE layer's compute its all-to-alls hide behind (default: the stack's "
+                      "overlap.ep; 1: Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe)."),
     click.option("--rank-order", default=None,
                  help="Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's)."),
 ]

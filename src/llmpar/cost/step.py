@@ -186,9 +186,10 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     cp_f = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, L.core_f), 0.0)
     cp_b = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, L.core_b), 0.0)
     # EP: DualPipe pairs a forward and a backward chunk so each hides the other's all-to-alls
-    # (DeepSeek-V3 report §3.2.1); otherwise the stack's overlap.ep of the layer's compute.
+    # (DeepSeek-V3 report §3.2.1); otherwise the stack's overlap.ep of the layer's compute, or
+    # --ep-overlap (Megatron-Core --overlap-moe-expert-parallel-comm pairs micro-batches likewise).
     ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e)
-    hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, ov.ep)
+    hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, settings.ep_overlap)
     ep_f = L.frac_moe * (ep_f - hide * np.minimum(ep_f, L.fwd))
     ep_b = L.frac_moe * (ep_b - hide * np.minimum(ep_b, L.bwd))
     return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,

@@ -313,6 +313,7 @@ def plan(
     hf: str | None = None,
     dp_overlap: float | None = None,
     tp_overlap: float | None = None,
+    ep_overlap: float | None = None,
     rank_order: str | None = None,
     stack=None,
     units: str = "gb",
@@ -330,7 +331,7 @@ def plan(
     layout keywords (``tp=8``, ``zero=1``, ``recompute="selective"``, ...) do the same.
     ``allow``: sets of values to search — ``["zero=0,1,3", "recompute=none,selective"]`` or
     ``{"zero": (0, 1, 3)}``. ``objective``: "time" (step time; the batch is fixed, so also
-    tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``rank_order``: as in
+    tokens/s) or "memory" (memory per GPU). ``dp_overlap``, ``tp_overlap``, ``ep_overlap``, ``rank_order``: as in
     ``llmpar step`` (:class:`llmpar.parallel.Settings`). Returns a :class:`PlanResult`; raises
     :class:`~llmpar.errors.UserError` for bad input, :class:`~llmpar.errors.CheckFailed` when no
     layout passes the divisibility rules (:class:`NoLayout`) or none fits in memory (a valid
@@ -374,7 +375,8 @@ def plan(
     reserve_bytes = inputs.parse_reserve(reserve, hw)
     settings = inputs.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                     convention=convention, attention=attention, dp_overlap=dp_overlap,
-                                    tp_overlap=tp_overlap, rank_order=rank_order, stack=stack)
+                                    tp_overlap=tp_overlap, ep_overlap=ep_overlap, rank_order=rank_order,
+                                    stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
     moe_note = inputs.moe_cost_note(spec_model, hw, settings)
