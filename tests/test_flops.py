@@ -267,3 +267,21 @@ def test_korthikanti_table5_mfu_hfu(row):
         hi = 100 * fl.flops_utilization(flops, t - 0.005, gpus, 312e12)
         lo = 100 * fl.flops_utilization(flops, t + 0.005, gpus, 312e12)
         assert lo - 0.05 <= published <= hi + 0.05, (pub["model"], lo, hi, published)
+
+
+def test_sliding_window_layers_count_their_band():
+    # gpt-oss-120b: every other layer attends to a 128-token causal band. At s = 4096 the band holds
+    # 128*4096 - 128*127/2 = 516,160 of the 4096^2 = 16,777,216 pairs (0.030766); a windowed layer
+    # counts causal x band / 0.5, a dense one causal: averaged over the layers,
+    # causal convention 0.5*0.5 + 0.5*0.030766 = 0.265383, full convention twice that
+    attention_fraction = fl.attention_fraction
+    m = load_model("gpt-oss-120b")
+    band = (128 * 4096 - 128 * 127 / 2) / 4096**2
+    assert attention_fraction(m, 4096, 0.5) == pytest.approx(0.5 * 0.5 + 0.5 * band, rel=1e-12)
+    assert attention_fraction(m, 4096, 1.0) == pytest.approx(2 * attention_fraction(m, 4096, 0.5), rel=1e-12)
+    assert attention_fraction(m, 128, 0.5) == 0.5                      # s <= w: the band is the triangle
+    assert attention_fraction(load_model("llama-3-8b"), 4096, 0.5) == 0.5   # no window: unchanged
+    # the attention core FLOPs of one layer follow: 2 x 2*b*a*s^2*d*fraction (scores + context)
+    f = fl.attention_flops(m, 1, 4096, 0.5)
+    core = f["attn_scores"] + f["attn_context"]
+    assert core == pytest.approx(2 * 2.0 * 64 * 4096**2 * 64 * attention_fraction(m, 4096, 0.5), rel=1e-12)

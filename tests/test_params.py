@@ -43,6 +43,11 @@ from llmpar.specs.registry import shipped_names
         #   603,979,776, router 2048*128 = 262,144, norms 2*2048: 48 * 623,120,384 = 29,909,778,432;
         #   + 2*151936*2048 (untied) + 2048 = 30,532,110,336 (HF's 30,532,122,624 adds QK-norm, 48*2*128)
         ("qwen3-30b-a3b", 30_532_110_336),
+        # gpt-oss-120b (model card Table 1: 116.83B): per layer attention q 2880*4096 + 4096, k and v
+        #   2*(2880*512 + 512), o 4096*2880 + 2880, 64 sinks = 26,550,144; 128 experts * (2880*5760 +
+        #   5760 + 2880*2880 + 2880) = 3,186,155,520; router 2880*128 + 128; norms 2*2880:
+        #   36 * 3,213,080,192 = 115,670,886,912; + 2*201088*2880 (untied) + 2880 = 116,829,156,672
+        ("gpt-oss-120b", 116_829_156_672),
         # DeepSeek-V3 main model (no MTP module, no FP8 scale tensors): 671,026,419,200, the count of
         # the HF checkpoint's tensors for layers 0-60 + embed + head + norm (public header audits).
         # Derivation (attention 187,107,328 per layer, see test_mla_attention):

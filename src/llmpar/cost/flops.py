@@ -45,6 +45,25 @@ def causal_block_fraction(s, block=128):
     return _out((n + 1) / (2.0 * n))
 
 
+def attention_fraction(model: ModelSpec, s, causal):
+    """The fraction of a layer's s x s score work counted, averaged over the layers, when some
+    layers attend through a sliding window (banded attention: gpt-oss alternates a 128-token band
+    with dense layers, OpenAI 2025 gpt-oss model card §2.1; Beltagy et al. 2020 Longformer §3.1).
+    A causal band of w keys per query holds w·s − w(w−1)/2 of the s² pairs (all of the causal
+    triangle when s <= w); a windowed layer counts ``causal`` x band / (1/2), so the full-s²
+    convention counts it twice as the causal one does, as for a dense layer. Flash kernels run the
+    band in whole blocks (about (w + 128)/s of s² at w = 128): not modelled, the band being a few
+    per cent of the dense layers' work. No window: ``causal`` unchanged."""
+    if model.sliding_window is None:
+        return causal
+    w = float(model.sliding_window)
+    s = np.asarray(s, dtype=float)
+    band = np.where(s > w, (w * s - w * (w - 1.0) / 2.0) / (s * s), 0.5)
+    windowed = np.minimum(causal, np.asarray(causal) * band / 0.5)
+    f = model.sliding_window_share
+    return _out((1.0 - f) * np.asarray(causal) + f * windowed)
+
+
 def _ffn_mats(model: ModelSpec) -> int:
     """Matrices of one FFN: GeLU 2 (h->f->h, Vaswani 2017 §3.3), SwiGLU 3 (gate, up, down; Shazeer 2020)."""
     return 3 if model.ffn_type == "swiglu" else 2
@@ -80,7 +99,7 @@ def attention_flops(model: ModelSpec, b, s, causal=CAUSAL_FULL) -> dict:
     h, a = model.hidden, model.heads
     T = b * s
     d_qk, d_v = attention_head_dims(model)
-    core = 2.0 * b * a * s * s * causal
+    core = 2.0 * b * a * s * s * attention_fraction(model, s, causal)   # sliding-window layers: their band
     out: dict = {}
     if model.mla is not None:
         mla = model.mla
@@ -276,9 +295,11 @@ def palm_flops_per_token(model: ModelSpec, s):
     """Chowdhery et al. 2022 (PaLM) App. B: 6·N + 12·L·H·Q·T per token (H heads of width Q,
     T = sequence), N = :func:`matmul_params_per_token` (activated, non-embedding, LM head
     included). The attention term generalises to 6·L·s·a·(d_qk + d_v) (MLA: 192 + 128), which is
-    12·L·h·s when a·d = h. Equals 3 x :func:`forward_flops_per_sequence` / s."""
+    12·L·h·s when a·d = h; sliding-window layers count their band (:func:`attention_fraction`).
+    Equals 3 x :func:`forward_flops_per_sequence` / s."""
     d_qk, d_v = attention_head_dims(model)
-    return _out(6.0 * matmul_params_per_token(model) + 6.0 * model.layers * np.asarray(s) * model.heads * (d_qk + d_v))
+    att = 6.0 * model.layers * np.asarray(s) * model.heads * (d_qk + d_v) * attention_fraction(model, s, CAUSAL_FULL)
+    return _out(6.0 * matmul_params_per_token(model) + att)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +349,7 @@ def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, etp=None,
         gemms.append(("kv_up", T, a * (mla.qk_nope_head_dim + d_v) / tp, mla.kv_lora_rank, 1))
     else:
         gemms.append(("qkv", T, (a + 2 * kv) * d_qk / tp, h, 1))
+    causal = attention_fraction(model, s, causal)   # sliding-window layers count their band
     gemms.append(("attn_scores", s / cp, s, d_qk, b * heads * causal))
     gemms.append(("attn_context", s / cp, d_v, s, b * heads * causal))
     gemms.append(("attn_out", T, h, a * d_v / tp, 1))

@@ -90,6 +90,7 @@ def attention_params(model: ModelSpec) -> int:
     MHA/GQA (Ainslie et al. 2023): h*a*d + 2*h*kv*d + a*d*h (+ a*d + 2*kv*d if QKV bias, + h if
     output bias). Llama-2-7B: 4 * 4096^2 = 67,108,864.
     MLA (DeepSeek-V2 §2.1, eqs. 9-14, 37-40): q_a + q_a_norm + q_b + kv_a + kv_a_norm + kv_b + o.
+    Attention sinks (gpt-oss: a learned logit per head, OpenAI 2025 gpt-oss model card §2.1): + a.
     """
     h = model.hidden
     if model.mla is not None:
@@ -116,7 +117,7 @@ def attention_params(model: ModelSpec) -> int:
     k = _linear(h, kv * d, _qkv_bias(model))
     v = _linear(h, kv * d, _qkv_bias(model))
     o = _linear(a * d, h, _out_bias(model))
-    return q + k + v + o
+    return q + k + v + o + (a if model.attention_sinks else 0)
 
 
 def _ffn_params(model: ModelSpec, ffn: int) -> int:

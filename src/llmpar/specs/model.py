@@ -51,7 +51,7 @@ class ModelSpec(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     description: str = ""
     source: str = Field("", description="where the shapes come from")
-    family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox"] = "llama"
+    family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox", "gpt_oss"] = "llama"
 
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)
@@ -78,6 +78,11 @@ class ModelSpec(BaseModel):
         "flash", description="default attention kernel: standard keeps the s^2 softmax/dropout activations"
     )
     parallel_block: bool = Field(False, description="attention and MLP in parallel from one norm (GPT-NeoX, GPT-J)")
+    sliding_window: int | None = Field(
+        None, gt=0, description="tokens a query attends back to in the sliding-window (banded) layers; None = none")
+    sliding_window_share: float = Field(
+        1.0, gt=0, le=1, description="share of the layers with the sliding window (gpt-oss alternates: 0.5)")
+    attention_sinks: bool = Field(False, description="a learned sink logit per attention head (gpt-oss): heads params per layer")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
 
