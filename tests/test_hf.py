@@ -78,17 +78,38 @@ def write(tmp_path, cfg, folder="model"):
     return path
 
 
+QWEN3_30B_A3B = {  # Qwen/Qwen3-30B-A3B
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960, "mlp_only_layers": [],
+    "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "tie_word_embeddings": False, "vocab_size": 151936,
+}
+GPT_OSS_120B = {  # openai/gpt-oss-120b
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "head_dim": 64, "hidden_size": 2880,
+    "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+    "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8, "num_local_experts": 128,
+    "sliding_window": 128, "tie_word_embeddings": False, "vocab_size": 201088,
+}
+
+
 @pytest.mark.parametrize(
     "cfg,yaml_name",
     [(LLAMA_2_7B, "llama-2-7b"), (LLAMA_3_8B, "llama-3-8b"), (MIXTRAL, "mixtral-8x7b"),
-     (QWEN25_72B, "qwen2.5-72b"), (DEEPSEEK_V3, "deepseek-v3")],
+     (QWEN25_72B, "qwen2.5-72b"), (DEEPSEEK_V3, "deepseek-v3"), (QWEN3_30B_A3B, "qwen3-30b-a3b"),
+     (GPT_OSS_120B, "gpt-oss-120b")],
 )
 def test_same_count_as_yaml(tmp_path, cfg, yaml_name):
     # the config.json and the shipped YAML describe the same model: every component count agrees
     # (Llama-2-7B 6,738,415,616; Llama-3-8B 8,030,261,248; Mixtral 46,702,792,704;
-    #  Qwen2.5-72B 72,706,203,648; DeepSeek-V3 671,026,419,200 — derivations in test_params.py)
+    #  Qwen2.5-72B 72,706,203,648; DeepSeek-V3 671,026,419,200; Qwen3-30B-A3B 30,532,110,336;
+    #  gpt-oss-120b 116,829,156,672 — derivations in test_params.py)
     m = load_hf_config(write(tmp_path, cfg))
-    assert breakdown(m) == breakdown(load_model(yaml_name))
+    ref = load_model(yaml_name)
+    assert breakdown(m) == breakdown(ref)
+    # and the attention pattern: gpt-oss's 128-token window on half the layers
+    assert (m.sliding_window, m.sliding_window_share) == (ref.sliding_window, ref.sliding_window_share)
 
 
 def test_llama_fields(tmp_path):
@@ -187,3 +208,18 @@ def test_inconsistent_shapes(tmp_path, cli):
     assert_one_line_error(cli("models", "show", path), "kv_heads")
     with pytest.raises(UserError):
         load_hf_config(path)
+
+
+def test_qwen3_moe_sparse_layers_and_gpt_oss_defaults(tmp_path):
+    # Qwen3MoeConfig: layer i is MoE unless i is in mlp_only_layers or (i + 1) % decoder_sparse_step;
+    # 48 layers, step 2 -> the even-indexed layers 0, 2, ..., 46 are dense (24 of them), plus layer 1
+    cfg = dict(QWEN3_30B_A3B, decoder_sparse_step=2, mlp_only_layers=[1])
+    m = load_hf_config(write(tmp_path, cfg, "sparse"))
+    assert m.moe.dense_layers == sorted({1, *range(0, 48, 2)}) and m.moe_layers == 48 - 25
+    bad = dict(QWEN3_30B_A3B, mlp_only_layers="1,2")
+    with pytest.raises(UserError, match="mlp_only_layers"):
+        load_hf_config(write(tmp_path, bad, "bad"))
+    # gpt_oss without layer_types: transformers builds sliding layers on the even indices, 18 of 36
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "layer_types"}
+    m = load_hf_config(write(tmp_path, cfg, "nolt"))
+    assert (m.sliding_window, m.sliding_window_share, m.attention_sinks) == (128, 0.5, True)

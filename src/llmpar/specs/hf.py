@@ -1,8 +1,9 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
-Supported ``model_type``: llama, mistral, mixtral, qwen2, deepseek_v3, gpt2, gpt_neox. Keys follow
-the transformers configuration classes of those models (``LlamaConfig``, ``MistralConfig``,
-``MixtralConfig``, ``Qwen2Config``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); where a
+Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, gpt2,
+gpt_neox. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
+``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``,
+``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); where a
 key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
 malformed JSON (file and line), an unknown ``model_type`` (naming the supported ones) or a missing
 or non-integer key (naming the key).
@@ -17,7 +18,7 @@ from typing import Any, Callable
 from llmpar.errors import UserError
 from llmpar.specs.model import ModelSpec
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt2", "gpt_neox")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox")
 
 _MISSING = object()
 
@@ -107,6 +108,55 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
             dense_layers=[],
             router_bias=False,
         )
+    return out
+
+
+def _qwen3(c: _Config) -> dict[str, Any]:
+    """Qwen3Config: a Llama block with ``attention_bias`` (default false) on q, k, v and o, a stated
+    head_dim, and an RMSNorm on each head's queries and keys (QK-norm: 2·head_dim weights per
+    layer, not counted, as models/qwen3-*.yaml say)."""
+    out = _llama_like(c, "qwen2")
+    bias = c.flag("attention_bias", False)
+    out.update(qkv_bias=bias, attention_out_bias=bias)
+    return out
+
+
+def _qwen3_moe(c: _Config) -> dict[str, Any]:
+    """Qwen3MoeConfig: Qwen3 attention; MoE FFN of ``num_experts`` experts of ``moe_intermediate_size``,
+    top ``num_experts_per_tok``, no shared expert, router without bias (Qwen3MoeSparseMoeBlock);
+    layer i is MoE unless it is in ``mlp_only_layers`` or (i + 1) % ``decoder_sparse_step`` != 0."""
+    out = _qwen3(c)
+    step = c.integer("decoder_sparse_step", default=1)
+    only = c.data.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise c._fail(f"key 'mlp_only_layers' must be a list of layer indices, got {only!r}")
+    dense = sorted({i for i in range(out["layers"]) if i in only or (i + 1) % step})
+    out["moe"] = dict(experts=c.integer("num_experts"), top_k=c.integer("num_experts_per_tok"), shared_experts=0,
+                      expert_ffn_hidden=c.integer("moe_intermediate_size"), dense_layers=dense, router_bias=False)
+    return out
+
+
+def _gpt_oss(c: _Config) -> dict[str, Any]:
+    """GptOssConfig: every layer MoE (``num_local_experts`` SwiGLU experts of ``intermediate_size``
+    with biases, top ``num_experts_per_tok``, a router with a bias), ``attention_bias`` (default
+    true) on q, k, v and o, a learned sink per head, and ``sliding_window`` on the layers that
+    ``layer_types`` calls "sliding_attention" (absent: every other layer, as the default builds it)."""
+    out = _llama_like(c, "gpt_oss")
+    bias = c.flag("attention_bias", True)
+    out.update(qkv_bias=bias, attention_out_bias=bias, mlp_bias=True, attention_sinks=True)
+    out["moe"] = dict(experts=c.integer("num_local_experts"), top_k=c.integer("num_experts_per_tok"),
+                      shared_experts=0, expert_ffn_hidden=out["ffn_hidden"], dense_layers=[], router_bias=True)
+    window = c.integer("sliding_window", default=None, allow_null=True)
+    if window is not None:
+        types = c.data.get("layer_types")
+        if types is None:
+            share = (out["layers"] + 1) // 2 / out["layers"]   # transformers: sliding on even layers
+        elif isinstance(types, list) and len(types) == out["layers"]:
+            share = sum(t == "sliding_attention" for t in types) / out["layers"]
+        else:
+            raise c._fail(f"key 'layer_types' must list one type per layer ({out['layers']}), got {types!r}")
+        if share > 0:
+            out.update(sliding_window=window, sliding_window_share=share)
     return out
 
 
@@ -212,6 +262,9 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "mistral": lambda c: _llama_like(c, "mistral"),
     "mixtral": lambda c: _llama_like(c, "mixtral"),
     "qwen2": lambda c: _llama_like(c, "qwen2"),
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "gpt_oss": _gpt_oss,
     "deepseek_v3": _deepseek_v3,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
