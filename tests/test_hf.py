@@ -85,6 +85,13 @@ QWEN3_30B_A3B = {  # Qwen/Qwen3-30B-A3B
     "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
     "tie_word_embeddings": False, "vocab_size": 151936,
 }
+QWEN3_32B = {  # Qwen/Qwen3-32B
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 25600, "max_position_embeddings": 40960,
+    "max_window_layers": 64, "model_type": "qwen3", "num_attention_heads": 64, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "sliding_window": None, "tie_word_embeddings": False,
+    "use_sliding_window": False, "vocab_size": 151936,
+}
 GPT_OSS_120B = {  # openai/gpt-oss-120b
     "architectures": ["GptOssForCausalLM"], "attention_bias": True, "head_dim": 64, "hidden_size": 2880,
     "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 18,
@@ -97,7 +104,7 @@ GPT_OSS_120B = {  # openai/gpt-oss-120b
 @pytest.mark.parametrize(
     "cfg,yaml_name",
     [(LLAMA_2_7B, "llama-2-7b"), (LLAMA_3_8B, "llama-3-8b"), (MIXTRAL, "mixtral-8x7b"),
-     (QWEN25_72B, "qwen2.5-72b"), (DEEPSEEK_V3, "deepseek-v3"), (QWEN3_30B_A3B, "qwen3-30b-a3b"),
+     (QWEN25_72B, "qwen2.5-72b"), (DEEPSEEK_V3, "deepseek-v3"), (QWEN3_30B_A3B, "qwen3-30b-a3b"), (QWEN3_32B, "qwen3-32b"),
      (GPT_OSS_120B, "gpt-oss-120b")],
 )
 def test_same_count_as_yaml(tmp_path, cfg, yaml_name):
