@@ -18,6 +18,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60
 settings.register_profile("dev", deadline=None, max_examples=60)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# the validated-spec cache (llmpar/specs/cache.py) stays out of the suite's way: no test writes to
+# the user's ~/.cache; tests/test_spec_cache.py turns it on in a temporary directory
+os.environ.setdefault("LLMPAR_NO_CACHE", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 

@@ -81,6 +81,10 @@ def _pos(value, what):
     return int(value)
 
 
+# `memory` builds its result with MemoryResult.model_construct: the fields are llmpar's own computed
+# values, and skipping validation skips pydantic's first schema build of the process, about a tenth
+# of `llmpar memory`'s start-up (docs/cli.md, start-up time; issue 10's 0.3 s). `.model_dump()`
+# and `--json` build the serializer when asked.
 def memory(
     model: str | ModelSpec | None = None,
     *,
@@ -187,7 +191,7 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
     if settings.convention == "deepspeed" and zero == 3:
         notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
     prec = M.bytes_per_param(settings, zero, par.microbatches)
-    return MemoryResult(
+    return MemoryResult.model_construct(
         model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
         mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
         activation_bytes_per_layer=None, capacity_bytes=float(hw.gpu.memory), fits=bool(tot["fits"]),
@@ -219,7 +223,7 @@ def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch
     if int(par.dp) > 1:
         notes.append(f"dp={int(par.dp)}: {int(par.dp)} independent replicas, each GPU holds its own copy of its shard")
     out = M.inference_memory_per_gpu(spec, hw, par, settings, b, T, res_bytes)
-    return MemoryResult(
+    return MemoryResult.model_construct(
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="inference",
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
         memory={k: float(out[k]) for k in MEMORY_COMPONENTS},
@@ -251,7 +255,7 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
     prec = M.bytes_per_param(settings, layout["zero"], par.microbatches)
-    return MemoryResult(
+    return MemoryResult.model_construct(
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="training",
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
         memory={k: float(out[k]) for k in MEMORY_COMPONENTS},

@@ -38,14 +38,14 @@ class GemmEfficiency(BaseModel):
     H100, ml-engineering MAMF; small or skinny GEMMs fall off). ``llmpar calibrate gemm`` refits it.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     max_efficiency: float = Field(0.80, gt=0, le=1)
     half_dim: float = Field(64.0, ge=0, description="smallest GEMM dimension at which efficiency is half the maximum")
     half_flops: float = Field(0.0, ge=0, description="FLOPs per launch at which the fixed kernel cost halves efficiency")
 
 
 class Accelerator(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
     generation: Literal["volta", "ampere", "hopper", "blackwell"] | None = Field(
         None, description="GPU architecture; selects a stack's per-generation values (None: the stacks' defaults)")
@@ -84,7 +84,7 @@ class TierFit(BaseModel):
     back to the tier's own value. Meaning of each field: see :class:`Tier`.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     latency: Seconds | None = None
     ll128_latency: Seconds | None = None
     simple_latency: Seconds | None = None
@@ -102,7 +102,7 @@ class Tier(BaseModel):
     an NVL72 rack); ``None`` for the scale-out network, which reaches every GPU.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
     kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
     domain_size: int | None = Field(None, gt=0)
@@ -137,7 +137,7 @@ class Tier(BaseModel):
 
 
 class Hardware(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
     description: str = ""
     source: str = ""

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class MoESpec(BaseModel):
     """Mixture of experts (Mixtral: 8 experts top-2; DeepSeek-V3: 256 routed top-8 + 1 shared)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     experts: int = Field(gt=0, description="routed experts per MoE layer")
     top_k: int = Field(gt=0, description="routed experts each token goes through")
     shared_experts: int = Field(0, ge=0, description="experts every token goes through")
@@ -35,7 +35,7 @@ class MoESpec(BaseModel):
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3, arXiv:2405.04434 §2.1)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     q_lora_rank: int | None = Field(None, gt=0, description="None: queries are not compressed")
     kv_lora_rank: int = Field(gt=0)
     qk_nope_head_dim: int = Field(gt=0)
@@ -45,7 +45,7 @@ class MLASpec(BaseModel):
 
 class ModelSpec(BaseModel):
     # strict: `layers: true` is not 1 layer and `hidden: "4096"` is not a number
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     name: str
     aliases: list[str] = Field(default_factory=list)

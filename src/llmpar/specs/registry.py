@@ -111,11 +111,20 @@ def validation_message(exc: ValidationError, source: str) -> str:
 def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
     """``cls`` from a spec file's mapping, in pydantic's strict mode: a YAML ``true`` is not the
     integer 1 and a quoted "80" is not a number (unit strings such as ``80 GiB`` are parsed by the
-    fields' own validators before the strict check)."""
+    fields' own validators before the strict check). A mapping validated before is read back from
+    the validated-spec cache (:mod:`llmpar.specs.cache`): same data, same code, same object."""
+    from llmpar.specs import cache
+
+    key = cache.key(cls, data)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
     try:
-        return cls.model_validate(data, strict=True)
+        obj = cls.model_validate(data, strict=True)
     except ValidationError as exc:
         raise UserError(validation_message(exc, source)) from None
+    cache.put(key, obj)
+    return obj
 
 
 @functools.lru_cache(maxsize=None)

@@ -63,7 +63,7 @@ def per_gen(value, generation: str | None) -> float:
 class _Strict(BaseModel):
     # strict: a YAML `true` is not 1 and a quoted "0.8" is not a number (unit strings are parsed
     # by the fields' BeforeValidators first); unknown keys are refused
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class Fp8Recipe(_Strict):
