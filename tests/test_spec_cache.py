@@ -53,3 +53,21 @@ def test_off_switch(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMPAR_NO_CACHE", "1")
     load_hardware("h100-sxm")
     assert cache.key(Hardware, {}) is None and not list(tmp_path.iterdir())
+
+
+def test_no_home_directory_means_no_cache(monkeypatch):
+    # Path.home() raises when neither HOME nor the password database names one: validate anyway
+    from pathlib import Path
+
+    from llmpar.specs.stack import Stack
+
+    monkeypatch.delenv("LLMPAR_NO_CACHE", raising=False)
+    monkeypatch.delenv("LLMPAR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert cache.key(Stack, {}) is None
+    assert load_hardware("h100-sxm").gpu.peak("bf16") == 989e12

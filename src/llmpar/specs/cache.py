@@ -30,7 +30,12 @@ def _dir() -> Path | None:
     if base:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "llmpar" if xdg else Path.home() / ".cache" / "llmpar"
+    if xdg:
+        return Path(xdg) / "llmpar"
+    try:
+        return Path.home() / ".cache" / "llmpar"
+    except (RuntimeError, KeyError, OSError):   # no home directory: no cache
+        return None
 
 
 @functools.lru_cache(maxsize=1)
