@@ -150,7 +150,8 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
     """Data-parallel traffic of one step (before overlap).
 
     dense_params: parameters on this GPU replicated across the dp*cp group; expert_params: routed-
-    expert parameters on this GPU, replicated across the expert-data-parallel group dp*cp/ep.
+    expert parameters on this GPU, replicated across the expert-data-parallel group tp*cp*dp/(ep*etp)
+    (``placement['edp']``: dp*cp/ep when etp = tp).
     ZeRO-0: all-reduce grads once per step. ZeRO-1: reduce-scatter grads once per step + all-gather
     updated weights (Megatron's distributed optimizer). ZeRO-2: grads are kept sharded, so they are
     reduce-scattered after every micro-batch's backward (m times) + one all-gather of weights.

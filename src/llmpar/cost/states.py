@@ -302,7 +302,7 @@ def _zero_divisors(par: Parallel):
     """
     z = np.asarray(par.zero)
     n = np.asarray(par.dp, dtype=float) * np.asarray(par.cp, dtype=float)
-    ne = n * np.asarray(par.tp, dtype=float) / (np.asarray(par.ep, dtype=float) * np.asarray(par.expert_tp, dtype=float))
+    ne = np.asarray(par.expert_dp, dtype=float)   # Parallel.expert_dp: the one place the group size is computed
     one = np.ones_like(n)
     return (
         (np.where(z >= 3, n, one), np.where(z >= 2, n, one), np.where(z >= 1, n, one)),

@@ -5,7 +5,9 @@ Ranks are numbered tp (innermost) -> cp -> dp -> pp (outermost), as Megatron-LM 
 Placement). A group of a dimension is ``size`` ranks spaced ``stride`` apart, stride = the
 product of the degrees inside it. Expert-parallel groups are carved out of the dp x cp ranks:
 an ep group of size e takes e consecutive ranks of that space, so its stride is tp; the
-expert-data-parallel group (dp*cp/e ranks) then has stride tp*e.
+expert-data-parallel group (dp*cp/e ranks) then has stride tp*e. With an expert-TP degree etp
+below tp (MoE parallel folding) the MoE layers regroup the stage's tp*cp*dp ranks instead: etp
+groups at stride 1, ep groups at stride etp, expert-data-parallel groups at stride etp*e.
 
 From size, stride and the scale-up domain D a job fills (``Hardware.placement_domain``: the
 NVLink domain, 8 on a DGX; on a GB200 NVL72 rack, where gpus_per_node is 4 and all 72 GPUs share
@@ -159,7 +161,7 @@ def _groups(par, order) -> dict:
         "dp": (par.dp, st["dp"]),
         "pp": (par.pp, st["pp"]),
         "ep": (ep, ep_stride),
-        "edp": (par.tp * dpcp // (ep * etp), ep_stride * ep),
+        "edp": (par.expert_dp, ep_stride * ep),
         "etp": (etp, np.where(folded, 1, st["tp"])),
         "dpcp": (dpcp, s_space),
     }
