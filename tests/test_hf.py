@@ -117,6 +117,9 @@ def test_same_count_as_yaml(tmp_path, cfg, yaml_name):
     assert breakdown(m) == breakdown(ref)
     # and the attention pattern: gpt-oss's 128-token window on half the layers
     assert (m.sliding_window, m.sliding_window_share) == (ref.sliding_window, ref.sliding_window_share)
+    # and the routing: DeepSeek-V3's n_group 8 / topk_group 4 (node-limited routing), none elsewhere
+    if ref.moe is not None:
+        assert (m.moe.groups, m.moe.groups_per_token) == (ref.moe.groups, ref.moe.groups_per_token)
 
 
 def test_llama_fields(tmp_path):

@@ -14,7 +14,7 @@ from llmpar.specs.stack import per_gen
 ROOT = Path(__file__).resolve().parents[1]
 
 SHIPPED = ("megatron-core", "megatron-2022", "megatron-deepspeed-2021", "nanotron", "torchtitan", "torchtitan-compile",
-           "deepspeed")
+           "deepspeed", "hai-llm")
 
 
 def test_every_shipped_stack_loads_names_its_sources_and_zero_stages():

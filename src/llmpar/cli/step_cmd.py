@@ -113,8 +113,12 @@ def explain_terms(r) -> list[_Term]:
               "Rajbhandari 2019 §7"),
         _Term("cp", "context-parallel K/V", b["cp"], "m x L_stage x max(0, t_cp - t_attention)",
               f"{f(p['cp_exposed_s'])} per layer", "Megatron-Core CP; Liu 2023 (ring attention)"),
-        _Term("ep", "expert all-to-all", b["ep"], "m x L_stage x MoE share x (2 fwd + 2 bwd)",
-              f"{f(p['ep_exposed_s'])} per layer", "Lepikhin 2020; DeepSeek-V3 §3.2"),
+        _Term("ep", "expert all-to-all", b["ep"],
+              "m x L_stage x MoE share x (exposed + ep_sms/SMs x hidden), 2 fwd + 2 bwd",
+              f"{f(p['ep_exposed_s'])} per layer, dispatcher {st.kernels.ep_dispatcher}"
+              + (", FP8 dispatch" if fp8 and st.kernels.fp8.dispatch_fp8 else "")
+              + (f", {st.overlap.ep_sms} SMs held while hidden" if st.overlap.ep_sms else ""),
+              "Lepikhin 2020; DeepSeek-V3 §3.2.2; cost/comm.ep_moe_layer"),
         _Term("optimizer", "optimizer step", b["optimizer"], "params x bytes / (HBM x eff)",
               f"{p['optimizer_params'] / 1e9:.2f}B params on this GPU", "cost/step._OPT_TRAFFIC (Megatron optimizer)"),
         _Term("fixed", "stack fixed costs", b["fixed"], "per_step_s + m x per_microbatch_s",

@@ -100,22 +100,109 @@ def cp_layer(hw, model, par, placement, e=2.0):
     return t_ag, t_ag + t_rs, sent, 2 * sent
 
 
-def ep_moe_layer(hw, model, par, placement, e=2.0):
+def _bins_hit(moe, bins):
+    """Expected number of ``bins`` (equal, contiguous blocks of the experts: EP ranks or scale-up
+    domains) that one token's top_k routed experts land on, under balanced routing.
+
+    Balanced routing: a token's experts are equally likely to be any allowed ones (the router's
+    load balancing aims at exactly this: Lepikhin 2020 §2.2; DeepSeek-V3 §2.1.2). Without a group
+    limit the top_k are drawn without replacement from all E experts, so a bin holding b = E/B
+    of them is missed with probability prod_{i<K} (E - b - i) / (E - i). With group-limited
+    routing (``moe.groups`` G, ``moe.groups_per_token`` g; DeepSeek-V3 §2.1.2 node-limited
+    routing) the g groups are drawn from G and the K experts from their A = gE/G:
+      * a bin holding whole groups (b >= E/G, c = bG/E of them) is missed when none of its groups
+        is drawn, or when some are (a ~ hypergeometric(G, c, g)) but none of the K experts falls in
+        them: sum_a P(a) prod_{i<K} (A - a E/G - i) / (A - i);
+      * a bin inside a group is hit only if its group is drawn (g/G), then with
+        1 - prod_{i<K} (A - b - i) / (A - i).
+    Array-polymorphic in ``bins``."""
+    from scipy.special import comb
+
+    E, K = float(moe.experts), int(moe.top_k)
+    B = np.maximum(np.asarray(bins, dtype=float), 1.0)
+    b = E / B
+
+    def miss(pool, out):
+        """P(none of K experts drawn without replacement from ``pool`` falls in ``out`` of them)."""
+        q = np.ones_like(np.asarray(out, dtype=float) + pool)
+        for i in range(K):
+            q = q * np.clip((pool - out - i) / (pool - i), 0.0, 1.0)
+        return q
+
+    if moe.groups is None:
+        return B * (1.0 - miss(E, b))
+    G, g = float(moe.groups), int(moe.groups_per_token)
+    A, per_group = g * E / G, E / G
+    c = np.maximum(b / per_group, 1.0)                       # whole groups per bin (>= 1 branch)
+    none = np.zeros_like(B)
+    for a in range(g + 1):
+        p_a = comb(c, a) * comb(G - c, g - a) / comb(G, g)   # hypergeometric (c may be fractional)
+        none = none + p_a * miss(A, a * per_group)
+    hit_whole = 1.0 - none
+    hit_inside = (g / G) * (1.0 - miss(A, b))
+    return B * np.where(b >= per_group, hit_whole, hit_inside)
+
+
+def ep_destinations(moe, ep, k):
+    """Per token of one MoE layer: (ranks, remote domains) its routed experts are sent to.
+
+    ``ep`` GPUs in the EP group, ``k`` of them per scale-up domain (n = ep/k domains). ranks =
+    distinct EP ranks holding its experts; remote = distinct domains other than the token's own
+    (by symmetry (n-1)/n of the domains hit). Used by the deepep dispatcher, which sends a token
+    once per remote domain over the NICs and once per destination GPU over NVLink."""
+    ep = np.asarray(ep, dtype=float)
+    k = np.clip(np.asarray(k, dtype=float), 1.0, np.maximum(ep, 1.0))
+    n = np.maximum(ep / k, 1.0)
+    ranks = _bins_hit(moe, ep)
+    remote = _bins_hit(moe, n) * (n - 1.0) / n
+    return ranks, remote
+
+
+def ep_moe_layer(hw, model, par, placement, e=2.0, dispatcher="alltoall", dispatch_e=None):
     """EP all-to-alls of ONE MoE layer and ONE micro-batch.
 
-    Each GPU dispatches its b*(s/cp)/tp... tokens' top_k copies (b*(s/cp)*top_k*h*e bytes; with SP
-    the tokens are also split by tp) and combines the same back: 2 all-to-alls forward, 2 backward.
+    T = b*(s/cp) tokens per GPU (/tp with SP) go to their experts (dispatch) and come back
+    (combine); backward sends the gradients the same two ways: 2 transfers forward, 2 backward.
+    ``dispatch_e``: bytes per element of the dispatch-direction transfer (forward tokens,
+    backward output gradients; FP8 + scales under a stack's kernels.fp8.dispatch_fp8), the
+    combine-direction one moves ``e``.
+
+    * ``alltoall`` (Megatron-Core MoEAlltoAllTokenDispatcher): one row per (token, expert) pair,
+      T*top_k*h*e bytes per rank in a flat all-to-all over the EP group (nccl-tests size).
+    * ``deepep`` (DeepSeek-V3 §3.2.2; DeepEP normal kernels): a token crosses the NICs once per
+      remote scale-up domain its experts are on, to the GPU with the same local index there, and
+      is forwarded over NVLink once per destination GPU (:func:`ep_destinations`): NIC bytes
+      T*remote*h*e, NVLink bytes T*ranks*(k-1)/k*h*e per rank; the two hops pipeline, so a
+      transfer takes the slower of the two.
     Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd).
     """
     if model.moe is None:
         return 0.0, 0.0, 0.0, 0.0
     size, k = placement["ep"]
+    d_e = e if dispatch_e is None else dispatch_e
     tokens = par.micro_batch * (par.seq / par.cp) / np.where(par.sp, par.tp, 1)
-    payload = tokens * model.moe.top_k * model.hidden * e
-    # all-to-all: nccl-tests size = the whole send buffer of one rank
-    t = collective_time(hw, "all_to_all", payload, size, k)
-    sent = payload * _frac(size)
-    return 2 * t, 2 * t, 2 * sent, 2 * sent
+    if dispatcher == "alltoall":
+        def one(el):
+            payload = tokens * model.moe.top_k * model.hidden * el
+            # all-to-all: nccl-tests size = the whole send buffer of one rank
+            return collective_time(hw, "all_to_all", payload, size, k), payload * _frac(size)
+    else:
+        P = np.asarray(size, dtype=float)
+        kk = np.clip(np.asarray(k, dtype=float), 1.0, np.maximum(P, 1.0))
+        ranks, remote = ep_destinations(model.moe, P, kk)
+        multi, local = P > kk, kk > 1.0
+
+        def one(el):
+            nic = tokens * remote * model.hidden * el
+            nvl = tokens * ranks * (kk - 1.0) / kk * model.hidden * el
+            # as all-to-alls whose scale-out / scale-up shares are exactly those bytes
+            t_nic = collective_time(hw, "all_to_all", nic * P / np.where(multi, P - kk, 1.0), size, k)
+            t_nvl = collective_time(hw, "all_to_all", nvl * kk / np.where(local, kk - 1.0, 1.0), kk, kk)
+            t = np.maximum(np.where(multi, t_nic, 0.0), np.where(local, t_nvl, 0.0))
+            return np.where(P > 1, t, 0.0), np.where(P > 1, nic + nvl, 0.0)
+    t_d, b_d = one(d_e)
+    t_c, b_c = one(e)
+    return t_d + t_c, t_d + t_c, b_d + b_c, b_d + b_c
 
 
 def zero_gather_host_time(s_per_tensor_rank, group, tensors):

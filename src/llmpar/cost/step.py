@@ -188,10 +188,22 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # EP: DualPipe pairs a forward and a backward chunk so each hides the other's all-to-alls
     # (DeepSeek-V3 report §3.2.1); otherwise the stack's overlap.ep of the layer's compute, or
     # --ep-overlap (Megatron-Core --overlap-moe-expert-parallel-comm pairs micro-batches likewise).
-    ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e)
+    # The dispatcher (stack kernels.ep_dispatcher) sets the bytes and where they flow; FP8 dispatch
+    # (kernels.fp8.dispatch_fp8, --dtype fp8): 1 B per element + one fp32 scale per 128 (DeepSeek-V3 §3.3.2-3)
+    kern = settings.stack.kernels
+    d_e = 1.0 + 4.0 / 128.0 if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
+    ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, kern.ep_dispatcher, d_e)
     hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, settings.ep_overlap)
-    ep_f = L.frac_moe * (ep_f - hide * np.minimum(ep_f, L.fwd))
-    ep_b = L.frac_moe * (ep_b - hide * np.minimum(ep_b, L.bwd))
+    # Hidden all-to-alls are not free: their kernels hold overlap.ep_sms of the gpu.sms SMs while
+    # they run, so the compute under them runs that much slower. Compute W under comm C at rate
+    # 1 - f takes C + (W - (1 - f) C) = W + f C: the cost is f x the hidden time (DeepSeek-V3
+    # §3.2.2: 20 of the H800's 132 SMs for dispatch and combine)
+    sms = hw.gpu.sms
+    f_sm = settings.stack.overlap.ep_sms / sms if sms else 0.0
+    hid_f = hide * np.minimum(ep_f, L.fwd)
+    hid_b = hide * np.minimum(ep_b, L.bwd)
+    ep_f = L.frac_moe * (ep_f - hid_f + f_sm * hid_f)
+    ep_b = L.frac_moe * (ep_b - hid_b + f_sm * hid_b)
     return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
                            tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, L.rec_full * tp_bytes_f, 0.0),
                            cp_bytes=cp_bytes_f + cp_bytes_b, ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b))

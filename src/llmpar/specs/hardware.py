@@ -49,6 +49,9 @@ class Accelerator(BaseModel):
     name: str
     generation: Literal["volta", "ampere", "hopper", "blackwell"] | None = Field(
         None, description="GPU architecture; selects a stack's per-generation values (None: the stacks' defaults)")
+    sms: int | None = Field(
+        None, gt=0, description="streaming multiprocessors (whitepaper); prices SMs a stack's overlapped "
+                                "communication kernels take from compute (stack overlap.ep_sms); None: not priced")
     memory: Bytes = Field(description="HBM capacity, in the unit the vendor means (H100 '80 GB' is 80 GiB)")
     memory_bandwidth: Bandwidth = Field(description="HBM bandwidth (datasheet)")
     memory_efficiency: float = Field(0.85, gt=0, le=1, description="achieved/datasheet HBM bandwidth (STREAM-like)")

@@ -208,6 +208,11 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
             dense_layers=dense,
             router_bias=c.data.get("topk_method") == "noaux_tc",  # e_score_correction_bias
         )
+        # group-limited routing (DeepseekV3TopkRouter: n_group groups, topk_group of them per token)
+        groups = c.integer("n_group", default=None, allow_null=True)
+        per_token = c.integer("topk_group", default=None, allow_null=True)
+        if groups is not None and per_token is not None and groups > 1:
+            out["moe"].update(groups=groups, groups_per_token=per_token)
     return out
 
 

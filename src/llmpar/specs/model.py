@@ -24,11 +24,27 @@ class MoESpec(BaseModel):
         default_factory=list, description="indices of layers with a dense FFN instead of experts (DeepSeek-V3: 0, 1, 2)"
     )
     router_bias: bool = Field(False, description="per-expert router bias (DeepSeek-V3's aux-loss-free balancing)")
+    # group-limited routing (DeepSeek-V2 §2.1.3 device-limited, DeepSeek-V3 §2.1.2 node-limited
+    # routing; HF config n_group / topk_group; Megatron-Core --moe-router-num-groups /
+    # --moe-router-group-topk): the experts form `groups` contiguous blocks and a token's top_k
+    # experts come from at most `groups_per_token` of them. What it saves is traffic, and only
+    # with a dispatcher that sends a token once per destination node (stack kernels.ep_dispatcher)
+    groups: int | None = Field(None, gt=0, description="expert groups for group-limited routing (None: no limit)")
+    groups_per_token: int | None = Field(None, gt=0, description="groups one token's experts may come from")
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        if (self.groups is None) != (self.groups_per_token is None):
+            raise ValueError("groups and groups_per_token go together (group-limited routing)")
+        if self.groups is not None:
+            if self.experts % self.groups:
+                raise ValueError(f"groups ({self.groups}) must divide experts ({self.experts})")
+            if self.groups_per_token > self.groups:
+                raise ValueError(f"groups_per_token ({self.groups_per_token}) exceeds groups ({self.groups})")
+            if self.top_k > self.groups_per_token * (self.experts // self.groups):
+                raise ValueError(f"top_k ({self.top_k}) exceeds the experts of {self.groups_per_token} groups")
         return self
 
 

@@ -88,6 +88,10 @@ class Fp8Recipe(_Strict):
         False, description="with sequence parallelism the TP all-gathers (forward: the FP8 GEMMs' inputs; backward: "
                            "their output gradients) move 1-byte FP8, the reduce-scatters stay 16-bit (torchao "
                            "Float8ColwiseParallel / Float8RowwiseParallel: cast before the all-gather)")
+    dispatch_fp8: bool = Field(
+        False, description="the MoE dispatch all-to-all (forward: tokens to the experts; backward: the gradients "
+                           "before the down projections) moves FP8 with one fp32 scale per 128 elements; the "
+                           "combines stay 16-bit (DeepSeek-V3 §3.3.3; DeepEP's FP8 dispatch)")
 
 
 class AttentionKernel(_Strict):
@@ -120,6 +124,11 @@ class Kernels(_Strict):
                          "(forward + backward): Transformer Engine's GroupedLinear issues one GEMM (and, in FP8, one "
                          "quantisation) per local expert from the host, so the MoE layer's launch work grows with "
                          "the local experts")
+    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="how a MoE layer's tokens reach their experts. alltoall: one copy per (token, expert) "
+                                "pair in a flat all-to-all (Megatron-Core MoEAlltoAllTokenDispatcher). deepep: one "
+                                "copy per destination node over the NICs, forwarded over NVLink to each destination "
+                                "GPU once (DeepSeek-V3 §3.2.2; DeepEP normal kernels; Megatron-Core flex dispatcher)")
     zero_gather_s_per_tensor_rank: SECONDS = Field(
         0.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
                          "all-gather: frameworks that gather into per-rank, per-parameter views and copy each back "
@@ -152,6 +161,10 @@ class Overlap(_Strict):
     pp: float = Field(0.0, ge=0, le=1, description="pipeline p2p behind compute (1 = async send/recv, 0 = blocking)")
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
     ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
+    ep_sms: int = Field(
+        0, ge=0, description="SMs the EP dispatch/combine kernels hold while they run behind compute; the compute "
+                             "they overlap slows by ep_sms / gpu.sms for that time (DeepSeek-V3 §3.2.2: 20 of 132 "
+                             "on H800; 0 = not priced)")
 
 
 class Network(_Strict):
