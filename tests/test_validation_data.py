@@ -52,7 +52,7 @@ TOP_KEYS = {"source", "url", "about", "hardware", "stack", "metric", "convention
             "runs", "left_out"}
 REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
 STACKS = {"megatron-2022", "megatron-deepspeed-2021", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile",
-          "deepspeed", "other"}
+          "deepspeed", "hai-llm", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
 LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
           "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype"}
