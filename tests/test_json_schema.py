@@ -26,7 +26,7 @@ from llmpar.specs import load_hardware
 
 PARALLEL = tuple(f"parallel.{k}" for k in (
     "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch", "microbatches", "seq",
-    "schedule", "virtual_stages", "recompute_layers"))
+    "schedule", "virtual_stages", "recompute_layers", "offload_layers"))
 SETTINGS = tuple(f"settings.{k}" for k in (
     "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
     "ep_overlap", "rank_order", "stack"))
@@ -45,7 +45,7 @@ MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
 STEP_FIGURES = COMMON + SETTINGS + (
     "tokens_per_step", "step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu",
     "hardware_tflops_per_gpu", "mfu", "hfu", "mfu_full_attention", "mfu_convention", "fits",
-    *(f"breakdown_s.{k}" for k in ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer",
+    *(f"breakdown_s.{k}" for k in ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer",
                                    "fixed")),
     *(f"comm_bytes_per_gpu.{k}" for k in ("tp", "pp", "dp", "cp", "ep")),
     *MEMORY_COMPONENTS, "memory.capacity_bytes", "memory.fits", "memory.max_micro_batch", "memory.params_per_gpu")
@@ -54,14 +54,15 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "gemm_forward_s", "linear_forward_s", "attention_core_forward_s", "attention_core_backward_s",
     "fp8_cast_forward_s", "fp8_cast_backward_s", "launch_s", "fixed_s", "elementwise_forward_s",
     "elementwise_forward_bytes", "layer_forward_s", "layer_backward_s", "layer_recompute_s", "tp_forward_s",
-    "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "head_forward_s", "head_backward_s", "embedding_s",
+    "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "offload_exposed_s", "offload_bytes_per_microbatch",
+    "head_forward_s", "head_backward_s", "embedding_s",
     "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",
             *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                                             "global_batch", "microbatches", "seq", "schedule", "virtual_stages",
-                                            "recompute_layers")))
+                                            "recompute_layers", "offload_layers")))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
 BUBBLE = ("schedule", "pp", "microbatches", "virtual_stages", "bubble_over_ideal", "bubble_fraction_of_step",
           "formula_bubble_over_ideal", "formula_bubble_fraction_of_step", "source", "in_flight_microbatches",
@@ -159,7 +160,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            "predicted_memory_bytes_after", "predicted_fits_after",
                            *under("layout.", ("gpus", "tp", "pp", "dp", "cp", "global_batch", "seq")),
                            *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute", "microbatches", "schedule", "sp",
-                                              "recompute_layers"))))),
+                                              "recompute_layers", "offload_layers"))))),
 }
 
 # objects whose keys are data, not schema (see the module doc): their paths end in ".*"
@@ -269,7 +270,7 @@ def test_common_keys_have_their_types(cli):
         assert isinstance(d["model"], str) and isinstance(d["hardware"], str) and type(d["gpus"]) is int
         p = d["parallel"]
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "microbatches", "seq",
-                  "virtual_stages", "recompute_layers"):
+                  "virtual_stages", "recompute_layers", "offload_layers"):
             assert type(p[k]) is int, k
         assert type(p["sp"]) is bool
         assert p["recompute"] in ("none", "selective", "full")

@@ -19,7 +19,7 @@ JSON_KEYS = {
     "capacity_bytes", "usable_bytes", "fits", "max_micro_batch", "most_loaded_stage", "assumptions",
 }
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
-                 "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
+                 "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers"}
 MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
                "buffers_bytes", "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes",
                "total_bytes", "margin_bytes"}

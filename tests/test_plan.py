@@ -367,10 +367,12 @@ def test_result_contract(p405):
     step_keys = {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "breakdown_s", "comm_bytes_per_gpu", "memory", "model", "hardware", "gpus", "parallel", "rank"}
     assert step_keys <= set(row)
-    assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed"}
+    assert set(row["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer",
+                                       "fixed"}
     assert set(row["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
     assert set(row["parallel"]) == {"tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
-                                    "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers"}
+                                    "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers",
+                                    "offload_layers"}
     # the breakdown adds up to the step time (issue 3), row by row
     for r in d["plans"]:
         assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)

@@ -17,7 +17,8 @@ def test_json_contract_and_arithmetic(cli):
     d = res.json()
     assert STEP_KEYS <= set(d) and PARALLEL_KEYS <= set(d["parallel"])
     assert d["model"] == "llama-3-70b" and d["model_requested"] == "llama-70b"
-    assert set(d["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed"}
+    assert set(d["breakdown_s"]) == {"compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer",
+                                     "fixed"}
     assert set(d["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
     # dp = 64 / (8*2) = 4; m = 128 / (1*4) = 32; tokens per step = 128 * 8192 = 1,048,576
     assert (d["parallel"]["dp"], d["parallel"]["microbatches"], d["tokens_per_step"]) == (4, 32, 1_048_576)

@@ -106,6 +106,7 @@ def memory(
     schedule: str | None = None,
     virtual_stages: int | None = None,
     recompute_layers: int | None = None,
+    offload_layers: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -139,7 +140,8 @@ def memory(
     res_bytes = parse_reserve(reserve, hw)
     layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=recompute,
                   micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches, seq=seq,
-                  schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers)
+                  schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+                  offload_layers=offload_layers)
     if params is not None:
         if model is not None or hf is not None:
             raise UserError("give either a MODEL (or --hf) or --params, not both")
@@ -307,6 +309,7 @@ def step(
     schedule: str | None = None,
     virtual_stages: int | None = None,
     recompute_layers: int | None = None,
+    offload_layers: int | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -342,7 +345,8 @@ def step(
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
-                 dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention, attention=attention,
+                 offload_layers=offload_layers, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
+                 convention=convention, attention=attention,
                  reserve=reserve, hf=hf, stack=stack)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)

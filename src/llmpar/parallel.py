@@ -65,6 +65,7 @@ class Parallel:
     schedule: Any = 1           # index into SCHEDULES
     virtual_stages: Any = 1
     recompute_layers: Any = 0   # full recompute covers N layers of each pipeline chunk (0: all of them)
+    offload_layers: Any = 0     # activations of the first N layers held in host memory (Megatron-Core CPU offloading)
 
     @property
     def gpus(self):
@@ -99,7 +100,7 @@ class Parallel:
             "micro_batch": int(self.micro_batch), "global_batch": int(self.global_batch),
             "microbatches": int(self.microbatches), "seq": int(self.seq),
             "schedule": SCHEDULES[int(self.schedule)], "virtual_stages": int(self.virtual_stages),
-            "recompute_layers": int(self.recompute_layers),
+            "recompute_layers": int(self.recompute_layers), "offload_layers": int(self.offload_layers),
         }
 
     def take(self, i) -> Parallel:
@@ -368,6 +369,7 @@ def resolve(
     settings: Settings | None = None,
     default_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     recompute_layers: int | None = None,
+    offload_layers: int | None = None,
 ) -> Resolved:
     """Resolve the common option group into a scalar :class:`Parallel` (DESIGN.md, CLI conventions)."""
     notes: list[str] = []
@@ -429,6 +431,22 @@ def resolve(
         if n_rec > per_chunk:
             raise UserError(f"--recompute-layers {n_rec} exceeds the {per_chunk} layers of a pipeline chunk "
                             f"({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
+    n_off = 0
+    if offload_layers is not None and offload_layers != 0:
+        # Megatron-Core TransformerConfig (cpu_offloading): fewer layers than the model has, no
+        # pipeline parallelism, no activation recomputation
+        n_off = _pos_int(offload_layers, "offload-layers", MAX_GPUS)
+        if n_off >= model.layers:
+            raise UserError(f"--offload-layers {n_off} must be below the model's {model.layers} layers")
+        if pp > 1:
+            raise UserError(f"--offload-layers needs --pp 1 (Megatron-Core: no CPU offloading with pipeline "
+                            f"parallelism; got --pp {pp})")
+        if RECOMPUTE[rec] != "none":
+            raise UserError(f"--offload-layers needs --recompute none (Megatron-Core: no CPU offloading with "
+                            f"activation recomputation; got {RECOMPUTE[rec]})")
+        if hardware.host_bandwidth is None:
+            raise UserError(f"--offload-layers needs the hardware's host_bandwidth (the CPU-GPU link); "
+                            f"{hardware.name} states none")
     per_step = b * dp
     if global_batch is not None:
         global_batch = _pos_int(global_batch, "global-batch", MAX_BATCH)
@@ -456,6 +474,7 @@ def resolve(
     par = Parallel(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=0 if etp == tp else etp, zero=int(zero), sp=bool(sp), recompute=rec,
         micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v, recompute_layers=n_rec,
+        offload_layers=n_off,
     )
     check_layout(model, par)
     if settings is None:

@@ -173,6 +173,17 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
     n_rec_given = num("recompute_layers")
     if n_rec_given and (rec_given is None or str(rec_given) != "full"):
         raise UserError(f"{where}: recompute_layers needs recompute: full")
+    n_off = num("offload_layers") or 0
+    if n_off:
+        # Megatron-Core's rules for CPU offloading (parallel.resolve): below the layer count, pp 1,
+        # no recompute (an unstated recompute is therefore none)
+        if n_off >= model.layers:
+            raise UserError(f"{where}: offload_layers {n_off} must be below the model's {model.layers} layers")
+        if pp > 1:
+            raise UserError(f"{where}: offload_layers needs pp 1 (got pp {pp})")
+        if rec_given is not None and str(rec_given) != "none":
+            raise UserError(f"{where}: offload_layers needs recompute: none (got {rec_given})")
+        recs = [RECOMPUTE.index("none")]
     zero_given = num("zero")
     # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
     # which stage their sharding amounts to)
@@ -220,7 +231,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
                     for n_rec in _recompute_layer_counts(rec, rec_given, n_rec_given, per_chunk):
                         out.append(dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=rec,
                                         micro_batch=b, microbatches=m, seq=seq, schedule=SCHEDULES.index(s_name),
-                                        virtual_stages=v, recompute_layers=n_rec))
+                                        virtual_stages=v, recompute_layers=n_rec, offload_layers=n_off))
     if not out:
         if infeasible:
             raise UserError(f"{where}: the schedule cannot run any candidate layout "
@@ -334,7 +345,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                 pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages),
                            "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)],
                            "microbatches": int(par.microbatches), "schedule": SCHEDULES[int(par.schedule)],
-                           "sp": bool(par.sp), "recompute_layers": int(par.recompute_layers)}
+                           "sp": bool(par.sp), "recompute_layers": int(par.recompute_layers),
+                           "offload_layers": int(par.offload_layers)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
                        out["gpus"], pick, out["alloc"], out["pool"])
 

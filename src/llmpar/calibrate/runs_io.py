@@ -29,7 +29,7 @@ from llmpar.units import parse_bytes, parse_seconds
 STATUSES = ("ok", "oom", "crashed")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
-               "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "dtype")
+               "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
                  "peak_reserved_bytes")
 
@@ -101,6 +101,7 @@ ALIASES: dict[str, str] = {
     "num_gpus": "gpus", "n_gpus": "gpus", "world_size": "gpus",
     "virtual_pipeline_model_parallel_size": "virtual_stages", "vpp": "virtual_stages",
     "recompute_num_layers": "recompute_layers",
+    "cpu_offloading_num_layers": "offload_layers",
     "model": "model", "model_name": "model", "hardware": "hardware", "gpu": "hardware",
     "status": "status", "log": "log",
     "step_time_s": "step_time_s", "iteration_time_s": "step_time_s",
@@ -248,6 +249,8 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             if name in DEGREES or name in ("gpus", "micro_batch", "global_batch", "microbatches", "seq",
                                            "virtual_stages", "recompute_layers"):
                 layout[name] = _int(value, where, key)
+            elif name == "offload_layers":
+                layout[name] = _int(value, where, key, minimum=0)
             elif name == "zero":
                 layout[name] = _int(value, where, key, minimum=0)
                 if layout[name] > 3:

@@ -36,6 +36,10 @@ _LAYOUT_OPTIONS = [
     click.option("--recompute-layers", type=int,
                  help="With --recompute full: recompute only N layers of each pipeline chunk, as Megatron-Core's "
                       "--recompute-method block --recompute-num-layers N (default: all)."),
+    click.option("--offload-layers", type=int,
+                 help="Hold the saved activations of the first N layers in host memory, copied out after their "
+                      "forward and back before their backward (Megatron-Core --cpu-offloading-num-layers; needs "
+                      "--pp 1 and --recompute none)."),
 ]
 
 _PRECISION_OPTIONS = [
@@ -105,7 +109,8 @@ def common_options(f):
 
 
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
-               "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers")
+               "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers",
+               "offload_layers")
 
 
 def layout_kwargs(kw: dict[str, Any]) -> dict[str, Any]:

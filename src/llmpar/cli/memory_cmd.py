@@ -99,6 +99,8 @@ def _notes(r) -> dict[str, str]:
         rec = {0: "no recompute", 1: "selective recompute", 2: "full recompute"}[int(par.recompute)]
         if int(par.recompute) == 2 and int(par.recompute_layers):
             rec += f" of {int(par.recompute_layers)} layer(s) per chunk"
+        if int(par.offload_layers):
+            rec += f", {int(par.offload_layers)} layer(s) offloaded to host"
         notes["activations_bytes"] = f"b={int(par.micro_batch)}, s={int(par.seq)}, {rec}, {r.settings.attention} attention"
     elif r.mode == "inference":
         inf = r.inference

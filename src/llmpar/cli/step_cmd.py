@@ -24,6 +24,7 @@ _NOTES = {
     "dp": "gradient sync / ZeRO gathers, exposed part",
     "cp": "K/V exchange beyond the attention it hides behind",
     "ep": "all-to-all dispatch + combine",
+    "offload": "activation copies to / from host memory, exposed part",
     "bubble": "pipeline fill and drain",
     "optimizer": "optimizer step (memory-bound)",
     "fixed": "the stack's fixed costs per step and per micro-batch",
@@ -119,6 +120,10 @@ def explain_terms(r) -> list[_Term]:
               + (", FP8 dispatch" if fp8 and st.kernels.fp8.dispatch_fp8 else "")
               + (f", {st.overlap.ep_sms} SMs held while hidden" if st.overlap.ep_sms else ""),
               "Lepikhin 2020; DeepSeek-V3 §3.2.2; cost/comm.ep_moe_layer"),
+        _Term("offload", "activation offload copies", b["offload"],
+              "m x (max(0, N A / B_host - L t_fwd) + max(0, N A / B_host - L t_bwd))",
+              f"N={int(par.offload_layers)} layers, {fmt_bytes(p['offload_bytes_per_microbatch'] / 2)} each way "
+              f"per micro-batch", "cost/step._offload (Megatron-Core cpu_offloading; TE offload handler)"),
         _Term("optimizer", "optimizer step", b["optimizer"], "params x bytes / (HBM x eff)",
               f"{p['optimizer_params'] / 1e9:.2f}B params on this GPU", "cost/step._OPT_TRAFFIC (Megatron optimizer)"),
         _Term("fixed", "stack fixed costs", b["fixed"], "per_step_s + m x per_microbatch_s",

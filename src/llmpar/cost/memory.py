@@ -45,7 +45,7 @@ from llmpar.cost.activations import (
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
 from llmpar.cost.inflight import *  # noqa: F401,F403
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_stage, logits_in_flight, stage_span
-from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction
+from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction, offload_kept_share
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
@@ -83,6 +83,13 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -
     full = np.asarray(par.recompute) == RECOMPUTE.index("full")
     mix_d = act_d + np.where(full, rest, 0.0) * (none_d - act_d)
     mix_m = act_m + np.where(full, rest, 0.0) * (none_m - act_m)
+    # activation offloading (Megatron-Core cpu_offloading_num_layers, Transformer Engine's
+    # double-buffered offload handler; pp = 1, no recompute): the first N layers' saved
+    # activations move to host memory as their forward ends and come back one layer ahead of their
+    # backward. At the peak (the end of the forward) HBM holds the L - N others and at most one
+    # offloaded layer still in transit: a share (L - N + min(N, 1)) / L of the layers' activations
+    kept = offload_kept_share(model.layers, par.offload_layers)
+    mix_d, mix_m = mix_d * kept, mix_m * kept
     return {
         "emb": np.asarray(embedding_shard(model, par)), "head": np.asarray(head_shard(model, par)),
         "act": (act_d, none_d, act_m, none_m), "mix": (mix_d, mix_m), "zero_div": _zero_divisors(par),

@@ -88,6 +88,13 @@ def partial_recompute_layers(share, per_chunk):
     return _out(np.where(q > 0, np.maximum(1, np.rint(q * np.asarray(per_chunk))), 0).astype(np.int64))
 
 
+def offload_kept_share(layers, offload_layers):
+    """Share of a (pp = 1) model's saved activations in HBM at the peak when the first N layers'
+    are offloaded to host memory: (L - N + min(N, 1)) / L (cost/memory.py, activation offloading)."""
+    n = np.asarray(offload_layers, dtype=float)
+    return _out((layers - n + np.minimum(n, 1.0)) / layers)
+
+
 def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     """Share of a stage's layers that full recompute re-runs: Megatron-Core's
     ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` checkpoints

@@ -49,7 +49,7 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0}
 REC_NONE, REC_SELECTIVE, REC_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 DUALPIPE = SCHEDULES.index("dualpipe")
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "fixed")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer", "fixed")
 COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 
 # Optimizer-step HBM traffic per parameter, bytes, for a mixed-precision step as Megatron-LM runs
@@ -247,6 +247,28 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
                            pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
 
+def _offload(model, hw, par, settings, L):
+    """Activation offloading (``--offload-layers N``, pp = 1): the exposed part of the copies, per
+    micro-batch, forward and backward.
+
+    Each of the N offloaded layers' saved activations (A bytes: the no-recompute set, averaged over
+    dense and MoE layers) crosses the CPU-GPU link once after its forward and once before its
+    backward, on a copy stream (Transformer Engine's offload handler; Megatron-Core
+    cpu_offloading). The N·A/B_host seconds of copies run behind the micro-batch's forward (L·t_f)
+    and backward (L·t_b) compute; what exceeds it is exposed: max(0, N·A/B_host − L·t)."""
+    n_off = np.asarray(par.offload_layers, dtype=float)
+    if not np.any(n_off > 0):
+        return SimpleNamespace(f=0.0, b=0.0, bytes=0.0)
+    c_dense, c_moe = memory._layer_coeffs(model, settings)
+    none_d = np.asarray(memory.layer_activation_bytes(c_dense, par)[1])
+    none_m = np.asarray(memory.layer_activation_bytes(c_moe, par)[1]) if model.moe else none_d
+    a = (1.0 - L.frac_moe) * none_d + L.frac_moe * none_m
+    nbytes = n_off * a
+    t = nbytes / float(hw.host_bandwidth or np.inf)
+    return SimpleNamespace(f=np.maximum(t - model.layers * L.fwd, 0.0), b=np.maximum(t - model.layers * L.bwd, 0.0),
+                           bytes=2.0 * nbytes)
+
+
 def _data_parallel(model, hw, par, settings, place, S):
     """Gradient reduction and ZeRO gathers after the pipeline flush, the part of them exposed,
     and the optimizer step (module doc, steps 4-5)."""
@@ -353,6 +375,8 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     # fixed costs of the stack: per step (optimizer launch, grad-norm sync, logging) and per
     # micro-batch (data loading, schedule bookkeeping), measured as a residual in real runs
     fixed_t = settings.stack.fixed.per_step_s + m * settings.stack.fixed.per_microbatch_s
+    O = _offload(model, hw, par, settings, L)
+    pipe_total = pipe_total + m * (O.f + O.b)      # pp = 1 with offloading: no bubble to adjust
     step = pipe_total + D.exposed + D.opt_t + fixed_t
 
     n = S.layers
@@ -364,6 +388,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "dp": D.exposed,
         "cp": m * n * (C.cp_f + C.cp_b),
         "ep": m * n * (C.ep_f + C.ep_b),
+        "offload": m * (O.f + O.b),
         "bubble": bubble,
         "optimizer": D.opt_t,
         "fixed": fixed_t + 0.0 * step,
@@ -394,6 +419,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
             "elementwise_forward_bytes": L.elem, "layer_forward_s": L.fwd, "layer_backward_s": L.bwd,
             "layer_recompute_s": L.rec_t, "tp_forward_s": C.tp_f, "tp_backward_s": C.tp_b + C.tp_rec,
             "cp_exposed_s": C.cp_f + C.cp_b, "ep_exposed_s": C.ep_f + C.ep_b,
+            "offload_exposed_s": O.f + O.b, "offload_bytes_per_microbatch": O.bytes,
             "head_forward_s": E.head_f, "head_backward_s": E.head_b, "embedding_s": E.emb,
             "p2p_per_transfer_s": S.pp_one, "has_head": S.has_head, "has_embedding": S.has_emb,
             "dp_total_s": D.dp_t, "optimizer_params": D.opt_params, "microbatches": m,

@@ -157,6 +157,9 @@ class Hardware(BaseModel):
                                 "scheduler's allocation unit inside the domain, e.g. Slurm topology/block --segment "
                                 "x gpus_per_node on GB200 NVL72); None = the whole domain")
     calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
+    host_bandwidth: Bandwidth | None = Field(
+        None, description="CPU-GPU link per GPU and direction (PCIe, NVLink-C2C): prices activation offloading "
+                          "(--offload-layers); None: offloading is refused")
     node_power: Watts | None = Field(
         None, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
                           "NVSwitches, fans, PSU losses): its share per GPU is node_power / gpus_per_node "

@@ -123,6 +123,8 @@ def layout(row: dict[str, Any]) -> str:
     if c.get("recompute_layers"):
         rc += f"{c['recompute_layers']}"      # full recompute of N layers per pipeline chunk
     parts.append(star("recompute", rc))
+    if c.get("offload_layers"):
+        parts.append(f"off{c['offload_layers']}")     # activations of N layers offloaded to host memory
     if c["tp"] > 1:
         parts.append("sp" if c["sp"] else "no-sp")
     if c["dtype"] != "bf16":
