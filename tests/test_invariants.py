@@ -338,6 +338,13 @@ def _replicated_over_tp(model: ModelSpec) -> int:
         moe = model.moe
         row_biases = (moe.experts + moe.shared_experts) * (h if mlp_bias else 0)
         total += model.moe_layers * (P.router_params(model) + row_biases)
+    # multi-token-prediction modules (DeepSeek-V3 §2.2): a block like the last one (its replicated
+    # parts as above) and three norms, whole on every TP rank; the projection M is column-parallel
+    d = model.mtp_layers
+    if d:
+        last_moe = P.is_moe_layer(model, model.layers - 1)
+        block = per_layer + ((P.router_params(model) + row_biases) if last_moe else (h if mlp_bias else 0))
+        total += d * (block + 3 * P.norm_params(model, h))
     if model.position == "learned":
         total += model.max_seq * h
     return total
@@ -366,7 +373,9 @@ def test_shards_of_one_replica_add_up_to_the_model(data):
         e = M._stage_eval(model, par, s, prec, shard, coeffs, i)
         assert float(e["params_per_gpu"]) == pytest.approx(float(e["params_nonexpert"]) + float(e["params_expert"]))
         total += t * float(e["params_nonexpert"]) + t * ep * float(e["params_expert"])
-    expected = P.total_params(model) + (t - 1) * _replicated_over_tp(model)
+    # the MTP modules' own parameters are outside the model total (DeepSeek-V3's 671B) but on the last stage
+    expected = (P.total_params(model) + model.mtp_layers * P.mtp_module_params(model)
+                + (t - 1) * _replicated_over_tp(model))
     if par.pp > 1 and model.tied_embeddings:
         expected += model.vocab * model.hidden
     if par.schedule == DUALPIPE and par.pp > 1:

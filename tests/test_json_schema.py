@@ -55,7 +55,7 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "fp8_cast_forward_s", "fp8_cast_backward_s", "launch_s", "fixed_s", "elementwise_forward_s",
     "elementwise_forward_bytes", "layer_forward_s", "layer_backward_s", "layer_recompute_s", "tp_forward_s",
     "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "offload_exposed_s", "offload_bytes_per_microbatch",
-    "head_forward_s", "head_backward_s", "embedding_s",
+    "head_forward_s", "head_backward_s", "embedding_s", "mtp_forward_s", "mtp_backward_s",
     "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
@@ -115,7 +115,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                          "kv_heads", "head_dim", "ffn_hidden", "ffn_type", "vocab", "tied_embeddings", "norm",
                          "position", "max_seq", "linear_bias", "qkv_bias", "attention_out_bias", "mlp_bias",
                          "dropout", "attention", "parallel_block", "sliding_window", "sliding_window_share",
-                         "attention_sinks", "moe", "mla")),
+                         "mtp_layers", "attention_sinks", "moe", "mla")),
         *under("derived.", ("kv_heads", "head_dim", "moe_layers", "dense_layers")),
         *under("params_per_layer.", ("attention", "dense_mlp", "expert", "shared_experts", "router", "norms",
                                      "dense_layer", "moe_layer")),

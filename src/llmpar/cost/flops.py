@@ -157,10 +157,17 @@ def head_flops(model: ModelSpec, b, s):
 
 
 def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
-    """Whole-model forward FLOPs for one sequence of s tokens: dense layers + MoE layers + LM head."""
+    """Whole-model forward FLOPs for one sequence of s tokens: dense layers + MoE layers + LM head,
+    and each multi-token-prediction module (DeepSeek-V3 §2.2): a block like the last one, its
+    projection M (2h -> h: 2·2h·h per token) and the shared head once more."""
     dense = model.dense_layers * layer_forward_flops(model, 1, s, moe=False, causal=causal)
     moe = model.moe_layers * layer_forward_flops(model, 1, s, moe=True, causal=causal) if model.moe else 0.0
-    return _out(dense + moe + head_flops(model, 1, s))
+    mtp = 0.0
+    if model.mtp_layers:
+        last_moe = model.moe is not None and (model.layers - 1) not in model.moe.dense_layers
+        mtp = model.mtp_layers * (layer_forward_flops(model, 1, s, moe=last_moe, causal=causal)
+                                  + 4.0 * s * model.hidden * model.hidden + head_flops(model, 1, s))
+    return _out(dense + moe + head_flops(model, 1, s) + mtp)
 
 
 def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-core",

@@ -80,11 +80,16 @@ def stage_span(layers: int, pp, stage):
 
 
 def _dense_in_span(model: ModelSpec, start, n):
-    """How many of the layers [start, start + n) have a dense FFN (all of them for a dense model)."""
+    """How many of the layers [start, start + n) have a dense FFN (all of them for a dense model).
+    Slots L .. L+D-1 are the multi-token-prediction modules' blocks (``model.mtp_layers``), of the
+    last layer's kind."""
     if not model.moe:
         return n
     cnt = np.zeros_like(np.asarray(n))
-    for d in sorted(set(model.moe.dense_layers)):
+    dense = set(model.moe.dense_layers)
+    if model.mtp_layers and (model.layers - 1) in dense:
+        dense |= set(range(model.layers, model.layers + model.mtp_layers))
+    for d in sorted(dense):
         cnt = cnt + ((np.asarray(start) <= d) & (d < np.asarray(start) + np.asarray(n)))
     return _out(cnt)
 

@@ -45,6 +45,7 @@ from llmpar.cost.activations import (
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
 from llmpar.cost.inflight import *  # noqa: F401,F403
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_stage, logits_in_flight, stage_span
+from llmpar.cost import params as P
 from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction, offload_kept_share
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
@@ -120,7 +121,9 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     of the same layouts, if already computed.
     """
     cm = common if common is not None else _stage_common(model, par, coeffs, settings)
-    L = model.layers
+    # the pipeline splits the L blocks and the D multi-token-prediction modules' blocks (slots L ..
+    # L+D-1, on the last stage) by the uneven-split convention of cost/pipeline.py
+    L = model.layers + model.mtp_layers
     p = np.asarray(par.pp)
     i = np.asarray(stage)
     j = p - 1 - i
@@ -137,6 +140,10 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
 
     emb = np.where(is_first, cm["emb"], 0.0)
     head = np.where(is_last, cm["head"], 0.0)
+    # multi-token prediction (DeepSeek-V3 §2.2): besides its block (a slot of the split), each module
+    # has its 2h->h projection (column-parallel: / tp) and norms on the last stage
+    mtp = np.where(is_last, float(model.mtp_layers), 0.0)
+    head = head + mtp * (2.0 * model.hidden * model.hidden / np.asarray(par.tp) + 3.0 * P.norm_params(model, model.hidden))
     ne = nd * np.asarray(shard.dense) + nm * np.asarray(shard.moe) + emb + head
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)
@@ -158,7 +165,10 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     peak_kept = np.maximum(np.where(nd > 0, act_d, 0.0), np.where(nm > 0, act_m, 0.0))
     recompute_ws = np.where(rec == 0, 0.0, np.maximum(peak_none - peak_kept, 0.0))
     first_x = np.where(is_first, cm["first_x"], 0.0)
-    last_x = np.where(is_last, cm["last_x"], 0.0)
+    # each MTP module computes its own logits (and loss) through the shared head: the last stage's
+    # logit terms once more per module (not counted: a module's normalised inputs and 2h concat,
+    # ~3 h x 2 B per token, against a DeepSeek-V3 MoE block's ~460 kB: 1.89 GB per layer at 4,096 tokens)
+    last_x = np.where(is_last, cm["last_x"], 0.0) * (1.0 + mtp)
     mem = settings.stack.memory
     # working set of the backward: gradient and upcast temporaries of the layer being
     # differentiated, ``working_layers`` x one layer's saved activations of one micro-batch, live

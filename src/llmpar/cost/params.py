@@ -189,6 +189,17 @@ def final_norm_params(model: ModelSpec) -> int:
     return norm_params(model, model.hidden)
 
 
+def mtp_module_params(model: ModelSpec) -> int:
+    """One multi-token-prediction module (DeepSeek-V3 §2.2, Fig. 3): a block like the model's last,
+    the projection M (h x 2h, no bias) of [norm(h_prev); norm(emb)], those two RMSNorms and the
+    shared head's norm; embedding and output head are shared with the main model, not counted.
+    DeepSeek-V3: 11,507,286,272 (a MoE block) + 2 x 7168^2 + 3 x 7168 = 11,610,068,224; with the
+    checkpoint's copies of the embedding and head (2 x 129280 x 7168 = 1,853,358,080) 13.46B, the
+    "685B" of the released weights less the 671B main model."""
+    h = model.hidden
+    return layer_params(model, model.layers - 1) + 2 * h * h + 3 * norm_params(model, h)
+
+
 def is_moe_layer(model: ModelSpec, index: int) -> bool:
     """Whether block ``index`` (0-based) has experts rather than a dense FFN."""
     return model.moe is not None and index not in model.moe.dense_layers

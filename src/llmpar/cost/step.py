@@ -215,35 +215,61 @@ def _ends(model, hw, par, settings, e):
     head_g, hcast_f, hcast_b = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
                                                          flops.head_gemms(model, b, s, tp, cp))
     logits = b * s / cp * model.vocab / tp * 4.0           # fp32 logits, vocab-parallel
+    head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f)   # write, softmax read+write
+    head_b = 2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
+    # an MTP module's projection M: [h; h] (2h) -> h, column-parallel, then the shared head again
+    proj_g = 0.0
+    if model.mtp_layers:
+        proj_g, _, _ = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
+                                                 [("mtp_proj", b * s / cp, model.hidden / tp, 2 * model.hidden, 1)])
     return SimpleNamespace(
-        head_f=head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f),   # write, softmax read+write
-        head_b=2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b),
+        head_f=head_f, head_b=head_b, mtp_f=head_f + proj_g, mtp_b=head_b + 2.0 * proj_g,
         emb=compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e))  # gather + write
 
 
 def _critical_stage(model, hw, par, settings, place, e, L, C, E):
-    """The slowest of first / middle / last stage, and its per-micro-batch forward and backward
-    times with the stage-boundary sends (module doc, step 2)."""
-    n_first = pipeline.first_stage_layers(model.layers, par.pp)
-    n_mid = pipeline.stage_layers(model.layers, par.pp)
-    n_last = pipeline.last_stage_layers(model.layers, par.pp)
+    """The slowest of first / middle / last stage (under DualPipe: of the devices, each holding two
+    stages), and its per-micro-batch forward and backward times with the stage-boundary sends
+    (module doc, step 2). ``has_head`` / ``has_emb``: the share of the head / embedding the critical
+    stage runs per micro-batch (0 or 1; 1/2 on DualPipe's device 0)."""
+    # the split covers the L blocks and the D multi-token-prediction modules' blocks, which sit on
+    # the last stage (cost/memory.py _stage_eval, the same convention)
+    D = float(model.mtp_layers)
+    slots = model.layers + model.mtp_layers
+    n_first = pipeline.first_stage_layers(slots, par.pp)
+    n_mid = pipeline.stage_layers(slots, par.pp)
+    n_last = pipeline.last_stage_layers(slots, par.pp)
     per_layer = L.fwd + L.bwd + L.rec_t + C.tp_f + C.tp_b + C.tp_rec + C.cp_f + C.cp_b + C.ep_f + C.ep_b
     single = np.asarray(par.pp) == 1
-    t_first = n_first * per_layer + 3 * E.emb + np.where(single, E.head_f + E.head_b, 0.0)
+    # multi-token prediction (DeepSeek-V3 §2.2): besides its block, each of the D modules runs its
+    # 2h->h projection and the shared head once more on the last stage (E.mtp_f / E.mtp_b)
+    ends = E.head_f + E.head_b + D * (E.mtp_f + E.mtp_b)
+    t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0)
     t_mid = n_mid * per_layer
-    t_last = n_last * per_layer + E.head_f + E.head_b
+    t_last = n_last * per_layer + ends
     last_wins = (t_last >= t_mid) & (t_last >= t_first)
     layers = np.where(last_wins, n_last, np.where(t_mid >= t_first, n_mid, n_first))
     has_head = np.where(single, 1.0, np.where(last_wins, 1.0, 0.0))
     has_emb = np.where(single | ((t_first > t_mid) & (t_first > t_last)), 1.0, 0.0)
+    # DualPipe (DeepSeek-V3 §3.2.1, Fig. 5): device i holds stages i and p-1-i and runs m/2
+    # micro-batches through each, so it paces the step at (t_i + t_{p-1-i}) / 2 per micro-batch;
+    # device 0 pairs the two end stages (embedding and head), the others two full middle stages
+    dual = (np.asarray(par.schedule) == DUALPIPE) & ~single
+    pair_wins = dual & ((t_first + t_last) / 2.0 > t_mid)
+    layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
+    has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
+    has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
     # hides the stack's overlap.pp of it behind the next micro-batch's compute.
     pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - settings.stack.overlap.pp)
-    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + has_head * E.head_f + has_emb * E.emb + pp_f
+    heads_f = has_head * (E.head_f + D * E.mtp_f)
+    heads_b = has_head * (E.head_b + D * E.mtp_b)
+    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f
     t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
-           + has_head * E.head_b + has_emb * 2 * E.emb + pp_b)
+           + heads_b + has_emb * 2 * E.emb + pp_b)
     return SimpleNamespace(layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
+                           heads_f=heads_f, heads_b=heads_b,
                            pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
 
@@ -381,7 +407,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
 
     n = S.layers
     breakdown = {   # adds up to step
-        "compute": m * (n * (L.fwd + L.bwd) + S.has_head * (E.head_f + E.head_b) + S.has_emb * 3 * E.emb),
+        "compute": m * (n * (L.fwd + L.bwd) + S.heads_f + S.heads_b + S.has_emb * 3 * E.emb),
         "recompute": m * n * L.rec_t,
         "tp": m * n * (C.tp_f + C.tp_b + C.tp_rec),
         "pp": m * (S.pp_f + S.pp_b),
@@ -421,6 +447,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
             "cp_exposed_s": C.cp_f + C.cp_b, "ep_exposed_s": C.ep_f + C.ep_b,
             "offload_exposed_s": O.f + O.b, "offload_bytes_per_microbatch": O.bytes,
             "head_forward_s": E.head_f, "head_backward_s": E.head_b, "embedding_s": E.emb,
+            "mtp_forward_s": model.mtp_layers * E.mtp_f, "mtp_backward_s": model.mtp_layers * E.mtp_b,
             "p2p_per_transfer_s": S.pp_one, "has_head": S.has_head, "has_embedding": S.has_emb,
             "dp_total_s": D.dp_t, "optimizer_params": D.opt_params, "microbatches": m,
         },

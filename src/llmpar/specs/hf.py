@@ -208,6 +208,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
             dense_layers=dense,
             router_bias=c.data.get("topk_method") == "noaux_tc",  # e_score_correction_bias
         )
+        out["mtp_layers"] = c.count("num_nextn_predict_layers", 0)   # the MTP modules (DeepSeek-V3 §2.2)
         # group-limited routing (DeepseekV3TopkRouter: n_group groups, topk_group of them per token)
         groups = c.integer("n_group", default=None, allow_null=True)
         per_token = c.integer("topk_group", default=None, allow_null=True)

@@ -98,6 +98,11 @@ class ModelSpec(BaseModel):
         None, gt=0, description="tokens a query attends back to in the sliding-window (banded) layers; None = none")
     sliding_window_share: float = Field(
         1.0, gt=0, le=1, description="share of the layers with the sliding window (gpt-oss alternates: 0.5)")
+    mtp_layers: int = Field(
+        0, ge=0, description="multi-token-prediction modules trained with the model (DeepSeek-V3 §2.2; HF "
+                             "num_nextn_predict_layers): each a block like the last one, a 2h->h projection and norms, "
+                             "sharing the embedding and output head, on the last pipeline stage; not in the parameter "
+                             "total (DeepSeek-V3's 671B excludes its 14B MTP module)")
     attention_sinks: bool = Field(False, description="a learned sink logit per attention head (gpt-oss): heads params per layer")
     moe: MoESpec | None = None
     mla: MLASpec | None = None

@@ -184,8 +184,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged."""
-    what = {"hardware": "hardware", "stacks": "stack"}[kind]
-    listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks"}[kind]
+    what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
+    listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models"}[kind]
     if _looks_like_path(name):
         path = Path(name)
         if not path.is_file():
@@ -273,6 +273,8 @@ def load_model(name: str) -> ModelSpec:
         if not path.is_file():
             raise UserError(f"model file not found: {name}")
         data = read_yaml(path)
+        if "extends" in data:
+            data = _model_extended(str(path))
         data.setdefault("name", path.stem)
         return validate(ModelSpec, data, str(path))
     key = name.lower()
@@ -280,7 +282,18 @@ def load_model(name: str) -> ModelSpec:
     if found is None:
         raise UserError(f"unknown model {name!r}{suggest(key, _index('models'))}; see `llmpar models`")
     _canon, path = found
-    return validate(ModelSpec, read_yaml(path), str(path))
+    data = read_yaml(path)
+    if "extends" in data:
+        data = _model_extended(str(path))
+    return validate(ModelSpec, data, str(path))
+
+
+def _model_extended(path: str) -> dict[str, Any]:
+    """A model YAML with ``extends: BASE`` (a shipped model or a path): the base's shapes merged
+    under the file's own keys; the base's name, aliases, description and source are not inherited."""
+    data, _ = _spec_dict("models", path)
+    data.pop("extends", None)
+    return data
 
 
 def resolved_name(name: str, kind: str = "models") -> tuple[str, str | None]:
