@@ -89,8 +89,9 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -
     # activations move to host memory as their forward ends and come back one layer ahead of their
     # backward. At the peak (the end of the forward) HBM holds the L - N others and at most one
     # offloaded layer still in transit: a share (L - N + min(N, 1)) / L of the layers' activations
-    kept = offload_kept_share(model.layers, par.offload_layers)
-    mix_d, mix_m = mix_d * kept, mix_m * kept
+    if np.any(np.asarray(par.offload_layers) > 0):     # (skipped when no layout offloads: planner speed)
+        kept = offload_kept_share(model.layers, par.offload_layers)
+        mix_d, mix_m = mix_d * kept, mix_m * kept
     return {
         "emb": np.asarray(embedding_shard(model, par)), "head": np.asarray(head_shard(model, par)),
         "act": (act_d, none_d, act_m, none_m), "mix": (mix_d, mix_m), "zero_div": _zero_divisors(par),
@@ -142,8 +143,10 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     head = np.where(is_last, cm["head"], 0.0)
     # multi-token prediction (DeepSeek-V3 §2.2): besides its block (a slot of the split), each module
     # has its 2h->h projection (column-parallel: / tp) and norms on the last stage
-    mtp = np.where(is_last, float(model.mtp_layers), 0.0)
-    head = head + mtp * (2.0 * model.hidden * model.hidden / np.asarray(par.tp) + 3.0 * P.norm_params(model, model.hidden))
+    mtp = np.where(is_last, float(model.mtp_layers), 0.0) if model.mtp_layers else 0.0
+    if model.mtp_layers:
+        head = head + mtp * (2.0 * model.hidden * model.hidden / np.asarray(par.tp)
+                             + 3.0 * P.norm_params(model, model.hidden))
     ne = nd * np.asarray(shard.dense) + nm * np.asarray(shard.moe) + emb + head
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)

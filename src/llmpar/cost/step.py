@@ -255,10 +255,11 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     # micro-batches through each, so it paces the step at (t_i + t_{p-1-i}) / 2 per micro-batch;
     # device 0 pairs the two end stages (embedding and head), the others two full middle stages
     dual = (np.asarray(par.schedule) == DUALPIPE) & ~single
-    pair_wins = dual & ((t_first + t_last) / 2.0 > t_mid)
-    layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
-    has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
-    has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
+    if np.any(dual):
+        pair_wins = dual & ((t_first + t_last) / 2.0 > t_mid)
+        layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
+        has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
+        has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
     # hides the stack's overlap.pp of it behind the next micro-batch's compute.
