@@ -149,3 +149,20 @@ def test_arrays_match_scalars_with_deepep():
     for i, r in enumerate(rows):
         one = step_time(dsv3, hw, Parallel(**r, cp=1, seq=4096, microbatches=32), st, with_memory=False)["step_time_s"]
         assert float(many[i]) == pytest.approx(float(one), rel=1e-12)
+
+
+def test_ep_dispatcher_option_overrides_the_stack(cli):
+    # megatron-core's default is the flat all-to-all; --ep-dispatcher deepep prices the two-hop
+    # dispatch without a stack file, --explain names it, and it lands in settings
+    args = ("step", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--pp", "16", "--ep", "64", "--zero", "1",
+            "--global-batch", "15360", "--seq", "4096", "--dtype", "fp8", "--recompute", "full")
+    flat = cli(*args, "--json").json()
+    two = cli(*args, "--ep-dispatcher", "deepep", "--json").json()
+    assert flat["settings"]["ep_dispatcher"] == "alltoall" and two["settings"]["ep_dispatcher"] == "deepep"
+    # more bytes in all (3.18 NIC copies + 7.36 x 7/8 NVLink forwards = 9.6 per token against the
+    # flat 8 x 63/64 = 7.9), but a third of them over the slow NICs: less time
+    assert two["comm_bytes_per_gpu"]["ep"] > flat["comm_bytes_per_gpu"]["ep"]
+    assert two["breakdown_s"]["ep"] < flat["breakdown_s"]["ep"]
+    assert "dispatcher deepep" in " ".join(cli(*args, "--ep-dispatcher", "deepep", "--explain").out.split())
+    res = cli(*args, "--ep-dispatcher", "nvshmem")
+    assert res.code == 2 and "Traceback" not in res.err

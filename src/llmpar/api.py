@@ -322,6 +322,7 @@ def step(
     rank_order: str | None = None,
     stack=None,
     ep_overlap: float | None = None,
+    ep_dispatcher: str | None = None,
     tokens=None,
     pue=None,
     gpu_hour_price=None,
@@ -353,7 +354,7 @@ def step(
     s = mem.settings
     settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=grad_dtype, convention=s.convention,
                              attention=attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
-                             ep_overlap=ep_overlap,
+                             ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
                              rank_order=rank_order, stack=s.stack)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))

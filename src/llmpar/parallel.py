@@ -30,6 +30,7 @@ from llmpar.specs.model import ModelSpec
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 DTYPES = ("bf16", "fp16", "fp8")
+EP_DISPATCHERS = ("alltoall", "deepep")   # stack kernels.ep_dispatcher / --ep-dispatcher (cost/comm.py ep_moe_layer)
 OPTIMIZERS = ("adam", "adamw", "sgd", "adam-8bit")
 GRAD_DTYPES = ("bf16", "fp32")
 CONVENTIONS = ("llmpar", "megatron", "deepspeed")
@@ -134,6 +135,7 @@ class Settings:
     dp_overlap: float | None = None
     tp_overlap: float | None = None
     ep_overlap: float | None = None    # None = the stack's overlap.ep (DualPipe hides EP fully regardless)
+    ep_dispatcher: str | None = None   # None = the stack's kernels.ep_dispatcher (alltoall | deepep)
     # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
     stack: Any = None
@@ -143,7 +145,7 @@ class Settings:
 
         stack = load_stack(self.stack)
         given = {k: getattr(self, k) is not None
-                 for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap", "ep_overlap")}
+                 for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap", "ep_overlap", "ep_dispatcher")}
         object.__setattr__(self, "stack", stack)
         object.__setattr__(self, "_given", given)
         if self.grad_dtype is None:
@@ -156,6 +158,10 @@ class Settings:
             object.__setattr__(self, "tp_overlap", float(stack.overlap.tp))
         if self.ep_overlap is None:
             object.__setattr__(self, "ep_overlap", float(stack.overlap.ep))
+        if self.ep_dispatcher is None:
+            object.__setattr__(self, "ep_dispatcher", stack.kernels.ep_dispatcher)
+        elif self.ep_dispatcher not in EP_DISPATCHERS:
+            raise UserError(f"--ep-dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {self.ep_dispatcher!r}")
         for value, names, what in (
             (self.dtype, DTYPES, "dtype"), (self.optimizer, OPTIMIZERS, "optimizer"),
             (self.grad_dtype, GRAD_DTYPES, "grad dtype"), (self.convention, CONVENTIONS, "convention"),

@@ -81,6 +81,10 @@ _OVERLAP_OPTIONS = [
     click.option("--ep-overlap", type=float, default=None,
                  help="Usable fraction of a MoE layer's compute its all-to-alls hide behind (default: the stack's "
                       "overlap.ep; 1: Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe)."),
+    click.option("--ep-dispatcher", type=click.Choice(["alltoall", "deepep"]), default=None,
+                 help="How MoE tokens reach their experts (default: the stack's kernels.ep_dispatcher): alltoall, "
+                      "one copy per (token, expert); deepep, once per remote node over the NICs, then NVLink "
+                      "(Megatron-Core --moe-enable-deepep / flex dispatcher; DeepSeek-V3)."),
     click.option("--rank-order", default=None,
                  help="Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's)."),
 ]

@@ -116,7 +116,7 @@ def explain_terms(r) -> list[_Term]:
               f"{f(p['cp_exposed_s'])} per layer", "Megatron-Core CP; Liu 2023 (ring attention)"),
         _Term("ep", "expert all-to-all", b["ep"],
               "m x L_stage x MoE share x (exposed + ep_sms/SMs x hidden), 2 fwd + 2 bwd",
-              f"{f(p['ep_exposed_s'])} per layer, dispatcher {st.kernels.ep_dispatcher}"
+              f"{f(p['ep_exposed_s'])} per layer, dispatcher {r.settings.ep_dispatcher}"
               + (", FP8 dispatch" if fp8 and st.kernels.fp8.dispatch_fp8 else "")
               + (f", {st.overlap.ep_sms} SMs held while hidden" if st.overlap.ep_sms else ""),
               "Lepikhin 2020; DeepSeek-V3 §3.2.2; cost/comm.ep_moe_layer"),

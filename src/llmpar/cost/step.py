@@ -192,7 +192,7 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # (kernels.fp8.dispatch_fp8, --dtype fp8): 1 B per element + one fp32 scale per 128 (DeepSeek-V3 §3.3.2-3)
     kern = settings.stack.kernels
     d_e = 1.0 + 4.0 / 128.0 if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
-    ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, kern.ep_dispatcher, d_e)
+    ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, settings.ep_dispatcher, d_e)
     hide = np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, settings.ep_overlap)
     # Hidden all-to-alls are not free: their kernels hold overlap.ep_sms of the gpu.sms SMs while
     # they run, so the compute under them runs that much slower. Compute W under comm C at rate

@@ -314,6 +314,7 @@ def plan(
     dp_overlap: float | None = None,
     tp_overlap: float | None = None,
     ep_overlap: float | None = None,
+    ep_dispatcher: str | None = None,
     rank_order: str | None = None,
     stack=None,
     units: str = "gb",
@@ -375,7 +376,8 @@ def plan(
     reserve_bytes = inputs.parse_reserve(reserve, hw)
     settings = inputs.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                     convention=convention, attention=attention, dp_overlap=dp_overlap,
-                                    tp_overlap=tp_overlap, ep_overlap=ep_overlap, rank_order=rank_order,
+                                    tp_overlap=tp_overlap, ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
+                                    rank_order=rank_order,
                                     stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
