@@ -87,3 +87,22 @@ def test_runs_table_reads_megatrons_name(tmp_path):
     assert run.layout["offload_layers"] == 40
     hw = load_hardware("gb200-nvl72")
     assert hw.host_bandwidth == pytest.approx(225e9)
+
+
+def test_a_runs_table_offloading_on_hardware_without_a_host_link_is_one_line(tmp_path, cli):
+    # a profile with no host_bandwidth cannot price the copies: refused in one line, not free
+    from pathlib import Path
+
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware" / "h100-sxm.yaml").read_text())
+    data.pop("host_bandwidth")
+    data["name"] = "nohost"
+    hw = tmp_path / "nohost.yaml"
+    hw.write_text(yaml.safe_dump(data))
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(f"runs:\n  - {{model: llama-3-8b, hardware: {hw}, gpus: 8, tp: 1, pp: 1, seq: 8192, "
+                    "global_batch: 8, micro_batch: 1, offload_layers: 4, tokens_per_s_per_gpu: 10000}\n")
+    res = cli("calibrate", "runs", str(runs), "--check")
+    assert res.code == 2 and "host_bandwidth" in res.err and len(res.err.strip().splitlines()) == 1
+    assert "Traceback" not in res.err

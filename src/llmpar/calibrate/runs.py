@@ -273,7 +273,12 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
     for (mname, hw_name, dtype), items in buckets.items():
         fields = items[0][1].keys()
         arr = {k: np.array([c[k] for _, c in items]) for k in fields}
-        groups.append(_Group(model=model_of(mname), hw=load_hardware(hw_name), dtype=dtype,
+        hw = load_hardware(hw_name)
+        if hw.host_bandwidth is None and np.any(arr["offload_layers"] > 0):
+            i = next(i for i, c in items if c["offload_layers"])
+            raise UserError(f"{runs[i].source}: offload_layers needs the hardware's host_bandwidth (the CPU-GPU "
+                            f"link); {hw.name} states none")
+        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype,
                              index=np.array([i for i, _ in items]), par=Parallel(**arr)))
     return runs, groups
 

@@ -164,7 +164,9 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     moe = model.moe_layers * layer_forward_flops(model, 1, s, moe=True, causal=causal) if model.moe else 0.0
     mtp = 0.0
     if model.mtp_layers:
-        last_moe = model.moe is not None and (model.layers - 1) not in model.moe.dense_layers
+        from llmpar.cost.params import is_moe_layer
+
+        last_moe = is_moe_layer(model, model.layers - 1)
         mtp = model.mtp_layers * (layer_forward_flops(model, 1, s, moe=last_moe, causal=causal)
                                   + 4.0 * s * model.hidden * model.hidden + head_flops(model, 1, s))
     return _out(dense + moe + head_flops(model, 1, s) + mtp)
