@@ -123,7 +123,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            "total", "active"))),
     "hardware": under("[].", (
         "name", "aliases[]", "description", "extends", "gpu", "gpus_per_node", "job_domain", "memory_bytes",
-        "memory_bandwidth_GBps", "peak_tflops.*", "reserve_bytes", "generation", "board_power_w", "node_power_w",
+        "memory_bandwidth_GBps", "peak_tflops.*", "reserve_bytes", "generation", "board_power_w", "sms", "host_bandwidth_GBps", "node_power_w",
         "gpu_hour_price", *under("tiers[].", (
             "name", "kind", "bandwidth_per_direction_GBps", "latency_s", "efficiency", "domain_size",
             "in_network_reduction")))),

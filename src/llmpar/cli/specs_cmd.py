@@ -198,6 +198,8 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "reserve_bytes": hw.reserve,
         "generation": hw.gpu.generation,
         "board_power_w": hw.gpu.board_power,
+        "sms": hw.gpu.sms,
+        "host_bandwidth_GBps": hw.host_bandwidth / 1e9 if hw.host_bandwidth is not None else None,
         "node_power_w": hw.node_power,
         "gpu_hour_price": hw.gpu_hour_price,
         "tiers": [
@@ -280,6 +282,10 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
         gpu.add_row("generation", f"{result['generation']} (selects a stack's per-generation values)")
     if result["board_power_w"] is not None:
         gpu.add_row("board power", f"{result['board_power_w']:g} W per GPU")
+    if result["sms"] is not None:
+        gpu.add_row("SMs", f"{result['sms']} (what overlapped all-to-alls take from compute: stack overlap.ep_sms)")
+    if result["host_bandwidth_GBps"] is not None:
+        gpu.add_row("host link", f"{result['host_bandwidth_GBps']:g} GB/s per GPU per direction (--offload-layers)")
     if result["node_power_w"] is not None:
         gpu.add_row("node power", f"{result['node_power_w']:g} W per node (max; energy in `llmpar sweep`)")
     if result["gpu_hour_price"] is not None:
