@@ -39,7 +39,8 @@ max_seq: 2048
 # keys that may be negative (a margin below capacity) or null by design
 SIGNED = {"margin_bytes", "difference_s", "difference_bytes", "margin_s"}
 NULLABLE = {"model_requested", "max_micro_batch", "drawn_idle_fraction", "stage", "extends", "chosen",
-            "description", "pareto", "comparison", "nccl_choice", "protocol"}
+            "description", "pareto", "comparison", "nccl_choice", "protocol",
+            "recompute_modules"}   # settings.recompute_modules: null unless --recompute-modules is given
 
 
 def _walk(obj, path=""):

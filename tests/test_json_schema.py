@@ -29,7 +29,7 @@ PARALLEL = tuple(f"parallel.{k}" for k in (
     "schedule", "virtual_stages", "recompute_layers", "offload_layers"))
 SETTINGS = tuple(f"settings.{k}" for k in (
     "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
-    "ep_overlap", "ep_dispatcher", "rank_order", "stack"))
+    "ep_overlap", "ep_dispatcher", "recompute_modules", "rank_order", "stack"))
 MEMORY_COMPONENTS = tuple(f"memory.{k}" for k in (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes",
     "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes"))

@@ -107,6 +107,7 @@ def memory(
     virtual_stages: int | None = None,
     recompute_layers: int | None = None,
     offload_layers: int | None = None,
+    recompute_modules: str | list | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -156,7 +157,10 @@ def memory(
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(model, hf)
     settings = make_settings(spec, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                             attention=attention, kv_dtype=kv_dtype, stack=stack)
+                             attention=attention, kv_dtype=kv_dtype, stack=stack, recompute_modules=recompute_modules)
+    if recompute_modules is not None and recompute != "selective" and not inference:
+        raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "
+                        f"(got {recompute})")
     notes: list[str] = []
     if alias:
         notes.append(f"model {alias} -> {spec.name}")
@@ -310,6 +314,7 @@ def step(
     virtual_stages: int | None = None,
     recompute_layers: int | None = None,
     offload_layers: int | None = None,
+    recompute_modules: str | list | None = None,
     dtype: str = "bf16",
     optimizer: str = "adam",
     grad_dtype: str | None = None,
@@ -346,8 +351,8 @@ def step(
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
-                 offload_layers=offload_layers, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
-                 convention=convention, attention=attention,
+                 offload_layers=offload_layers, recompute_modules=recompute_modules, dtype=dtype, optimizer=optimizer,
+                 grad_dtype=grad_dtype, convention=convention, attention=attention,
                  reserve=reserve, hf=hf, stack=stack)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
@@ -355,7 +360,7 @@ def step(
     settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=grad_dtype, convention=s.convention,
                              attention=attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
                              ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
-                             rank_order=rank_order, stack=s.stack)
+                             recompute_modules=s.recompute_modules, rank_order=rank_order, stack=s.stack)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)

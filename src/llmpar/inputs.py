@@ -67,7 +67,8 @@ def _fraction(value, option: str) -> float:
 
 def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
                   convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
-                  rank_order=None, stack=None, ep_overlap=None, ep_dispatcher=None) -> Settings:
+                  rank_order=None, stack=None, ep_overlap=None, ep_dispatcher=None,
+                  recompute_modules=None) -> Settings:
     """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
     a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
     kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
@@ -80,6 +81,8 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
         extra["ep_overlap"] = _fraction(ep_overlap, "ep-overlap")
     if ep_dispatcher is not None:
         extra["ep_dispatcher"] = str(ep_dispatcher)
+    if recompute_modules is not None:
+        extra["recompute_modules"] = recompute_modules
     if rank_order is not None:
         extra["rank_order"] = str(rank_order)
     return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,

@@ -30,6 +30,7 @@ from llmpar.specs.model import ModelSpec
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 DTYPES = ("bf16", "fp16", "fp8")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")  # Megatron-Core
 EP_DISPATCHERS = ("alltoall", "deepep")   # stack kernels.ep_dispatcher / --ep-dispatcher (cost/comm.py ep_moe_layer)
 OPTIMIZERS = ("adam", "adamw", "sgd", "adam-8bit")
 GRAD_DTYPES = ("bf16", "fp32")
@@ -136,6 +137,9 @@ class Settings:
     tp_overlap: float | None = None
     ep_overlap: float | None = None    # None = the stack's overlap.ep (DualPipe hides EP fully regardless)
     ep_dispatcher: str | None = None   # None = the stack's kernels.ep_dispatcher (alltoall | deepep)
+    # what --recompute selective re-runs, as Megatron-Core --recompute-modules (None: the stack's
+    # memory.selective_recompute, and its recompute_modules when that is "modules")
+    recompute_modules: tuple | None = None
     # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
     stack: Any = None
@@ -162,6 +166,15 @@ class Settings:
             object.__setattr__(self, "ep_dispatcher", stack.kernels.ep_dispatcher)
         elif self.ep_dispatcher not in EP_DISPATCHERS:
             raise UserError(f"--ep-dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {self.ep_dispatcher!r}")
+        if isinstance(self.recompute_modules, str):
+            object.__setattr__(self, "recompute_modules", self.recompute_modules.split(","))
+        if self.recompute_modules is not None:
+            mods = tuple(dict.fromkeys(str(m).strip() for m in self.recompute_modules if str(m).strip()))
+            bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+            if bad or not mods:
+                raise UserError(f"--recompute-modules takes {', '.join(RECOMPUTE_MODULES)} (comma-separated); "
+                                f"got {', '.join(bad) if bad else 'none'}")
+            object.__setattr__(self, "recompute_modules", mods)
         for value, names, what in (
             (self.dtype, DTYPES, "dtype"), (self.optimizer, OPTIMIZERS, "optimizer"),
             (self.grad_dtype, GRAD_DTYPES, "grad dtype"), (self.convention, CONVENTIONS, "convention"),
@@ -174,6 +187,16 @@ class Settings:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
+
+    @property
+    def selective_policy(self):
+        """What selective recompute keeps and re-runs: a tuple of Megatron-Core recompute modules
+        (--recompute-modules, or the stack's memory.recompute_modules when its selective_recompute
+        is "modules"), else the stack's policy name (attention-core, torchtitan-op)."""
+        if self.recompute_modules is not None:
+            return self.recompute_modules
+        mem = self.stack.memory
+        return tuple(mem.recompute_modules) if mem.selective_recompute == "modules" else mem.selective_recompute
 
     def overrides(self) -> dict[str, Any]:
         """The stack-backed settings that were given explicitly (they override the stack)."""

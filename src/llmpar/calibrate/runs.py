@@ -107,6 +107,7 @@ class _Group:
     hw: Any
     dtype: str
     index: np.ndarray            # run index of each candidate
+    modules: tuple | None        # the runs' recompute_modules (Megatron-Core), None: the stack's selective set
     par: Any                     # Parallel of arrays, one entry per candidate
 
 
@@ -170,6 +171,11 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
     if rec_given is not None and str(rec_given) not in RECOMPUTE:
         raise UserError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {rec_given!r}")
     recs = [RECOMPUTE.index(str(rec_given))] if rec_given is not None else list(range(len(RECOMPUTE)))
+    if lay.get("recompute_modules") is not None:
+        # Megatron-Core's --recompute-modules name what selective recompute re-runs
+        if rec_given is not None and str(rec_given) != "selective":
+            raise UserError(f"{where}: recompute_modules needs recompute: selective (got {rec_given})")
+        recs = [RECOMPUTE.index("selective")]
     n_rec_given = num("recompute_layers")
     if n_rec_given and (rec_given is None or str(rec_given) != "full"):
         raise UserError(f"{where}: recompute_layers needs recompute: full")
@@ -266,11 +272,11 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
         if hw_name is None:
             raise UserError(f"{r.source}: the run names no hardware; give --hardware")
         dtype = str(r.layout.get("dtype", "bf16"))
-        key = (r.model, str(hw_name), dtype)
+        key = (r.model, str(hw_name), dtype, r.layout.get("recompute_modules"))
         for cand in _layout_candidates(r, model_of(r.model), zero_stages, schedules):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
-    for (mname, hw_name, dtype), items in buckets.items():
+    for (mname, hw_name, dtype, modules), items in buckets.items():
         fields = items[0][1].keys()
         arr = {k: np.array([c[k] for _, c in items]) for k in fields}
         hw = load_hardware(hw_name)
@@ -278,7 +284,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
             i = next(i for i, c in items if c["offload_layers"])
             raise UserError(f"{runs[i].source}: offload_layers needs the hardware's host_bandwidth (the CPU-GPU "
                             f"link); {hw.name} states none")
-        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype,
+        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype, modules=modules,
                              index=np.array([i for i, _ in items]), par=Parallel(**arr)))
     return runs, groups
 
@@ -315,7 +321,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     pick: list[dict] = [{} for _ in range(n)]
     best = np.full(n, np.inf)
     for g in groups:
-        settings = Settings(dtype=g.dtype, stack=stack)
+        settings = Settings(dtype=g.dtype, stack=stack, recompute_modules=g.modules)
         res = step_time(g.model, g.hw, g.par, settings)
         t = np.asarray(res["step_time_s"], dtype=float)
         mem = res["memory"]
@@ -331,7 +337,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
         mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
         cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
         hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par, flops.CAUSAL_FULL,
-                                                      stack.memory.selective_recompute, settings.attention),
+                                                      settings.selective_policy, settings.attention),
                         dtype=float)
         # rank candidates of a run: fitting ones first, then by time
         score = t + np.where(ok, 0.0, 1e12)

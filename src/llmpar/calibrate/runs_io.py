@@ -29,7 +29,8 @@ from llmpar.units import parse_bytes, parse_seconds
 STATUSES = ("ok", "oom", "crashed")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
-               "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype")
+               "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
+               "recompute_modules")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
                  "peak_reserved_bytes")
 
@@ -251,6 +252,14 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
                 layout[name] = _int(value, where, key)
             elif name == "offload_layers":
                 layout[name] = _int(value, where, key, minimum=0)
+            elif name == "recompute_modules":
+                from llmpar.parallel import RECOMPUTE_MODULES
+
+                items = value.split(",") if isinstance(value, str) else value
+                if not isinstance(items, list) or not items:
+                    raise _fail(where, f"recompute_modules must be a list of {', '.join(RECOMPUTE_MODULES)}, "
+                                       f"got {value!r}")
+                layout[name] = tuple(_choice(str(m).strip(), RECOMPUTE_MODULES, where, name) for m in items)
             elif name == "zero":
                 layout[name] = _int(value, where, key, minimum=0)
                 if layout[name] > 3:

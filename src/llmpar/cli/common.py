@@ -53,6 +53,10 @@ _PRECISION_OPTIONS = [
                  help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
     click.option("--attention", type=click.Choice(ATTENTION),
                  help="standard (s² scores in HBM) or flash (default: the stack's attention kernel)."),
+    click.option("--recompute-modules", default=None,
+                 help="What --recompute selective re-runs, as Megatron-Core --recompute-modules: comma-separated "
+                      "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts (default: the stack's "
+                      "selective set; megatron-core: core_attn)."),
     click.option("--reserve", help="Runtime memory held back, e.g. 6GiB: replaces the stack's CUDA context + NCCL buffers "
                                    "(the allocator overhead still applies)."),
 ]

@@ -49,6 +49,11 @@ class ActTerm:
     # etp = t every expert-TP rank holds all T tokens' copies; MoE parallel folding with etp < t
     # leaves each rank its own T/t tokens' copies times etp: Liu et al. 2025, arXiv:2504.14960 §3)
     etp: bool = False
+    # the Megatron-Core recompute module whose selective recompute drops it (TransformerConfig
+    # recompute_modules): core_attn the attention core's own tensors; layernorm, mla_up_proj and
+    # moe_act the outputs they discard and recompute; mlp, moe and shared_experts everything inside
+    # them but their input (Settings.selective_policy; None: no module drops it)
+    module: str | None = None
 
     @property
     def per_token(self) -> float:
@@ -125,6 +130,15 @@ def torchtitan_op_sac_terms(model: ModelSpec) -> list[ActTerm]:
     return T
 
 
+def dropped_modules(policy: tuple) -> set:
+    """The term tags a Megatron-Core recompute-module list drops: ``moe`` (the whole MoE layer,
+    normal checkpointing) takes its shared experts and expert activations with it."""
+    drop = set(policy)
+    if "moe" in drop:
+        drop |= {"shared_experts", "moe_act"}
+    return drop
+
+
 def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[ActTerm]:
     """:func:`activation_terms` with the saved set of ``settings.stack`` (memory.activations,
     memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one. With
@@ -134,7 +148,12 @@ def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[
     mem = settings.stack.memory
     terms = activation_terms(model, moe_layer, settings.attention, settings.dtype,
                              saved=mem.activations, norm_kernel=mem.norm_kernel)
-    if mem.selective_recompute == "torchtitan-op" and op_sac_applies(model, moe_layer, settings.attention):
+    policy = settings.selective_policy
+    if isinstance(policy, tuple):
+        # Megatron-Core --recompute-modules: selective keeps every term no listed module drops
+        drop = dropped_modules(policy)
+        return [replace(t, selective=t.module not in drop) for t in terms]
+    if policy == "torchtitan-op" and op_sac_applies(model, moe_layer, settings.attention):
         terms = [replace(t, selective=False) for t in terms] + torchtitan_op_sac_terms(model)
     return terms
 
@@ -172,10 +191,12 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
     # --- attention block
     add(ActTerm(f"{norm} 1 input", 2.0, h, "h", tp=False, sp=True, selective=True))
     if model.mla is None:
-        add(ActTerm("QKV projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
+        add(ActTerm("QKV projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
+                    module="layernorm"))
     else:
         mla = model.mla
-        add(ActTerm("MLA down-projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
+        add(ActTerm("MLA down-projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
+                    module="layernorm"))
         if mla.q_lora_rank is not None:
             add(ActTerm("MLA query latent c_Q (norm input)", 2.0, mla.q_lora_rank, "d_c'", tp=False, sp=False,
                         selective=True, source=SRC_MLA))
@@ -186,17 +207,23 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
         add(ActTerm("MLA KV latent, normalised (up-projection input)", g, mla.kv_lora_rank, "d_c",
                     tp=False, sp=False, selective=True, source=SRC_MLA))
     qsrc = SRC_KORTH if model.mla is None else SRC_MLA
-    add(ActTerm("Q", 2.0, dims["q"], "a·d", tp=True, sp=False, selective=True, source=qsrc))
-    add(ActTerm("K", 2.0, dims["k"], "kv·d" if model.mla is None else "a·d", tp=True, sp=False, selective=True, source=qsrc))
-    add(ActTerm("V", 2.0, dims["v"], "kv·d" if model.mla is None else "a·d_v", tp=True, sp=False, selective=True, source=qsrc))
+    up = "mla_up_proj" if model.mla is not None else None     # MLA's Q, K, V are the up-projections' outputs
+    add(ActTerm("Q", 2.0, dims["q"], "a·d", tp=True, sp=False, selective=True, source=qsrc, module=up))
+    add(ActTerm("K", 2.0, dims["k"], "kv·d" if model.mla is None else "a·d", tp=True, sp=False, selective=True,
+                source=qsrc, module=up))
+    add(ActTerm("V", 2.0, dims["v"], "kv·d" if model.mla is None else "a·d_v", tp=True, sp=False, selective=True,
+                source=qsrc, module=up))
     if std:
-        add(ActTerm("softmax output (QKᵀ scores)", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
+        add(ActTerm("softmax output (QKᵀ scores)", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True,
+                    module="core_attn"))
         if drop:
-            add(ActTerm("attention-dropout mask", 1.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
-            add(ActTerm("attention-dropout output", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True))
+            add(ActTerm("attention-dropout mask", 1.0, a, "a·s", tp=True, sp=False, selective=False, s2=True,
+                        module="core_attn"))
+            add(ActTerm("attention-dropout output", 2.0, a, "a·s", tp=True, sp=False, selective=False, s2=True,
+                        module="core_attn"))
     else:
         add(ActTerm("softmax statistics (fp32 logsumexp)", 4.0, a, "a", tp=True, sp=False, selective=False,
-                    source=SRC_FLASH))
+                    source=SRC_FLASH, module="core_attn"))
     add(ActTerm("attention output (output-projection input)", g, dims["o"], "a·d", tp=True, sp=False,
                 selective=True, source=gsrc if std else gsrc + "; " + SRC_FLASH))
     if drop:
@@ -205,34 +232,42 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
     add(ActTerm(f"{norm} 2 input", 2.0, h, "h", tp=False, sp=True, selective=True))
     swiglu = model.ffn_type == "swiglu"
 
-    def ffn_terms(label: str, f: int, unit: str, mult: int = 1, src: str = SRC_KORTH):
+    def ffn_terms(label: str, f: int, unit: str, mult: int = 1, src: str = SRC_KORTH, module=None, act=None):
+        # module: the recompute module that drops the whole FFN (mlp, moe, shared_experts); act: the
+        # one that drops only the activation's output (moe_act for the routed experts)
         if swiglu:
             add(ActTerm(f"{label} gate and up outputs (SwiGLU input)", 2.0, 2 * f * mult, f"2{unit}",
-                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src))
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
+                        module=module))
             add(ActTerm(f"{label} SwiGLU output (down-projection input)", g, f * mult, unit,
-                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src))
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
+                        module=act or module))
         else:
             add(ActTerm(f"{label} GeLU input (FC1 output)", 2.0, f * mult, unit, tp=True, sp=False, selective=True,
-                        source=src))
+                        source=src, module=module))
             add(ActTerm(f"{label} GeLU output (FC2 input)", g, f * mult, unit, tp=True, sp=False, selective=True,
-                        source=src))
+                        source=src, module=act or module))
 
     if moe_layer and model.moe:
         moe = model.moe
         k = moe.top_k
-        add(ActTerm("router and dispatch input", g, h, "h", tp=False, sp=True, selective=True, source=SRC_MOE))
+        # the MoE layer's input (the pre-MLP norm's output) is the moe module's checkpoint input
+        add(ActTerm("router and dispatch input", g, h, "h", tp=False, sp=True, selective=True, source=SRC_MOE,
+                    module="layernorm"))
         add(ActTerm("router probabilities (fp32)", 4.0, moe.experts, "E", tp=False, sp=True, selective=True,
-                    source=SRC_MOE))
+                    source=SRC_MOE, module="moe"))
         add(ActTerm(f"expert inputs ({k} dispatched copies per token)", g, k * h, "k·h", tp=False, sp=False,
-                    selective=True, source=SRC_MOE, etp=True))
-        ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE)
+                    selective=True, source=SRC_MOE, etp=True, module="moe"))
+        ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE, module="moe", act="moe_act")
         add(ActTerm("expert outputs (for the routing-weight gradient)", 2.0, k * h, "k·h", tp=False, sp=True,
-                    selective=True, source=SRC_MOE))
+                    selective=True, source=SRC_MOE, module="moe"))
         if moe.shared_experts:
-            ffn_terms("shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE)
+            ffn_terms("shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE,
+                      module="shared_experts")
     else:
-        add(ActTerm("MLP input (FC1 input)", g, h, "h", tp=False, sp=True, selective=True, source=gsrc))
-        ffn_terms("MLP", model.ffn_hidden, "f")
+        add(ActTerm("MLP input (FC1 input)", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
+                    module="layernorm"))
+        ffn_terms("MLP", model.ffn_hidden, "f", module="mlp")
     if drop:
         add(ActTerm("MLP residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
     return T

@@ -172,11 +172,28 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     return _out(dense + moe + head_flops(model, 1, s) + mtp)
 
 
-def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-core",
+#: the GEMMs (names of :func:`layer_gemms`) each Megatron-Core recompute module re-runs in the
+#: backward (TransformerConfig.recompute_modules): core_attn the attention core; mla_up_proj the
+#: MLA up-projections; mlp the dense MLP; moe the router, experts and shared experts; shared_experts
+#: those alone. layernorm and moe_act re-run element-wise ops only (cost/step.py _layer_compute).
+MODULE_GEMMS = {
+    "core_attn": ATTENTION_CORE,
+    "mla_up_proj": ("q_up", "kv_up"),
+    "mlp": ("mlp_up", "mlp_down"),
+    "moe": ("router", "expert_up", "expert_down", "shared_up", "shared_down"),
+    "shared_experts": ("shared_up", "shared_down"),
+    "layernorm": (),
+    "moe_act": (),
+}
+
+
+def selective_fractions(model: ModelSpec, moe: bool, policy="attention-core",
                         attention: str = "flash") -> dict[str, float]:
     """Fraction of each GEMM of :func:`layer_gemms` that selective recompute re-runs in backward.
 
     attention-core (Korthikanti 2022 §5, Megatron): the attention core, nothing else.
+    A tuple of Megatron-Core recompute modules (``Settings.selective_policy``): the GEMMs of
+    those modules (:data:`MODULE_GEMMS`) that this layer kind has.
     torchtitan-op (torchtitan's op-level SAC, :func:`llmpar.cost.activations.torchtitan_op_sac_terms`):
     every second aten.mm of a block re-runs — wk (of the fused qkv GEMM the share kv/(a+2kv)), wo,
     and w3 (half of the fused gate+up GEMM) for SwiGLU, or w2 for a GeLU MLP; SDPA's output is
@@ -184,6 +201,9 @@ def selective_fractions(model: ModelSpec, moe: bool, policy: str = "attention-co
     layers, eager attention: :func:`llmpar.cost.activations.op_sac_applies`) the attention core."""
     from llmpar.cost.activations import op_sac_applies
 
+    if isinstance(policy, tuple):
+        names = {n for g in layer_gemms(model, 1, 1, moe=moe) for n in (g[0],)}
+        return {n: 1.0 for mod in policy for n in MODULE_GEMMS[mod] if n in names}
     if policy == "attention-core" or not op_sac_applies(model, moe, attention):
         return {name: 1.0 for name in ATTENTION_CORE}
     a, kv = model.heads, model.n_kv_heads

@@ -79,12 +79,34 @@ def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settin
     # what selective recompute re-runs under the stack's policy (flops.selective_fractions): the
     # attention core (core_sel), or torchtitan's every second matmul (g_sel; op = 1: the layer's
     # element-wise ops re-run too)
-    frac = flops.selective_fractions(model, moe, stack.memory.selective_recompute, settings.attention)
-    op = 0.0 if set(frac) == set(flops.ATTENTION_CORE) else 1.0
+    policy = settings.selective_policy
+    frac = flops.selective_fractions(model, moe, policy, settings.attention)
+    # op = 1: torchtitan's op-level SAC re-runs the layer's element-wise ops as well (recompute
+    # modules price theirs apart: _module_elementwise_time)
+    op = 0.0 if isinstance(policy, tuple) or set(frac) == set(flops.ATTENTION_CORE) else 1.0
     rerun = [(n, m, nn, k, c * frac[n]) for n, m, nn, k, c in linear if frac.get(n, 0.0)]
     g_sel = compute.linear_gemms_time(hw, stack, settings.dtype, rerun)[0] if rerun else 0.0
     core_sel = core_f * frac.get(flops.ATTENTION_CORE[0], 0.0)
     return g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op
+
+
+def _module_elementwise_time(model, hw, par, settings, frac_moe):
+    """Element-wise work the recompute modules of ``settings.selective_policy`` redo per layer and
+    micro-batch: each tensor a module dropped (norm outputs, the MLA up-projections' RoPE, the
+    SwiGLU outputs; cost/activations.py ``module`` tags, the attention core's own aside) is
+    rebuilt by reading an input about its size and writing it again: 2 x its bytes through HBM
+    (an estimate; a SwiGLU reads two inputs). The GEMMs they re-run are in g_sel."""
+    from llmpar.cost import activations as A
+
+    drop = A.dropped_modules(settings.selective_policy) - {"core_attn"}
+
+    def dropped(moe_layer):
+        return sum(np.asarray(A.term_bytes(t, par), dtype=float)
+                   for t in A.stack_activation_terms(model, moe_layer, settings) if t.module in drop)
+
+    b_dense = dropped(False)
+    b_moe = dropped(True) if model.moe is not None else b_dense
+    return compute.memory_bound_time(hw, 2.0 * ((1.0 - frac_moe) * b_dense + frac_moe * b_moe))
 
 
 def _mix(frac_moe, dense, moe):
@@ -152,8 +174,13 @@ def _layer_compute(model, hw, par, settings, e):
     rec = np.asarray(par.recompute)
     # selective re-runs the attention core with its s^2 traffic (Korthikanti §5) or, on the share
     # ``op`` of layers under torchtitan's op-level SAC, every second matmul (g_sel) and the
-    # forward's element-wise ops with their launches (the attention core's output is saved there)
-    sel_t = core_sel + (1.0 - op) * t_scores + g_sel + op * (t_elem + launch / 3.0)
+    # forward's element-wise ops with their launches (the attention core's output is saved there);
+    # under Megatron-Core recompute modules, the modules' GEMMs (g_sel), the attention core if
+    # core_attn is one, and the element-wise ops that rebuild the tensors they dropped
+    policy = settings.selective_policy
+    core_in = 0.0 if isinstance(policy, tuple) and "core_attn" not in policy else 1.0
+    t_mod = _module_elementwise_time(model, hw, par, settings, frac_moe) if isinstance(policy, tuple) else 0.0
+    sel_t = core_sel + core_in * (1.0 - op) * t_scores + g_sel + op * (t_elem + launch / 3.0) + t_mod
     # full: the forward again, on the share of the stage's layers it covers (recompute_layers)
     rec_full = pipeline.full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
     rec_t = np.where(rec == REC_FULL, rec_full * fwd, np.where(rec == REC_SELECTIVE, sel_t, 0.0))
@@ -204,9 +231,17 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     hid_b = hide * np.minimum(ep_b, L.bwd)
     ep_f = L.frac_moe * (ep_f - hid_f + f_sm * hid_f)
     ep_b = L.frac_moe * (ep_b - hid_b + f_sm * hid_b)
+    # recompute that re-runs a MoE layer's forward re-runs its dispatch and combine too, in the
+    # backward (full recompute on its share of the layers; Megatron-Core's ``moe`` recompute module):
+    # the forward's exposed all-to-all time once more, and its bytes
+    policy = settings.selective_policy
+    moe_mod = isinstance(policy, tuple) and "moe" in policy
+    ep_again = np.where(L.rec == REC_FULL, L.rec_full, np.where((L.rec == REC_SELECTIVE) & moe_mod, 1.0, 0.0))
+    ep_b = ep_b + ep_again * ep_f
     return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
                            tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, L.rec_full * tp_bytes_f, 0.0),
-                           cp_bytes=cp_bytes_f + cp_bytes_b, ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b))
+                           cp_bytes=cp_bytes_f + cp_bytes_b,
+                           ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b + ep_again * ep_bytes_f))
 
 
 def _ends(model, hw, par, settings, e):
@@ -368,7 +403,7 @@ def _flops_figures(model, hw, par, settings, step):
     executed = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
     model_flops_full = flops.model_flops_per_step(model, par)
     model_flops = flops.model_flops_per_step(model, par, flops.CAUSAL_FLASH) if skip else model_flops_full
-    hw_flops = flops.hardware_flops_per_step(model, par, executed, settings.stack.memory.selective_recompute,
+    hw_flops = flops.hardware_flops_per_step(model, par, executed, settings.selective_policy,
                                              settings.attention)
     return {
         "model_flops_per_step": model_flops,

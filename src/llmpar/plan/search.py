@@ -315,6 +315,7 @@ def plan(
     tp_overlap: float | None = None,
     ep_overlap: float | None = None,
     ep_dispatcher: str | None = None,
+    recompute_modules: str | list | None = None,
     rank_order: str | None = None,
     stack=None,
     units: str = "gb",
@@ -377,7 +378,7 @@ def plan(
     settings = inputs.make_settings(spec_model, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                     convention=convention, attention=attention, dp_overlap=dp_overlap,
                                     tp_overlap=tp_overlap, ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
-                                    rank_order=rank_order,
+                                    recompute_modules=recompute_modules, rank_order=rank_order,
                                     stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))

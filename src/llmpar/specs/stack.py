@@ -187,11 +187,17 @@ class MemoryModel(_Strict):
     norm_kernel: Literal["fused", "eager"] | None = Field(
         None, description="the RMSNorm's saved set when it differs from `activations` (nanotron: a fused Triton "
                           "RMSNorm inside an otherwise eager block); None = as `activations`")
-    selective_recompute: Literal["attention-core", "torchtitan-op"] = Field(
+    selective_recompute: Literal["attention-core", "torchtitan-op", "modules"] = Field(
         "attention-core", description="what `--recompute selective` keeps: attention-core = Korthikanti §5 (everything "
                                       "but the attention core's s^2 tensors; Megatron); torchtitan-op = torchtitan's "
                                       "op-level SAC (the layer input, SDPA's output and every odd-numbered matmul "
-                                      "output; the rest re-runs in backward)")
+                                      "output; the rest re-runs in backward); modules = Megatron-Core's "
+                                      "--recompute-modules (recompute_modules below)")
+    recompute_modules: list[Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                                    "shared_experts"]] = Field(
+        default_factory=lambda: ["core_attn"],
+        description="with selective_recompute = modules: the submodules selective recompute re-runs (Megatron-Core "
+                    "TransformerConfig.recompute_modules; default core_attn); --recompute-modules overrides")
     activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
     working_layers: float = Field(
         0.0, ge=0, description="backward working set: temporaries worth this many layers' saved activations of one "
