@@ -234,10 +234,12 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # recompute that re-runs a MoE layer's forward re-runs its dispatch and combine too, in the
     # backward (full recompute on its share of the layers; Megatron-Core's ``moe`` recompute module):
     # the forward's exposed all-to-all time once more, and its bytes
-    policy = settings.selective_policy
-    moe_mod = isinstance(policy, tuple) and "moe" in policy
-    ep_again = np.where(L.rec == REC_FULL, L.rec_full, np.where((L.rec == REC_SELECTIVE) & moe_mod, 1.0, 0.0))
-    ep_b = ep_b + ep_again * ep_f
+    ep_again = 0.0
+    if model.moe is not None:      # (a dense model sends nothing: skipped for the planner's speed)
+        policy = settings.selective_policy
+        moe_mod = isinstance(policy, tuple) and "moe" in policy
+        ep_again = np.where(L.rec == REC_FULL, L.rec_full, np.where((L.rec == REC_SELECTIVE) & moe_mod, 1.0, 0.0))
+        ep_b = ep_b + ep_again * ep_f
     return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
                            tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, L.rec_full * tp_bytes_f, 0.0),
                            cp_bytes=cp_bytes_f + cp_bytes_b,
