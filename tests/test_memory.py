@@ -55,6 +55,8 @@ def states(count, **kw):
     (dict(ZERO_PAPER, optimizer="sgd"), (2, 2, 8)),
     # 8-bit Adam: fp32 master 4 + 8-bit m 1 + 8-bit v 1 = 6
     (dict(ZERO_PAPER, optimizer="adam-8bit"), (2, 2, 6)),
+    # Adam with bf16 moments (DeepSeek-V3 §3.3.3): fp32 master 4 + m 2 + v 2 = 8
+    (dict(ZERO_PAPER, optimizer="adam-bf16"), (2, 2, 8)),
     (dict(grad_dtype="fp32"), (2, 4, 12)),
     # Megatron: fp32 main grads: 2 + 4 + 12 = 18 (theoretical_memory_usage.py)
     (dict(convention="megatron"), (2, 4, 12)),

@@ -48,10 +48,14 @@ OPTIMIZER_BYTES = {
     "sgd": 8.0,
     # 8-bit Adam (Dettmers et al. 2021, arXiv:2110.02861): fp32 master (4) + m and v in 8 bits (1 + 1)
     "adam-8bit": 6.0,
+    # Adam with bf16 moments: fp32 master (4) + m and v in bf16 (2 + 2) (DeepSeek-V3 §3.3.3;
+    # Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+    "adam-bf16": 8.0,
 }
 OPTIMIZER_DOC = {
     "adam": "fp32 master 4 + m 4 + v 4", "adamw": "fp32 master 4 + m 4 + v 4",
     "sgd": "fp32 master 4 + momentum 4", "adam-8bit": "fp32 master 4 + 8-bit m 1 + 8-bit v 1",
+    "adam-bf16": "fp32 master 4 + bf16 m 2 + bf16 v 2",
 }
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0}   # fp8 training keeps bf16 primary weights (TE)
 FP8_CACHE_BYTES = 2.0      # TE fp8 copy of each linear weight + its transpose (Hopper TN-only fp8 GEMMs)
@@ -84,7 +88,7 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
 
     llmpar (default): weights 2 (bf16/fp16; fp8 keeps bf16 primaries and adds a 2-byte fp8 cache
     of linear weights, as Transformer Engine does), gradients per ``--grad-dtype`` (2 or 4),
-    optimizer per ``--optimizer`` (adam/adamw 12, sgd 8, adam-8bit 6). 2 + 2 + 12 = 16 (ZeRO §3.1).
+    optimizer per ``--optimizer`` (adam/adamw 12, sgd 8, adam-8bit 6, adam-bf16 8). 2 + 2 + 12 = 16 (ZeRO §3.1).
     megatron: fp32 main gradients (4): 2 + 4 + 12 = 18 (theoretical_memory_usage.py).
     deepspeed: DeepSpeed's estimators: ZeRO-2 2 + (2 + 4 + 4 + 8)/N = 2 + 18/N, split here as
     weights 2, gradients 6 (bf16 + fp32), optimizer 12 (fp32 master + m + v); ZeRO-3 18/N split

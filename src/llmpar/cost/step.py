@@ -58,9 +58,11 @@ COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 # write (8), the optimizer's own update, and the main->model copy (read 4, write 2).
 # Update: adam reads grad, param, m, v and writes param, m, v (7 x 4 = 28); sgd with momentum
 # reads grad, param, momentum and writes param, momentum (20); adam-8bit: fp32 grad and param
-# read/written (12) + two 1-byte states read and written (4). The gradient cast into the fp32
+# read/written (12) + two 1-byte states read and written (4); adam-bf16: fp32 grad and param
+# (12) + two 2-byte states read and written (8). The gradient cast into the fp32
 # main grad (read grad_dtype bytes, write 4) is added from settings.grad_dtype.
-_OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd": 20.0, "adam-8bit": 16.0}.items()}
+_OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd": 20.0, "adam-8bit": 16.0,
+                                                "adam-bf16": 20.0}.items()}
 
 
 def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, moe: bool):
