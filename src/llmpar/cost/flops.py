@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
+from llmpar.cost.params import is_moe_layer
 from llmpar.parallel import RECOMPUTE
 from llmpar.specs.model import ModelSpec
 
@@ -164,8 +165,6 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     moe = model.moe_layers * layer_forward_flops(model, 1, s, moe=True, causal=causal) if model.moe else 0.0
     mtp = 0.0
     if model.mtp_layers:
-        from llmpar.cost.params import is_moe_layer
-
         last_moe = is_moe_layer(model, model.layers - 1)
         mtp = model.mtp_layers * (layer_forward_flops(model, 1, s, moe=last_moe, causal=causal)
                                   + 4.0 * s * model.hidden * model.hidden + head_flops(model, 1, s))
@@ -202,7 +201,7 @@ def selective_fractions(model: ModelSpec, moe: bool, policy="attention-core",
     from llmpar.cost.activations import op_sac_applies
 
     if isinstance(policy, tuple):
-        names = {n for g in layer_gemms(model, 1, 1, moe=moe) for n in (g[0],)}
+        names = {g[0] for g in layer_gemms(model, 1, 1, moe=moe)}
         return {n: 1.0 for mod in policy for n in MODULE_GEMMS[mod] if n in names}
     if policy == "attention-core" or not op_sac_applies(model, moe, attention):
         return {name: 1.0 for name in ATTENTION_CORE}
