@@ -169,7 +169,8 @@ def test_cli_and_runs_format(cli, tmp_path):
     # the text output says so: the header of step/memory, the plan table's ep cell ('4 e1')
     res = cli("memory", "deepseek-v3", "--gpus", "256", "--tp", "2", "--pp", "8", "--ep", "32", "--etp", "1")
     assert res.code == 0 and "ep 32 · etp 1)" in res.out
-    res = cli("plan", "mixtral-8x7b", "--gpus", "64", "--etp", "1", "--top", "1")
+    # (tp fixed at 2 so that etp 1 differs from tp in the top row)
+    res = cli("plan", "mixtral-8x7b", "--gpus", "64", "--etp", "1", "--fix", "tp=2", "--top", "1")
     assert res.code == 0 and " e1 " in res.out
     # a measured-runs table names the expert-TP size as Megatron does
     f = tmp_path / "runs.csv"
