@@ -59,7 +59,7 @@ def _step_of(row, model, hardware):
                     zero=d["zero"], sp=d["sp"], recompute=d["recompute"], micro_batch=d["micro_batch"],
                     global_batch=d["global_batch"], seq=d["seq"], schedule=d["schedule"],
                     virtual_stages=d["virtual_stages"] if d["schedule"] == "interleaved" else None,
-                    recompute_layers=d["recompute_layers"] or None)
+                    recompute_layers=d["recompute_layers"] or None, offload_layers=d["offload_layers"] or None)
 
 
 def _assert_same(row, st):
@@ -136,14 +136,35 @@ def test_space_counted_by_hand():
     #   cp_seq: (4,1): 4 does not divide seq 6                -> 1
     #   batch: (1,1) has dp = 4, and 2 sequences % (1*4) != 0 -> 1
     # feasible: (1,2) dp=2, (2,1) dp=2, (2,2) dp=1            -> 3 (a 2-layer toy fits any GPU)
+    # (activation offloading held at 0 here; next block)
     r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10,
-             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off")
+             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off,offload_layers=0")
     s = r.space
     assert s.candidates == 9
     assert {k: v for k, v in s.rejected.items() if v} == {"tp_heads": 3, "pp_layers": 1, "cp_seq": 1, "batch": 1}
     assert s.feasible == 3
     got = sorted((p.parallel.cp, p.parallel.pp, p.parallel.dp) for p in r.plans)
     assert got == [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
+    # Offloading searched (megatron-core implements it; h100-sxm states its PCIe host link): N =
+    # max(1, rint(q x 2)) capped at L - 1 = 1 for q = 1/4, 1/2, 3/4 -> one count, N = 1, with no
+    # recompute and only at pp = 1: the pp = 1 rows tp=1 (1,1) (2,1) (4,1) and tp=2 (1,1) (2,1)
+    # -> 5 more candidates, 14. Rejected: tp_heads +2 (the tp=2 rows), cp_seq +1 ((4,1)), batch +1
+    # ((1,1), dp 4); feasible +1: (2,1) dp=2 offloading its first layer. That one ties exactly
+    # with (2,1) without offloading, and shares its row: with one of two layers offloaded the
+    # double buffer keeps (L - N + 1)/L = 1 of the activations (cost/pipeline.offload_kept_share),
+    # and the copy hides behind the layers' compute.
+    r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10,
+             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off")
+    s = r.space
+    assert s.candidates == 14
+    assert {k: v for k, v in s.rejected.items() if v} == {"tp_heads": 5, "pp_layers": 1, "cp_seq": 2, "batch": 2}
+    assert s.feasible == 4
+    got = sorted((q.cp, q.pp, q.dp, int(q.offload_layers)) for p in r.plans for q in [p.parallel, *p.equivalent])
+    assert got == [(1, 2, 2, 0), (2, 1, 2, 0), (2, 1, 2, 1), (2, 2, 1, 0)]
+    # a stack that does not offload (nanotron: activation_offloading false) searches none
+    r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10, stack="nanotron",
+             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off")
+    assert r.space.candidates == 9
 
 
 def test_default_space_size_llama3_8b_on_one_node():
@@ -166,13 +187,15 @@ def test_default_space_size_llama3_8b_on_one_node():
     #   pp=2 (c = 16/v): 6 (v=1) + 6 (v=2) + 6 (v=4) + 4 (v=8) + 3 (v=16) = 25, x 9 = 225
     #   pp=4 (c = 8/v):  6 + 6 (v=2) + 4 (v=4) + 3 (v=8) = 19, x 4 = 76
     #   pp=8 (c = 4/v):  6 + 4 (v=2) + 3 (v=4) = 13, x 1 = 13
-    #   (96 + 225 + 76 + 13) x 5 micro-batches x 3 ZeRO = 410 x 15 = 6150, and every one of them
-    #   divides evenly (no divisibility rejections).
+    #   (96 + 225 + 76 + 13) x 5 micro-batches x 3 ZeRO = 410 x 15 = 6150.
+    # Activation offloading (megatron-core implements it; h100-sxm states its host link): N =
+    # rint(q x 32) = 8, 16, 24 layers with no recompute at pp = 1 only: 16 combos x 3 x 5 x 3 = 720.
+    # 6150 + 720 = 6870, and every one of them divides evenly (no divisibility rejections).
     r = plan("llama-3-8b", gpus=8)
     s = r.space
-    assert s.candidates == 6150
+    assert s.candidates == 6870
     assert sum(v for k, v in s.rejected.items() if k != "memory") == 0
-    assert s.feasible + s.rejected["memory"] == 6150
+    assert s.feasible + s.rejected["memory"] == 6870
     # a 1-node job: every group lives on NVLink, and 8B fits without pipelining
     assert r.best.parallel.tp * r.best.parallel.cp * r.best.parallel.pp * r.best.parallel.dp == 8
 
@@ -455,7 +478,8 @@ def test_margin_uses_the_fits_with_margin_rule_and_counts_tight():
     model = api.load_model_spec("llama-3-8b", None)[0]
     hw = api.load_hardware_spec("h100-sxm")
     settings = api.make_settings(model)
-    spec = SP.SpaceSpec(gpus=8, seq=r0.seq, global_batch=r0.global_batch, allowed={}, max_tp=None, microbatches=None)
+    spec = SP.SpaceSpec(gpus=8, seq=r0.seq, global_batch=r0.global_batch, allowed={}, max_tp=None, microbatches=None,
+                        offload=True)   # megatron-core offloads, and h100-sxm states its host link
     cand = SP.enumerate_space(model, spec, settings)
     mem = memory_per_gpu(model, hw, cand.par, settings, None)
     total, cap = np.asarray(mem["total_bytes"]), np.asarray(mem["capacity_bytes"])
@@ -511,3 +535,35 @@ def test_plan_searches_the_stacks_schedules_and_says_so():
     forced = plan("llama-3-70b", gpus=64, top=1, fix="schedule=zb-h1,pp=4")
     assert SCHEDULES[int(forced.best.parallel.schedule)] == "zb-h1"
     assert not any("pipeline schedules searched" in a for a in forced.assumptions)
+
+
+def test_offloading_is_searched_priced_as_step_and_said():
+    # Llama-3 70B FP8 on 64 GB200 (NeMo 25.11's recipe offloads 40 of 80 layers; NVLink-C2C host
+    # link, hardware/gb200-nvl72.yaml host_bandwidth): with offloading held at 20 layers every
+    # row offloads 20 layers at pp 1 with no recompute (Megatron-Core's rules), each priced
+    # exactly as `llmpar step --offload-layers 20`, and the assumption line names the link.
+    r = plan("llama-3-70b", hardware="gb200-nvl72", gpus=64, global_batch=128, dtype="fp8", top=3,
+             fix="offload_layers=20")
+    for row in r.plans:
+        d = row.parallel.as_dict()
+        assert d["offload_layers"] == 20 and d["pp"] == 1 and d["recompute"] == "none"
+        st = api.step("llama-3-70b", hardware="gb200-nvl72", gpus=row.gpus, tp=d["tp"], pp=1, cp=d["cp"], zero=d["zero"],
+                      sp=d["sp"], recompute="none", micro_batch=d["micro_batch"], global_batch=d["global_batch"],
+                      dtype="fp8", offload_layers=20)
+        _assert_same(row, st)
+        assert row.breakdown_s["offload"] == pytest.approx(st.breakdown_s["offload"], rel=1e-12, abs=1e-15)
+    assert any("plan #1 offloads 20 layers' activations" in a and "225 GB/s" in a for a in r.assumptions)
+    # the counts searched by default: round(q x 80) = 20, 40, 60 (plan/space.py OFFLOAD_SHARES)
+    from llmpar.plan import space as SP
+
+    model = api.load_model_spec("llama-3-70b", None)[0]
+    spec = SP.SpaceSpec(gpus=64, seq=8192, global_batch=128, offload=True)
+    assert SP.offload_counts(spec, model.layers) == ([20, 40, 60], True)
+    assert SP.offload_counts(SP.SpaceSpec(gpus=64, seq=8192, global_batch=128), model.layers) == ([], True)
+
+
+def test_offloading_bad_counts_are_one_line(cli):
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--offload-layers", "80")
+    assert res.code == 2 and "offload_layers=80 must be below the model's 80 layers" in res.err
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--fix", "offload_layers=-1")
+    assert res.code == 2 and "offload_layers=-1 must be 0 or more" in res.err

@@ -66,6 +66,8 @@ def test_plan_json_rows_match_step_json(cli):
             "--sp" if par["sp"] else "--no-sp"]
     if par["schedule"] == "interleaved":
         args += ["--virtual-stages", par["virtual_stages"]]
+    if par["offload_layers"]:
+        args += ["--offload-layers", par["offload_layers"]]
     s = cli(*args)
     assert s.code == 0, s.err
     s = s.json()

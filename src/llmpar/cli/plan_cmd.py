@@ -40,6 +40,8 @@ _LAYOUT = [
     click.option("--micro-batch", type=int, help="Fix the micro-batch size."),
     click.option("--schedule", type=click.Choice(SCHEDULES), help="Fix the pipeline schedule."),
     click.option("--virtual-stages", type=int, help="Fix the virtual stages (interleaved schedule)."),
+    click.option("--offload-layers", type=int, help="Fix the layers whose activations are offloaded to host memory "
+                                                    "(0: none; default: searched where the stack and hardware can)."),
 ]
 
 _SEARCH = [
@@ -48,7 +50,7 @@ _SEARCH = [
                  help="Rank by step time (= tokens/s at the fixed batch) or by memory per GPU."),
     click.option("--fix", "fix", multiple=True, metavar="K=V[,K=V]",
                  help="Hold knobs at one value, e.g. --fix tp=8,pp=16 (tp pp dp cp ep zero sp recompute "
-                      "micro_batch schedule virtual_stages)."),
+                      "micro_batch schedule virtual_stages offload_layers)."),
     click.option("--allow", "allow", multiple=True, metavar="K=V1,V2",
                  help="Search only these values of one knob, e.g. --allow zero=0,1,3 (repeatable)."),
     click.option("--max-tp", type=int, help="Largest tensor-parallel degree to search."),
@@ -88,7 +90,8 @@ def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
 
     Searches tp, pp, cp, ep (MoE), dp (derived), micro-batch, schedule and virtual stages, ZeRO
-    stage, recompute and SP; every candidate is costed by the same model as `llmpar step`.
+    stage, recompute, SP and activation offloading; every candidate is costed by the same model as
+    `llmpar step`.
 
     \b
     Examples:

@@ -19,13 +19,17 @@ _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 def recompute_label(d: dict[str, Any], short: bool = False) -> str:
     """The recompute mode of a ``parallel`` dict: none, selective, full, or 'full, N layers per
-    chunk' ('full:N' when ``short``) with --recompute-layers."""
+    chunk' ('full:N' when ``short``) with --recompute-layers; 'none, N layers' activations
+    offloaded' ('off:N') with --offload-layers."""
     rec = d["recompute"]
     if short:
         rec = {"selective": "sel"}.get(rec, rec)
     n = d.get("recompute_layers") or 0
     if d["recompute"] == "full" and n:
         return f"{rec}:{n}" if short else f"{rec}, {n} layer{'s' if n > 1 else ''} per chunk"
+    off = d.get("offload_layers") or 0
+    if off:
+        return f"off:{off}" if short else f"{rec}, {off} layer{'s' if off > 1 else ''}' activations offloaded"
     return rec
 
 

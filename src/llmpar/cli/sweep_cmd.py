@@ -178,4 +178,4 @@ def render(r) -> None:
         con.print(f"[{i}] {n}", highlight=False, markup=False)
     con.print()
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
-              "sel/full = recompute (full:N: N layers per chunk), b = micro-batch, m = micro-batches per step[/dim]")
+              "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step[/dim]")

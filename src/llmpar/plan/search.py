@@ -126,7 +126,8 @@ def _layout_text(par: Parallel) -> str:
     sched = d["schedule"] + (f" v={d['virtual_stages']}" if d["virtual_stages"] > 1 else "")
     return (f"zero={d['zero']}, recompute={d['recompute']}, tp={d['tp']}, pp={d['pp']}, dp={d['dp']}, cp={d['cp']}, "
             f"ep={d['ep']}" + (f", etp={d['etp']}" if d["etp"] != d["tp"] else "")
-            + f", sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}")
+            + f", sp={'on' if d['sp'] else 'off'}, micro_batch={d['micro_batch']}, schedule={sched}"
+            + (f", offload_layers={d['offload_layers']}" if d.get("offload_layers") else ""))
 
 
 def _nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> NoLayout:
@@ -250,7 +251,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
 
 _LAYOUT_KNOBS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "zero": "zero", "sp": "sp",
                  "recompute": "recompute", "micro_batch": "micro_batch", "schedule": "schedule",
-                 "virtual_stages": "virtual_stages"}
+                 "virtual_stages": "virtual_stages", "offload_layers": "offload_layers"}
 
 
 def _as_specs(value, what: str) -> list[str]:
@@ -401,10 +402,20 @@ def plan(
                          f"{', '.join(left)} (--allow schedule=NAME to add one)")
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
+    # activation offloading is searched where the framework has it and the hardware states its host link
+    offload = settings.stack.activation_offloading and hw.host_bandwidth is not None
+    if "offload_layers" in allowed and any(allowed["offload_layers"]) and hw.host_bandwidth is None:
+        raise UserError(f"offload_layers needs the hardware's host_bandwidth (the CPU-GPU link); {hw.name} states none")
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
-                        microbatches=microbatches)
+                        microbatches=microbatches, offload=offload or "offload_layers" in allowed)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
                    pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points)
+    best_off = int(found["plans"][0].parallel.offload_layers)
+    if best_off:
+        notes.append(f"plan #1 offloads {best_off} layers' activations to host memory over {hw.name}'s host link "
+                     f"({hw.host_bandwidth / 1e9:g} GB/s per GPU and direction, the raw link rate, with no contention "
+                     "among the GPUs of a node copying at once: the copy time is a lower bound); --fix offload_layers=0 "
+                     "ranks without offloading (docs/planner.md)")
     training = None
     if train_in["tokens"] is not None:
         best = found["plans"][0]

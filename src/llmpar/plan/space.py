@@ -14,7 +14,11 @@ A candidate is one value of each knob of :class:`llmpar.parallel.Parallel`:
 * ZeRO stage, recompute (none/selective/full), and SP on/off (only with tp > 1: at tp = 1 SP
   does not exist); full recompute of every layer and of about 1/4, 1/2 and 3/4 of each pipeline
   chunk's layers (Megatron-Core's block method, ``recompute_layers``; :data:`PARTIAL_FULL`), each
-  distinct count once.
+  distinct count once;
+* activation offloading (Megatron-Core ``cpu_offloading_num_layers``, ``offload_layers``) of
+  about 1/4, 1/2 and 3/4 of the layers (:data:`OFFLOAD_SHARES`), each distinct count once, where
+  Megatron-Core allows it: pp = 1, no recompute, fewer layers than the model has, and hardware
+  that states its CPU-GPU link (``host_bandwidth``; :attr:`SpaceSpec.offload`).
 
 The constraints are :func:`llmpar.parallel.layout_violations` — the very masks
 :func:`llmpar.parallel.check_layout` raises on for one layout — and
@@ -65,9 +69,11 @@ REASONS = {
 _DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")
 
 # the knobs --fix / --allow accept: key -> Parallel field
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages",
+         "offload_layers")
 _KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_batch", "v": "virtual_stages",
-                 "virtual-stages": "virtual_stages", "vpp": "virtual_stages"}
+                 "virtual-stages": "virtual_stages", "vpp": "virtual_stages", "offload": "offload_layers",
+                 "offload-layers": "offload_layers"}
 _BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
@@ -107,7 +113,9 @@ def parse_values(key: str, text: str) -> tuple:
                 raise UserError(f"{key}={t!r} is not an integer") from None
             if key == "zero" and not 0 <= v <= 3:
                 raise UserError(f"zero={v}: ZeRO stages are 0, 1, 2 and 3")
-            if key != "zero" and v < 1:
+            if key == "offload_layers" and v < 0:
+                raise UserError(f"offload_layers={v} must be 0 or more")
+            if key not in ("zero", "offload_layers") and v < 1:
                 raise UserError(f"{key}={v} must be a positive integer")
             out.append(v)
     return tuple(dict.fromkeys(out))
@@ -161,6 +169,7 @@ class SpaceSpec:
     allowed: dict[str, tuple] = field(default_factory=dict)
     max_tp: int | None = None
     microbatches: int | None = None
+    offload: bool = False            # the hardware states its CPU-GPU link: activation offloading is searched
 
 
 @dataclass
@@ -201,9 +210,40 @@ PARTIAL_FULL = (0.25, 0.5, 0.75)
 _FULL = RECOMPUTE.index("full")
 
 
-def _recompute_options(rs) -> list[tuple[int, float]]:
-    """(recompute code, share q) pairs: q = 0 is the mode as is (full: every layer)."""
-    return [(r, 0.0) for r in rs] + ([(_FULL, q) for q in PARTIAL_FULL] if _FULL in rs else [])
+# shares of the layers activation offloading is searched at (round(q x layers), at least 1, fewer
+# than all, each count once): NeMo 25.11's GB200 / GB300 Llama-3 70B recipes offload 40 and 20 of
+# 80 layers (Megatron-Bridge 5776a6d90, validation/nemo-2511-gb200.yaml)
+OFFLOAD_SHARES = (0.25, 0.5, 0.75)
+_NONE = RECOMPUTE.index("none")
+
+
+def offload_counts(spec: SpaceSpec, layers: int) -> tuple[list[int], bool]:
+    """(layer counts offloading is searched at, whether no offloading is searched too).
+    ``--allow/--fix offload_layers=`` names the counts; otherwise :data:`OFFLOAD_SHARES` of the
+    layers when the hardware states its host link, none when it does not."""
+    given = spec.allowed.get("offload_layers")
+    if given is None:
+        if not spec.offload:
+            return [], True
+        return sorted({min(max(int(round(q * layers)), 1), layers - 1) for q in OFFLOAD_SHARES} - {0}), True
+    counts = sorted(n for n in given if n > 0)
+    for n in counts:
+        if n >= layers:
+            raise UserError(f"offload_layers={n} must be below the model's {layers} layers")
+    if counts and not spec.offload:
+        raise UserError("offload_layers needs the hardware's host_bandwidth (the CPU-GPU link); this profile "
+                        "states none")
+    return counts, 0 in given
+
+
+def _recompute_options(rs, offloads=(), plain=True) -> list[tuple[int, float, int]]:
+    """(recompute code, share q, offloaded layers) entries: q = 0 is the mode as is (full: every
+    layer); offloading N layers goes with no recompute. ``plain``: the entries without offloading
+    (False when --fix offload_layers=N asks for offloading only)."""
+    out = [(r, 0.0, 0) for r in rs] + ([(_FULL, q, 0) for q in PARTIAL_FULL] if _FULL in rs else [])
+    if not plain:
+        out = []
+    return out + ([(_NONE, 0.0, n) for n in offloads] if _NONE in rs else [])
 
 
 def _partial_layers(q, L, pp, v):
@@ -219,9 +259,11 @@ def _partial_layers(q, L, pp, v):
 
 
 def _n_recompute(rs, L, pp, v) -> int:
-    """Distinct recompute options at this (pp, v): what the candidates of one knob row count."""
-    q = np.asarray([q for _, q in rs], dtype=float)
-    return int(np.count_nonzero(_partial_layers(q, L, pp, v)[1]))
+    """Distinct recompute/offload options at this (pp, v): what the candidates of one knob row
+    count (offloading exists at pp = 1 only, as in Megatron-Core)."""
+    q = np.asarray([q for _, q, _ in rs], dtype=float)
+    off = np.asarray([n for _, _, n in rs], dtype=np.int64)
+    return int(np.count_nonzero(_partial_layers(q, L, pp, v)[1] & ((off == 0) | (pp == 1))))
 
 
 def _sched_pairs(spec: SpaceSpec, model: ModelSpec, pp: int, scheds, user_v) -> list[tuple[int, int]]:
@@ -274,7 +316,8 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     bs = [d for d in divisors(B) if d <= MAX_MICRO_BATCH] if "micro_batch" not in spec.allowed else list(
         spec.allowed["micro_batch"])
     zs = _allowed(spec, "zero", tuple(settings.stack.zero_stages))   # the stages the framework implements
-    rs = _recompute_options(_allowed(spec, "recompute", range(len(RECOMPUTE))))
+    offloads, plain = offload_counts(spec, L)
+    rs = _recompute_options(_allowed(spec, "recompute", range(len(RECOMPUTE))), offloads, plain)
     sps = _allowed(spec, "sp", (False, True))
     # the schedules the framework implements (stack.schedules), unless the user named some
     stack_scheds = {SCHEDULES.index(x) for x in settings.stack.schedules}
@@ -336,6 +379,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)
     n_rec, distinct = _partial_layers(cols["rq"], L, pp, v)
+    distinct &= (cols["off"] == 0) | (pp == 1)        # offloading: pp = 1 only (not a candidate elsewhere)
     alive = distinct.copy()
     for reason, mask in bad.items():
         hit = alive & mask
@@ -346,7 +390,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], etp=cols["etp"][idx], zero=zero[idx], sp=sp[idx],
         recompute=cols["recompute"][idx], micro_batch=b[idx], microbatches=m[idx],
         seq=np.full(idx.size, S, dtype=np.int64), schedule=sched[idx], virtual_stages=v[idx],
-        recompute_layers=n_rec[idx],
+        recompute_layers=n_rec[idx], offload_layers=cols["off"][idx],
     )
     return Candidates(par=par, total=total, rejected=rejected)
 
@@ -357,8 +401,9 @@ def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
                         np.asarray(sps, dtype=bool), indexing="ij")
     bi, pi, z, ri, s = (g.ravel() for g in grids)
     pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    r = np.asarray([c for c, _ in rs], dtype=np.int64)[ri]
-    rq = np.asarray([q for _, q in rs], dtype=float)[ri]
+    r = np.asarray([c for c, _, _ in rs], dtype=np.int64)[ri]
+    rq = np.asarray([q for _, q, _ in rs], dtype=float)[ri]
+    off = np.asarray([n for _, _, n in rs], dtype=np.int64)[ri]
     k, n = bi.size, rows.shape[0]
     deg = lambda j: np.repeat(rows[:, j], k)  # noqa: E731
     knob = lambda x: np.tile(x, n)  # noqa: E731
@@ -366,11 +411,11 @@ def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
         "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3), "etp": deg(4),
         "micro_batch": knob(np.asarray(bs, dtype=np.int64)[bi]), "schedule": knob(pr[pi, 0]),
         "virtual_stages": knob(pr[pi, 1]), "zero": knob(z.astype(np.int64)), "recompute": knob(r.astype(np.int64)),
-        "rq": knob(rq), "sp": knob(s),
+        "rq": knob(rq), "off": knob(off), "sp": knob(s),
     }
 
 
 def _empty(seq) -> Parallel:
     e = np.zeros(0, dtype=np.int64)
     return Parallel(tp=e, pp=e, dp=e, cp=e, ep=e, etp=e, zero=e, sp=np.zeros(0, dtype=bool), recompute=e, micro_batch=e,
-                    microbatches=e, seq=e + seq, schedule=e, virtual_stages=e, recompute_layers=e)
+                    microbatches=e, seq=e + seq, schedule=e, virtual_stages=e, recompute_layers=e, offload_layers=e)

@@ -193,6 +193,7 @@ def sweep(
     rows: list[SweepRow] = []
     conflicts: list = []        # a --fix/--tp... degree that divides no count: bad input, as in `plan`
     first = None
+    offloading: list[str] = []
     for hw in hws:
         for n in counts:
             row, result = _row_for(spec, hw, n, opts, global_batch, train_in)
@@ -204,10 +205,17 @@ def sweep(
                 progress(f"{hw.name} x {n:,}", len(rows), len(hws) * len(counts))
             if first is None and result is not None:
                 first = result
+            if result is not None and int(result.plans[0].parallel.offload_layers):
+                offloading.append(f"{hw.name} x {n:,}")
     if len(conflicts) == len(rows):
         raise UserError(f"{conflicts[0]} (nor any other GPU count of the sweep)")
     if first is not None:
         notes += [a for a in first.assumptions if a.startswith("stack ") or a.startswith("seq ")]
+    if offloading:
+        notes.append(f"off:N rows ({', '.join(offloading)}) offload N layers' activations to host memory, priced at the "
+                     "host link's raw per-GPU rate, with no contention among the GPUs of a node copying at once: the "
+                     "copy time is a lower bound "
+                     "(--fix offload_layers=0 plans without offloading; docs/planner.md)")
     _scaling(rows, notes)
     if train_in["tokens"] is not None:
         with_t = [r.training for r in rows if r.training is not None]

@@ -254,6 +254,11 @@ class Stack(_Strict):
         False, description="the framework sets the expert tensor-parallel degree apart from tp (Megatron-Core "
                            "expert_tensor_parallel_size, MoE parallel folding): the planner then searches etp in "
                            "{tp, 1} for MoE models unless --etp/--fix/--allow names it")
+    activation_offloading: bool = Field(
+        False, description="the framework can hold the saved activations of some layers in host memory "
+                           "(Megatron-Core cpu_offloading_num_layers, --offload-layers): the planner then "
+                           "searches it where it runs (pp 1, no recompute, hardware with a host link) "
+                           "unless --fix/--allow offload_layers= names the counts")
     kernels: Kernels = Field(default_factory=Kernels)
     overlap: Overlap = Field(default_factory=Overlap)
     network: Network = Field(default_factory=Network)
