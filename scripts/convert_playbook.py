@@ -48,7 +48,11 @@ about: >-
   max_memory_reserved() / 1024**3, i.e. GiB, and the playbook does not say which one it plots. It
   is recorded here as peak_reserved_bytes = value x 2**30 (rounded to a byte): the larger of the
   two, the one the allocator must obtain from the 80 GB device; if the plotted value is the
-  allocated peak, it is a lower bound of the reserved peak. Model shapes: NOT stated beside the
+  allocated peak, it is a lower bound of the reserved peak. Whose peak: log_throughput calls
+  write_to_csv only on world rank 0 (src/nanotron/helpers.py), and rank 0 is pipeline stage 0 (every
+  coordinate of rank 0 in nanotron's ParallelContext mesh is 0), so a PP run's figure is its first
+  stage's, not the most-loaded stage's (memory_stage: first; the FITS verdict still takes the
+  most-loaded stage: a run that completed ran on every rank). Model shapes: NOT stated beside the
   results; inferred from the commented model_configs of huggingface/nanotron
   scripts/scaling_benchmarks.py ("Generates configs and SLURM scripts for scaling benchmarks used
   in" the playbook): 1B = 16 layers, hidden 2048, 32 heads, FFN 8192; 3B = 28 layers, hidden 3072,
@@ -62,7 +66,8 @@ hardware: h100-sxm
 stack: nanotron
 metric: tokens_per_s_per_gpu
 flops_convention: full        # how tflops_per_gpu / mfu count FLOPs, machine-readable: full | causal | hardware (README)
-convention: "tokens/s per GPU and MFU as nanotron logs them; peak memory in bytes (nanotron's GiB x 2**30), see about"
+memory_stage: first           # peak memory of world rank 0 = pipeline stage 0 (docs/runs-format.md)
+convention: "tokens/s per GPU and MFU as nanotron logs them; peak memory in bytes (nanotron's GiB x 2**30) of world rank 0, see about"
 models:
   playbook-1b: {{source: "huggingface/nanotron scripts/scaling_benchmarks.py model_configs (inferred, see about)", family: llama, layers: 16, hidden: 2048, heads: 32, kv_heads: 32, ffn_hidden: 8192, ffn_type: swiglu, vocab: 32768, tied_embeddings: true, norm: rmsnorm, position: rope, max_seq: 4096, attention: flash}}
   playbook-3b: {{source: "huggingface/nanotron scripts/scaling_benchmarks.py model_configs (inferred, see about)", family: llama, layers: 28, hidden: 3072, heads: 32, kv_heads: 32, ffn_hidden: 8192, ffn_type: swiglu, vocab: 32768, tied_embeddings: true, norm: rmsnorm, position: rope, max_seq: 4096, attention: flash}}

@@ -241,3 +241,45 @@ def test_a_run_without_a_schedule_runs_one_its_stack_implements():
     stated = dataclasses.replace(run, layout={**run.layout, "schedule": "interleaved", "virtual_stages": 2})
     assert {(c["schedule"], c["virtual_stages"]) for c in R._layout_candidates(stated, model, schedules=("1f1b",))} \
         == {(SCHEDULES.index("interleaved"), 2)}
+
+
+def test_memory_stage_first_compares_with_stage_0():
+    # A PP run whose peak is world rank 0's (nanotron's benchmark CSV) is compared with llmpar's
+    # pipeline stage 0, not the most-loaded stage; the FITS verdict still takes the most-loaded.
+    # Llama-3-8B, pp 4, 1F1B, 8 micro-batches: stage 0 holds 4 in flight and is the most loaded;
+    # at pp 2 with one micro-batch of 2 each stage holds 1 and the last one adds the 128K-vocabulary
+    # logits, so the last is. memory_per_stage gives each stage's figures from the hand-checked
+    # terms (tests/test_memory*.py); memory_per_gpu's first_stage_* must be stage 0's.
+    import numpy as np
+
+    from llmpar import api
+    from llmpar.calibrate.runs import comparable_peak, predict, prepare
+    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.cost.memory import memory_per_gpu, memory_per_stage
+    from llmpar.parallel import Parallel
+    from llmpar.specs import load_hardware, load_stack
+
+    model, hw = api.load_model_spec("llama-3-8b", None)[0], load_hardware("h100-sxm")
+    settings = api.make_settings(model)
+    par = Parallel(pp=4, dp=2, micro_batch=1, microbatches=8, seq=8192)
+    stages = memory_per_stage(model, hw, par, settings)
+    m = memory_per_gpu(model, hw, par, settings)
+    assert m["first_stage_reserved_bytes"] == pytest.approx(stages[0]["reserved_bytes"], rel=1e-12)
+    assert m["first_stage_allocated_bytes"] == pytest.approx(stages[0]["allocated_bytes"], rel=1e-12)
+    assert m["reserved_bytes"] == pytest.approx(max(s["reserved_bytes"] for s in stages), rel=1e-12)
+    lay = {"gpus": 8, "pp": 2, "micro_batch": 2, "microbatches": 1, "seq": 8192, "recompute": "none",
+           "zero": 1, "sp": False, "schedule": "1f1b"}
+    runs = [MeasuredRun(source=f"t:{i}", model="llama-3-8b", hardware="h100-sxm", layout=lay,
+                        peak_reserved_bytes=40 * 2**30, memory_stage=stage) for i, stage in enumerate(("max", "first"))]
+    stk = load_stack("megatron-core")
+    runs, groups = prepare(runs, zero_stages=stk.zero_stages, schedules=stk.schedules)
+    pred = predict(runs, groups, stk)
+    peak = comparable_peak(runs, pred)
+    settings1 = api.make_settings(model)
+    par1 = Parallel(pp=2, dp=4, micro_batch=2, microbatches=1, seq=8192, zero=1)
+    s1 = memory_per_stage(model, hw, par1, settings1)
+    assert peak[0] == pytest.approx(max(s["reserved_bytes"] for s in s1), rel=1e-12)
+    assert peak[1] == pytest.approx(s1[0]["reserved_bytes"], rel=1e-12)
+    assert peak[1] < peak[0]      # 74.9 GB on stage 0 against 92.4 GB on the last stage
+    assert bool(pred.fits[0]) == bool(pred.fits[1])     # the verdict does not depend on whose peak was logged
+    assert np.all(np.isfinite(peak)) and pred.pick[0]["schedule"] == "1f1b"

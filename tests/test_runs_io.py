@@ -379,3 +379,18 @@ def test_fuzz_only_user_errors_escape(tmp_path, case):
             v = getattr(r, key)
             assert v is None or (math.isfinite(v) and v >= 0)
         assert r.layout["gpus"] == r.layout["tp"] * r.layout["pp"] * r.layout["dp"] * r.layout["cp"]
+
+
+def test_memory_stage_column_and_header(tmp_path):
+    # whose peak a run measured: 'max' (default) or 'first' (world rank 0 = pipeline stage 0);
+    # a column, a common: key or a top-level key of a YAML table; anything else is refused
+    p = write(tmp_path, "runs.yaml", "hardware: h100-sxm\nmemory_stage: first\nruns:\n"
+              "  - {model: llama-3-8b, gpus: 8, pp: 2, peak_reserved_gib: 40}\n"
+              "  - {model: llama-3-8b, gpus: 8, pp: 2, peak_reserved_gib: 40, memory_stage: max}\n")
+    runs = read_runs([p]).runs
+    assert [r.memory_stage for r in runs] == ["first", "max"]
+    p = write(tmp_path, "runs.csv", "model,gpus,pp,peak_reserved_gib\nllama-3-8b,8,2,40\n")
+    assert read_runs([p], defaults={"hardware": "h100-sxm"}).runs[0].memory_stage == "max"
+    p = write(tmp_path, "bad.csv", "model,gpus,pp,peak_reserved_gib,memory_stage\nllama-3-8b,8,2,40,last\n")
+    with pytest.raises(UserError, match="memory_stage"):
+        read_runs([p], defaults={"hardware": "h100-sxm"})

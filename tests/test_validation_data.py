@@ -49,8 +49,8 @@ PLAYBOOK_STATUS = {("playbook-1b", "ok"): 534, ("playbook-1b", "oom"): 274,
                    ("playbook-3b", "ok"): 593, ("playbook-3b", "oom"): 249}
 
 TOP_KEYS = {"source", "url", "about", "hardware", "stack", "metric", "convention", "flops_convention", "models", "common",
-            "runs", "left_out"}
-REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out"}
+            "runs", "left_out", "memory_stage"}
+REQUIRED_TOP = TOP_KEYS - {"models", "common", "left_out", "memory_stage"}
 STACKS = {"megatron-2022", "megatron-deepspeed-2021", "megatron-core", "nanotron", "torchtitan", "torchtitan-compile",
           "deepspeed", "hai-llm", "other"}
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}

@@ -307,6 +307,9 @@ class Predictions:
     # memory_bytes above is the total, pool + CUDA context + NCCL): for `llmpar validate`
     allocated_bytes: np.ndarray | None = None
     reserved_bytes: np.ndarray | None = None
+    # the same of pipeline stage 0 (what world rank 0 measures: a run's memory_stage "first")
+    first_allocated_bytes: np.ndarray | None = None
+    first_reserved_bytes: np.ndarray | None = None
 
 
 def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
@@ -316,7 +319,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings, layout_violations
 
     n = len(runs)
-    out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus", "alloc", "pool")}
+    out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus", "alloc", "pool",
+                                           "alloc0", "pool0")}
     fits = np.zeros(n, dtype=bool)
     pick: list[dict] = [{} for _ in range(n)]
     best = np.full(n, np.inf)
@@ -334,6 +338,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
         total = np.asarray(mem["total_bytes"], dtype=float)
         alloc = np.broadcast_to(np.asarray(mem["allocated_bytes"], dtype=float), total.shape)
         pool = np.broadcast_to(np.asarray(mem["reserved_bytes"], dtype=float), total.shape)
+        alloc0 = np.broadcast_to(np.asarray(mem["first_stage_allocated_bytes"], dtype=float), total.shape)
+        pool0 = np.broadcast_to(np.asarray(mem["first_stage_reserved_bytes"], dtype=float), total.shape)
         mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
         cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
         hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par, flops.CAUSAL_FULL,
@@ -352,6 +358,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                 out["tok"][i] = float(par.tokens_per_step)
                 out["gpus"][i] = float(par.gpus)
                 out["alloc"][i], out["pool"][i] = alloc.flat[j], pool.flat[j]
+                out["alloc0"][i], out["pool0"][i] = alloc0.flat[j], pool0.flat[j]
                 fits[i] = bool(ok[j])
                 pick[i] = {"micro_batch": int(par.micro_batch), "virtual_stages": int(par.virtual_stages),
                            "zero": int(par.zero), "recompute": RECOMPUTE[int(par.recompute)],
@@ -359,16 +366,23 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                            "sp": bool(par.sp), "recompute_layers": int(par.recompute_layers),
                            "offload_layers": int(par.offload_layers)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
-                       out["gpus"], pick, out["alloc"], out["pool"])
+                       out["gpus"], pick, out["alloc"], out["pool"], out["alloc0"], out["pool0"])
 
 
 def comparable_peak(runs: list[Run], pred: Predictions) -> np.ndarray:
     """The predicted figure each run's measured peak is compared with: the allocator pool for a
     measured torch max_memory_reserved, the allocated bytes for max_memory_allocated (neither
-    includes the CUDA context or NCCL buffers, which torch does not count); the total otherwise."""
-    return np.array([pred.reserved_bytes[i] if r.peak_reserved_bytes else
-                     pred.allocated_bytes[i] if r.peak_allocated_bytes else pred.memory_bytes[i]
-                     for i, r in enumerate(runs)], dtype=float)
+    includes the CUDA context or NCCL buffers, which torch does not count); the total otherwise.
+    Of the most-loaded pipeline stage, or of stage 0 when the run measured world rank 0
+    (``memory_stage: first``); the FITS verdict always takes the most-loaded stage."""
+    def one(i, r):
+        first = getattr(r, "memory_stage", "max") == "first"
+        if r.peak_reserved_bytes:
+            return (pred.first_reserved_bytes if first else pred.reserved_bytes)[i]
+        if r.peak_allocated_bytes:
+            return (pred.first_allocated_bytes if first else pred.allocated_bytes)[i]
+        return pred.memory_bytes[i]
+    return np.array([one(i, r) for i, r in enumerate(runs)], dtype=float)
 
 
 def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
@@ -649,6 +663,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     cv_m = np.full(len(runs), np.nan)
     cv_fits = np.zeros(len(runs), dtype=bool)
     cv_a, cv_r = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
+    cv_a0, cv_r0 = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
     for f in range(k):
         held = {key for j, key in enumerate(keys) if j % k == f}
         test = np.array([c in held for c in cfg])
@@ -657,12 +672,13 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         pf = predict(runs, groups, stack_with(stack, dict(zip(names, xf)), generation))
         cv_t[test], cv_fits[test] = pf.step_time_s[test], pf.fits[test]
         cv_m[test], cv_a[test], cv_r[test] = pf.memory_bytes[test], pf.allocated_bytes[test], pf.reserved_bytes[test]
+        cv_a0[test], cv_r0[test] = pf.first_allocated_bytes[test], pf.first_reserved_bytes[test]
         tick(f"fold {f + 1}/{k}", 3 + f, steps)
     summ = {"before": _summary(runs, pred0, t_meas, m_meas), "after_in_sample": _summary(runs, pred1, t_meas, m_meas),
             "folds": k}
     if k:
         cvp = dataclasses.replace(pred1, step_time_s=cv_t, memory_bytes=cv_m, fits=cv_fits, allocated_bytes=cv_a,
-                                  reserved_bytes=cv_r)
+                                  reserved_bytes=cv_r, first_allocated_bytes=cv_a0, first_reserved_bytes=cv_r0)
         summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
     return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,

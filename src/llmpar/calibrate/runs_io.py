@@ -31,6 +31,8 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
                "recompute_modules")
+#: whose peak memory a run measured: the largest over the ranks, or world rank 0's (pipeline stage 0)
+MEMORY_STAGES = ("max", "first")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
                  "peak_reserved_bytes")
 
@@ -54,6 +56,9 @@ class MeasuredRun:
     notes: tuple[str, ...] = ()
     convention: str = "full"     # how tflops_per_gpu / mfu count FLOPs: full | causal | hardware
     mfu_peak_dtype: str = "bf16"  # the dense peak an MFU figure is relative to
+    # whose peak memory was measured: "max" (the largest over the ranks: the most-loaded pipeline
+    # stage) or "first" (world rank 0, i.e. pipeline stage 0, as nanotron's benchmark CSV writes it)
+    memory_stage: str = "max"
     row: str | None = None       # where in a published source (validation/*.yaml 'row:')
     stack: str | None = None     # the framework the run used, when the table says (top-level 'stack:')
     metric: str | None = None    # the headline measurement to compare (top-level 'metric:'), when several are given
@@ -275,6 +280,8 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             meta["convention"] = _choice(str(value).strip(), ("full", "causal", "hardware"), where, key)
         elif key == "mfu_peak_dtype":
             meta["mfu_peak_dtype"] = _choice(str(value).strip(), DTYPES, where, key)
+        elif key == "memory_stage":
+            meta["memory_stage"] = _choice(str(value).strip(), MEMORY_STAGES, where, key)
         elif name in ("model", "hardware", "log"):
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise _fail(where, f"{key} must be a string, got {value!r}")
@@ -418,7 +425,7 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in measured.items():  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
-    extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "row", "stack", "metric") if k in meta}
+    extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "memory_stage", "row", "stack", "metric") if k in meta}
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),
         layout={k: checked[k] for k in LAYOUT_KEYS if k in checked}, status=meta.get("status", "ok"),
@@ -544,7 +551,8 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple
 
 
 # top-level keys of a runs YAML (validation/README.md): defaults for every row, and a record of the source
-_HEADER_KEYS = ("hardware", "stack", "metric", "convention", "flops_convention", "url", "models", "mfu_peak_dtype")
+_HEADER_KEYS = ("hardware", "stack", "metric", "convention", "flops_convention", "url", "models", "mfu_peak_dtype",
+                "memory_stage")
 
 
 def _inline_models(models: Any, name: str) -> dict[str, Any]:
@@ -567,7 +575,7 @@ def _common_known(common: dict, name: str, notes: list[str]) -> dict:
     known = {}
     for k, v in common.items():
         key = _key(k)
-        if key in ALIASES or key in _PERCENT_COLUMNS or key in _TIME_COLUMNS or _memory_column(key):
+        if key in ALIASES or key in _PERCENT_COLUMNS or key in _TIME_COLUMNS or _memory_column(key) or key == "memory_stage":
             known[k] = v
         else:
             notes.append(f"{name}: common key {k!r} is not a column; not applied")
@@ -659,7 +667,7 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
             result.models.update(_inline_models(head["models"], name))
         # top-level 'convention' is the source's own words (a record); 'flops_convention' is the
         # machine-readable default of the rows' 'convention' (full | causal | hardware)
-        file_defaults = {k: head[k] for k in ("hardware", "mfu_peak_dtype") if k in head}
+        file_defaults = {k: head[k] for k in ("hardware", "mfu_peak_dtype", "memory_stage") if k in head}
         if "flops_convention" in head:
             file_defaults["convention"] = head["flops_convention"]
         result.files.append({"path": name, "source": ctx.source, **{k: head[k] for k in head if k != "models"}})

@@ -221,7 +221,8 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     (capacity − total), fits (total ≤ capacity), verdict ('fits' | 'tight' | 'does_not_fit'
     within the stack's memory.uncertainty; verdict_code 0/1/2), max_micro_batch (largest b that
     fits), params_per_gpu (this GPU's TP/PP/EP shard, before ZeRO), stage,
-    activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind).
+    activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind),
+    first_stage_allocated_bytes / first_stage_reserved_bytes (pipeline stage 0's: what rank 0 measures).
     """
     prec = bytes_per_param(settings, par.zero, par.microbatches)
     shard = layer_shard(model, par)
@@ -243,6 +244,9 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     for n, key in enumerate(("allocated_bytes", "reserved_bytes", "runtime_bytes", "total_bytes")):
         out[key] = _choose(pick, [x[n] for x in parts])
     out["allocator_overhead_bytes"] = out["reserved_bytes"] - out["allocated_bytes"]
+    # pipeline stage 0's own peak (candidate_stages lists it first): what world rank 0 measures,
+    # the rank that frameworks' benchmark logs usually report (nanotron's create_table_log)
+    out["first_stage_allocated_bytes"], out["first_stage_reserved_bytes"] = parts[0][0], parts[0][1]
     out["communicators"] = choose("communicators").astype(int)
     out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
     out["margin_bytes"] = cap - out["total_bytes"]

@@ -260,11 +260,17 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
             for metric in MEMORY_METRICS:
                 published = getattr(r, metric)
                 if published:
-                    arr = pred.reserved_bytes if metric == "peak_reserved_bytes" else pred.allocated_bytes
+                    first = r.memory_stage == "first"
+                    arr = {("peak_reserved_bytes", False): pred.reserved_bytes,
+                           ("peak_reserved_bytes", True): pred.first_reserved_bytes,
+                           ("peak_allocated_bytes", False): pred.allocated_bytes,
+                           ("peak_allocated_bytes", True): pred.first_allocated_bytes}[(metric, first)]
                     predicted = float(arr[i])
                     rows.append({**base, "metric": metric, "unit": "bytes", "published": float(published),
                                  "predicted": predicted, "error": predicted / float(published) - 1.0,
-                                 "convention": _convention(metric, r.convention, r.mfu_peak_dtype)})
+                                 "convention": _convention(metric, r.convention, r.mfu_peak_dtype)
+                                 + ("; of world rank 0, i.e. pipeline stage 0, on both sides (memory_stage: first)"
+                                    if first else "")})
                     break
         if judge_fits:
             rows.append({**base, "metric": "fits", "unit": "verdict", "published": "ok" if r.status == "ok" else "oom",
