@@ -567,3 +567,12 @@ def test_offloading_bad_counts_are_one_line(cli):
     assert res.code == 2 and "offload_layers=80 must be below the model's 80 layers" in res.err
     res = cli("plan", "llama-3-70b", "--gpus", "64", "--fix", "offload_layers=-1")
     assert res.code == 2 and "offload_layers=-1 must be 0 or more" in res.err
+
+
+def test_offloading_fixed_against_its_rules_is_one_line(cli):
+    # Megatron-Core offloads only at pp 1 with no recompute: holding offloading together with a
+    # pipeline or recompute is a contradiction in the options (exit 2), not an empty search
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--fix", "offload_layers=20", "--pp", "2")
+    assert res.code == 2 and "offload_layers=20 needs pp 1" in res.err
+    res = cli("plan", "llama-3-70b", "--gpus", "64", "--offload-layers", "20", "--recompute", "full")
+    assert res.code == 2 and "offload_layers needs recompute none" in res.err

@@ -27,7 +27,7 @@ from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
-                             SCHEDULES, Parallel, Settings, check_settings, default_global_batch, seq_note)
+                             RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, seq_note)
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -525,6 +525,16 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: 
                         f"of {model.name}")
     if "pp" in one and one["pp"] > model.layers:
         raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
+    off = allowed.get("offload_layers")
+    if off and 0 not in off:
+        # Megatron-Core's rules for CPU offloading (parallel.resolve refuses the same for `llmpar step`)
+        pp_fixed, rec = allowed.get("pp"), allowed.get("recompute")
+        if pp_fixed and 1 not in pp_fixed:
+            raise FixConflict(f"offload_layers={','.join(map(str, off))} needs pp 1 (Megatron-Core: no CPU offloading "
+                              f"with pipeline parallelism), but pp is held at {','.join(map(str, pp_fixed))}")
+        if rec and RECOMPUTE.index("none") not in rec:
+            raise FixConflict("offload_layers needs recompute none (Megatron-Core: no CPU offloading with activation "
+                              "recomputation), but recompute is held at " + ",".join(RECOMPUTE[r] for r in rec))
     b = allowed.get("micro_batch")
     per = one.get("dp", 1) * (b[0] if b and len(b) == 1 else 1)
     if global_batch is not None and ("dp" in one or (b and len(b) == 1)) and global_batch % per:
