@@ -70,12 +70,14 @@ def test_zb_h1_and_dualpipe(cli):
     # F = B = W: (p−1)/(3m) = 3/24
     assert "0.1250" in res.out
     res = cli("bubble", "--pp", "8", "--microbatches", "16", "--schedule", "dualpipe", "--json")
-    # (p−2)/(3m) = 6/48 = 0.125 with F = B = W and F&B = F + B_full; no drawing
+    # (p−2)/(3m) = 6/48 = 0.125 with F = B = W and F&B = F + B_full; the drawn schedule (the
+    # DualPipe repository's order) idles (p−2)/(3m+p−2) = 6/54 of device-time, the same bubble
     d = res.json()
     assert d["bubble_over_ideal"] == pytest.approx(0.125)
-    assert d["drawn_idle_fraction"] is None and d["parameter_copies"] == 2
-    res = cli("bubble", "--pp", "8", "--microbatches", "16", "--schedule", "dualpipe")
-    assert "drawing omitted" in res.out
+    assert d["drawn_idle_fraction"] == pytest.approx(6 / 54) and d["parameter_copies"] == 2
+    res = cli("bubble", "--pp", "4", "--microbatches", "8", "--schedule", "dualpipe")
+    assert res.code == 0 and "device 0 |F0 F1 F2 F4 B4 W4 F5" in res.out
+    assert "drawn: 26 time units" in res.out     # 3m + p − 2 = 24 + 2
 
 
 def test_layers_show_uneven_stages(cli):

@@ -563,6 +563,9 @@ def test_every_rule_step_enforces_plan_enforces(model, data, convention):
     s = settings_for("megatron-core", convention=convention)
     allowed = {k: ((RECOMPUTE.index(v) if k == "recompute" else SCHEDULES.index(v) if k == "schedule" else v),)
                for k, v in d.items() if k in SP.KNOBS}
+    # step's expert-TP is tp unless --etp says otherwise; the planner would also try etp = 1 (MoE
+    # parallel folding), which is another layout: pin it to step's (0 = "etp = tp" in the space)
+    allowed.setdefault("etp", (0,))
     try:
         cand = SP.enumerate_space(model, SP.SpaceSpec(gpus=gpus, seq=d["seq"], global_batch=d["global_batch"],
                                                       allowed=allowed), s)

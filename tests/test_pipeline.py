@@ -180,8 +180,58 @@ def test_timeline_1f1b_shape():
     assert t.total == 33.0   # (8 + 4 − 1)·3
     # peak in-flight on stage 0 = forwards before its first backward = 4 = min(p, m)
     assert sum(1 for x in row0[:4] if x.kind == "F") == pl.in_flight_microbatches(F1B, 4, 8)
-    # DualPipe is not simulated (the CLI prints its formula instead of a drawing)
-    assert pl.timeline(DP, 8, 16) is None
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 20), (16, 32)])
+def test_dualpipe_timeline_idle_equals_table_2(p, m):
+    # deepseek-ai/DualPipe's own op order, simulated (cost.pipeline._order_dualpipe): with unit
+    # times (F = B_input = W = 1, F&B = F + B_full = 3) every device is busy m(F + B_full) = 3m and
+    # idle (p/2 - 1)(F&B + B_full - 3W) = (p/2 - 1)(3 + 2 - 3) = p - 2 (DeepSeek-V3 Table 2):
+    # p = 8, m = 16 lasts 48 + 6 = 54 units, idle 6/54 = 0.1111.
+    t = pl.timeline(DP, p, m)
+    assert t.total == 3 * m + (p - 2)
+    assert t.idle_fraction == pytest.approx(pl.bubble_fraction_of_step(DP, p, m))
+    for i, row in enumerate(t.stages):
+        # each device runs every micro-batch of both directions forward and backward once
+        # (direction 0: 0..m/2-1, direction 1: m/2..m-1; chunk = direction), and its deferred
+        # weight gradients once each
+        assert sorted(x.microbatch for x in row if x.kind == "F") == list(range(m))
+        assert sorted((x.microbatch, x.chunk) for x in row if x.kind == "F") == \
+            [(j, 0) for j in range(m // 2)] + [(j, 1) for j in range(m // 2, m)]
+        assert sorted(x.microbatch for x in row if x.kind == "B") == list(range(m))
+        assert len([x for x in row if x.kind == "W"]) == len([x for x in row if x.kind == "B" and x.end - x.start == 1])
+        assert all(a.end <= b.start for a, b in zip(row, row[1:]))
+        assert sum(x.end - x.start for x in row) == 3 * m
+
+
+def test_dualpipe_timeline_start_by_hand():
+    # p = 4, m = 8 (DualPipe.step): device 0 (first half, half_rank 0) runs step 1, 2 forwards of
+    # direction 0 (F0 F1), step 2 one forward pair (F2 of direction 0, F4 = the first micro-batch
+    # of direction 1, which enters at device 3 and reaches device 0, its stage 3, at t = 3), then
+    # step 3's zero-bubble B4 (input gradient, 1 unit), W4, F5.
+    t = pl.timeline(DP, 4, 8)
+    row0 = [(x.kind, x.microbatch) for x in t.stages[0][:7]]
+    assert row0 == [("F", 0), ("F", 1), ("F", 2), ("F", 4), ("B", 4), ("W", 4), ("F", 5)]
+    assert t.stages[0][3].start == 3.0
+    # device 3 mirrors it with the directions swapped
+    assert [(x.kind, x.microbatch) for x in t.stages[3][:6]] == [("F", 4), ("F", 5), ("F", 6), ("F", 0), ("B", 0),
+                                                                 ("W", 0)]
+
+
+@pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.2, 0.8), (1.0, 1.0, 0.2), (1.0, 2.0, 2.0),    # 2B - W >= F: Table 2
+                                      (1.0, 0.8, 0.8), (1.0, 0.5, 1.0), (1.0, 0.5, 0.5)])   # below: (p/2-1)·2F
+def test_dualpipe_pipeline_time_equals_simulation(tf, tb, tw):
+    # The simulated flush lasts m(F + B_full) + (p/2 - 1)·max(F&B + B_full - 3W, 2F), F&B = F + B_full.
+    # By hand for p = 8, m = 16, (F, B, W) = (1, 1.2, 0.8): B_full = 2, F&B = 3,
+    # 16·3 + 3·max(3 + 2 - 2.4, 2) = 48 + 7.8 = 55.8; (1, 0.8, 0.8): 16·2.6 + 3·max(1.8, 2) = 47.6.
+    p, m = 8, 16
+    t = pl.timeline(DP, p, m, 1, tf, tb, tw)
+    total, _ = pl.pipeline_time(tf, tb + tw, p, m, DP, t_w=tw)
+    assert float(total) == pytest.approx(t.total)
+    if (tf, tb, tw) == (1.0, 1.2, 0.8):
+        assert t.total == pytest.approx(55.8)
+    if (tf, tb, tw) == (1.0, 0.8, 0.8):
+        assert t.total == pytest.approx(47.6)
 
 
 try:

@@ -161,7 +161,11 @@ def test_bubble_figure_is_the_simulated_gantt_chart(cli, tmp_path):
     res = cli("bubble", "--pp", "4", "-m", "8", "--schedule", "zb-h1", "--plot", out)
     assert res.code == 0, res.err
     assert _is_png(out)
-    res = cli("bubble", "--pp", "4", "-m", "8", "--schedule", "dualpipe", "--plot", tmp_path / "d.png")
+    # DualPipe is simulated too (the DualPipe repository's order): one row per device
+    d = plots.bubble_figure(build("dualpipe", 4, 8, None, None))
+    assert [t.get_text() for t in d.axes[0].get_yticklabels()] == [f"device {i}" for i in (3, 2, 1, 0)]
+    # a schedule too large to simulate has no chart: one line, exit 2
+    res = cli("bubble", "--pp", "128", "-m", "256", "--plot", tmp_path / "d.png")
     assert res.code == 2 and "not simulated" in res.err
 
 

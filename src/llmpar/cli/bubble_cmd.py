@@ -89,12 +89,11 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
         result["stages"] = stage
     slots = pp * microbatches * v
     tl = None
-    if pl.DUALPIPE != code:
-        if slots <= _MAX_SIM_SLOTS and pp <= _MAX_SIM_STAGES:
-            tl = pl.timeline(code, pp, microbatches, v)
-        else:
-            notes.append(f"schedule not simulated (p*m*v = {slots:,} slots; llmpar simulates up to "
-                         f"{_MAX_SIM_SLOTS:,} slots and {_MAX_SIM_STAGES} stages): the ratios are the closed forms")
+    if slots <= _MAX_SIM_SLOTS and pp <= _MAX_SIM_STAGES:
+        tl = pl.timeline(code, pp, microbatches, v)
+    else:
+        notes.append(f"schedule not simulated (p*m*v = {slots:,} slots; llmpar simulates up to "
+                     f"{_MAX_SIM_SLOTS:,} slots and {_MAX_SIM_STAGES} stages): the ratios are the closed forms")
     if tl is not None:
         result["timeline"] = {
             "total_units": tl.total,
@@ -121,10 +120,11 @@ def _drawing(result: dict):
     total = int(round(tl["total_units"]))
     if total * u > _MAX_DRAW_COLUMNS:
         return None
-    name_w = len(f"stage {result['pp'] - 1}")
+    row_name = "device" if result["schedule"] == "dualpipe" else "stage"
+    name_w = len(f"{row_name} {result['pp'] - 1}")
     lines = []
     for i, row in enumerate(tl["stages"]):
-        line = Text(f"stage {i}".ljust(name_w) + " |")
+        line = Text(f"{row_name} {i}".ljust(name_w) + " |")
         t = 0.0
         for s in row:
             gap = int(round(s["start"] - t))
@@ -159,6 +159,11 @@ def render(result: dict) -> None:
         if result["schedule"] == "zb-h1":
             key = (f"F = forward ({ut['forward']:g} unit), B = input gradient ({ut['backward_input']:g}), "
                    f"W = weight gradient ({ut['backward_weight']:g})")
+        elif result["schedule"] == "dualpipe":
+            key = (f"F = forward ({ut['forward']:g} unit), B = backward ({ut['backward_input'] + ut['backward_weight']:g} "
+                   f"units, or {ut['backward_input']:g} when its W, the weight gradient, is deferred); device i holds "
+                   f"stage i and stage p-1-i: micro-batches 0-{m // 2 - 1} enter at device 0, {m // 2}-{m - 1} at "
+                   f"device {p - 1}; an F next to a B is an overlapped F&B pair (deepseek-ai/DualPipe order)")
         else:
             key = (f"F = forward ({ut['forward']:g} unit), "
                    f"B = backward ({ut['backward_input'] + ut['backward_weight']:g} units)")
@@ -171,12 +176,9 @@ def render(result: dict) -> None:
         console.print(f"drawn: {tl['total_units']:g} time units, idle {tl['idle_fraction']:.4f} of stage-time")
     elif "timeline" in result:
         console.print(f"(drawing omitted: wider than {_MAX_DRAW_COLUMNS} columns; use fewer micro-batches)")
-    elif result["schedule"] != "dualpipe":
+    else:
         console.print(f"(drawing omitted: p*m*v = {p * m * v:,} slots is more than llmpar simulates; "
                       "ratios below are the closed forms)")
-    else:
-        console.print("(drawing omitted: DualPipe's bidirectional schedule with overlapped F&B pairs is "
-                      "not drawn here; ratios below are from its formula)")
     console.print(f"bubble over ideal time      {result['bubble_over_ideal']:.4f}   "
                   f"= {result['formula_bubble_over_ideal']}")
     console.print(f"bubble as fraction of step  {result['bubble_fraction_of_step']:.4f}   "

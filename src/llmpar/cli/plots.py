@@ -202,7 +202,9 @@ def bubble_figure(result: dict):
     fig, ax = plt.subplots(figsize=(min(4 + total * 0.25, 24), 1 + 0.5 * n))
     interleaved = result["schedule"] == "interleaved"
     seen: set[str] = set()
-    words = dict(SCHEDULE_WORDS, B="backward (input gradient)") if result["schedule"] == "zb-h1" else SCHEDULE_WORDS
+    words = dict(SCHEDULE_WORDS, B="backward (input gradient)") if result["schedule"] == "zb-h1" else \
+        dict(SCHEDULE_WORDS, B="backward (input gradient when its W is deferred)") if result["schedule"] == "dualpipe" \
+        else SCHEDULE_WORDS
     for i, row in enumerate(tl["stages"]):
         y = n - 1 - i        # stage 0 on top, as the terminal drawing
         ax.broken_barh([(0, total)], (y - 0.4, 0.8), facecolors=IDLE_COLOUR,
@@ -219,7 +221,8 @@ def bubble_figure(result: dict):
                 text = f"{s['kind']}{s['microbatch']}" + (f":{s['chunk']}" if interleaved else "")
                 ax.text((s["start"] + s["end"]) / 2, y, text, ha="center", va="center", fontsize=6)
     ax.set_yticks(range(n))
-    ax.set_yticklabels([f"stage {n - 1 - y}" for y in range(n)])
+    row_name = "device" if result["schedule"] == "dualpipe" else "stage"   # DualPipe: stages i and p-1-i
+    ax.set_yticklabels([f"{row_name} {n - 1 - y}" for y in range(n)])
     ax.set_xlim(0, total)
     ax.set_xlabel("time (units: forward of one chunk = 1)")
     head = f"{result['schedule']}: p={result['pp']}, m={result['microbatches']}"

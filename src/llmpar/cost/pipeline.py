@@ -169,6 +169,13 @@ def pipeline_time(t_fwd, t_bwd, pp, m, schedule, v=1, t_w=None, t_fb=None):
       B_full = t_bwd the *full* backward chunk (the report's B; DESIGN.md's (F&B + B − 3W) uses
       the same letter) and F&B the time of one overlapped forward+backward pair, by default
       t_fwd + t_bwd (the overlap hides communication, not compute). Requires p even and m >= 2p.
+      DualPipe's own op order (deepseek-ai/DualPipe ``dualpipe.py`` ``DualPipe.step``), simulated
+      by :func:`timeline`, idles exactly that long wherever F&B + B_full − 3W >= 2F, i.e. with
+      F&B = F + B_full, wherever 2·B_input − W >= F (transformer layers: backward ≈ 2x forward);
+      below it the forward chain through the device pairs dominates and the simulated bubble is
+      (p/2 − 1)·2F. So, with the default F&B: bubble = (p/2 − 1)·max(F&B + B_full − 3W, 2F)
+      (tests/test_pipeline.py); a caller's ``t_fb`` (a faster pair, which the simulation cannot
+      check) gets the report's formula as printed.
 
     t_w defaults to t_bwd/2 (input- and weight-gradient GEMMs have the same FLOPs). Negative
     bubbles (W larger than the formulas allow) are clipped to 0. Array-polymorphic.
@@ -187,7 +194,10 @@ def pipeline_time(t_fwd, t_bwd, pp, m, schedule, v=1, t_w=None, t_fb=None):
     interleaved = flush / v_                                       # Narayanan 2021 §2.2.2
     mp = np.minimum(m_, p)
     zb = (p - mp) * (F + Bi) + (mp - 1.0) * np.maximum(np.maximum(F + Bi - W, F), Bi)   # Qi 2023 §3.1
-    dual = np.maximum((p / 2.0 - 1.0) * (FB + Bf - 3.0 * W), 0.0)  # DeepSeek-V3 Table 2
+    # DeepSeek-V3 Table 2; with the default F&B bounded below by the forward chain DualPipe's own
+    # order runs into (docstring)
+    per_pair = FB + Bf - 3.0 * W if t_fb is not None else np.maximum(FB + Bf - 3.0 * W, 2.0 * F)
+    dual = np.maximum((p / 2.0 - 1.0) * per_pair, 0.0)
 
     bubble = np.where(s == INTERLEAVED, interleaved,
              np.where(s == ZB_H1, zb,
@@ -362,17 +372,127 @@ def _order_zb_h1(p, m, i):
     return order
 
 
+def _order_dualpipe(p, m, rank):
+    """DualPipe's per-device op order (DeepSeek-V3 §3.2.1; deepseek-ai/DualPipe ``dualpipe.py``
+    ``DualPipe.step``, its eight steps). Direction 0 runs micro-batches 0..m/2-1 from device 0 to
+    p-1, direction 1 the other half from p-1 to 0; device i holds stage i of direction 0 and stage
+    p-1-i of direction 1. The code's phase is the direction on the first half of the devices and
+    the other one on the second half (``phase ^= is_in_second_half``). Ops:
+    ("F", d) forward, ("Fl", d) a forward whose output is sent only after the next op (step 2 on
+    the devices that are not in the middle), ("B", d) full backward, ("Bi", d) input gradient only
+    (zero bubble: its weight gradient is queued and run by a later ("W",)), and ("FB", df, db) a
+    forward and a full backward overlapped, both inputs received first and both results sent when
+    the pair ends (also the middle devices' first main step, run back to back with the sends held)."""
+    half, hr = p // 2, min(rank, p - 1 - rank)
+    middle = rank in (half - 1, half)
+    d = (lambda ph: ph ^ int(rank >= half))
+    out: list[tuple] = [("F", d(0))] * ((half - hr - 1) * 2)                 # 1: nF0
+    out += [("Fl" if not middle else "F", d(0)), ("F", d(1))] * (hr + 1)    # 2: nF0F1
+    out += [("Bi", d(1)), ("W",), ("F", d(1))] * (half - hr - 1)             # 3: nB1W1F1
+    for _ in range(m // 2 - p + hr + 1):                                     # 4: nF0B1F1B0 (main)
+        out += [("FB", d(0), d(1)), ("FB", d(1), d(0))]
+    out += [("B", d(1)), ("FB", d(1), d(0))] * (half - hr - 1)               # 5: nB1F1B0
+    zb, n6 = False, hr + 1
+    for i in range(n6):                                                      # 6: nB1B0, then zero bubble
+        if i == n6 // 2 and hr % 2 == 1:
+            zb = True
+        out.append(("Bi" if zb else "B", d(1)))
+        if i == n6 // 2 and hr % 2 == 0:
+            zb = True
+        out.append(("Bi" if zb else "B", d(0)))
+    out += [("W",), ("Bi", d(0))] * (half - hr - 1)                         # 7: nWB0
+    return out + [("W",)] * (hr + 1)                                         # 8: nW
+
+
+def _timeline_dualpipe(p: int, m: int, t_f: float, t_b: float, t_w: float) -> Timeline:
+    """List-schedule :func:`_order_dualpipe` on every device. Per direction, a stage's forward
+    waits for the previous stage's, a backward for the next stage's backward (the last stage's for
+    its own forward), a weight gradient for its input gradient. Slots: ``chunk`` is the direction
+    (F3:1 = micro-batch 3, direction 1); an overlapped F&B pair is drawn as its forward then its
+    backward, back to back, taking F + B."""
+    def stage_of(direction, dev):
+        return dev if direction == 0 else p - 1 - dev
+
+    dur = {"F": t_f, "B": t_b + t_w, "Bi": t_b, "W": t_w}
+    orders = [_order_dualpipe(p, m, i) for i in range(p)]
+    nxt = [{("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0} for _ in range(p)]
+    wq: list[list[tuple]] = [[] for _ in range(p)]
+    end: dict = {}
+    pos, free = [0] * p, [0.0] * p
+    held: list = [None] * p                  # an "Fl" forward's result, sent when the next op ends
+    rows: list[list[Slot]] = [[] for _ in range(p)]
+
+    def need(kind, direction, dev, k):
+        s = stage_of(direction, dev)
+        if kind == "F":
+            return [("F", direction, k, s - 1)] if s > 0 else []
+        return [("B", direction, k, s + 1)] if s < p - 1 else [("F", direction, k, s)]
+
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for i in range(p):
+            while pos[i] < len(orders[i]):
+                op = orders[i][pos[i]]
+                if op[0] == "W":
+                    parts = [("W",) + wq[i][0]]
+                elif op[0] == "FB":
+                    parts = [("F", op[1], nxt[i][("F", op[1])]), ("B", op[2], nxt[i][("B", op[2])])]
+                else:
+                    kd = "F" if op[0] == "Fl" else op[0]
+                    parts = [(kd, op[1], nxt[i][("F" if kd == "F" else "B", op[1])])]
+                deps = [x for kd, dr, k in parts if kd != "W" for x in need("F" if kd == "F" else "B", dr, i, k)]
+                deps += [("Bi", dr, k, stage_of(dr, i)) for kd, dr, k in parts if kd == "W"]
+                if any(x not in end for x in deps):
+                    break
+                t = max([free[i]] + [end[x] for x in deps])
+                done = []
+                for kd, dr, k in parts:
+                    rows[i].append(Slot(t, t + dur[kd], "B" if kd == "Bi" else kd, k if dr == 0 else m // 2 + k, dr))
+                    t += dur[kd]
+                    done.append((kd, dr, k, t))
+                    if kd == "W":
+                        wq[i].pop(0)
+                    else:
+                        nxt[i][("F" if kd == "F" else "B", dr)] += 1
+                        if kd == "Bi":
+                            wq[i].append((dr, k))
+                # when each result is sent: an overlapped pair's both at its end, an "Fl" forward's
+                # at the end of the op after it, any other at its own end
+                if held[i] is not None:
+                    end[held[i]], held[i] = t, None
+                for kd, dr, k, t_end in done:
+                    key = ("F" if kd == "F" else "B", dr, k, stage_of(dr, i))
+                    if kd == "W":
+                        continue
+                    if op[0] == "Fl":
+                        held[i] = key
+                    else:
+                        end[key] = t if op[0] == "FB" else t_end
+                    if kd == "Bi":
+                        end[("Bi", dr, k, stage_of(dr, i))] = t_end
+                free[i] = t
+                pos[i] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - DualPipe's order is deadlock-free for valid (p, m)
+            raise RuntimeError(f"dualpipe schedule deadlocked (p={p}, m={m})")
+    return Timeline(schedule="dualpipe", pp=p, microbatches=m, virtual_stages=1,
+                    unit_times={k: float(x) for k, x in dur.items()}, stages=rows, total=max(free))
+
+
 def timeline(schedule, pp: int, m: int, v: int = 1, t_f: float = UNIT_F, t_b: float = UNIT_B_INPUT,
              t_w: float = UNIT_W) -> Timeline | None:
     """Simulate one flush of the schedule (scalar layout), by default with the unit chunk times
     (F = 1, B = 1, W = 1; backward = B + W = 2 where it is not split). Times are per chunk.
 
-    Returns None for DualPipe, whose bidirectional, overlapped schedule is not drawn here.
+    DualPipe: both directions on every device, ``Slot.chunk`` = direction; an overlapped F&B pair
+    is drawn as its forward then its backward, back to back (:func:`_timeline_dualpipe`).
     """
     s = int(schedule)
-    if s == DUALPIPE:
-        return None
     check_schedule(s, pp, m, v)
+    if s == DUALPIPE:
+        return _timeline_dualpipe(pp, m, t_f, t_b, t_w)
     V = pp * v if s == INTERLEAVED else pp
     if s == ZB_H1:
         dur = {"F": t_f, "B": t_b, "W": t_w}
