@@ -240,7 +240,7 @@ except ImportError:  # pragma: no cover
     given = None
 
 if given is not None:
-    @given(st.sampled_from([G, F1B, IL, ZB]), st.integers(1, 6), st.integers(1, 4), st.integers(2, 3),
+    @given(st.sampled_from([G, F1B, IL, ZB, DP]), st.integers(1, 6), st.integers(1, 4), st.integers(2, 3),
            st.sampled_from([0.5, 1.0, 1.5]), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0.25, 1.0, 1.5]))
     def test_pipeline_time_equals_simulated_schedule(s, p, k, v, tf, tb, tw):
         # The closed forms of pipeline_time are exact for this module's schedules, for any chunk
@@ -248,6 +248,9 @@ if given is not None:
         if s == IL:
             p = max(p, 2)
             m = p * k
+        elif s == DP:   # p even, m even and >= 2p; F&B = F + B_full (the pair's compute, serial)
+            p, v = 2 * ((p + 1) // 2), 1
+            m = 2 * p + 2 * (k - 1)
         else:
             m, v = k * 2 + p % 3, 1
         t = pl.timeline(s, p, m, v, tf, tb, tw)
