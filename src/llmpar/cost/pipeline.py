@@ -407,9 +407,9 @@ def _order_dualpipe(p, m, rank):
 def _timeline_dualpipe(p: int, m: int, t_f: float, t_b: float, t_w: float) -> Timeline:
     """List-schedule :func:`_order_dualpipe` on every device. Per direction, a stage's forward
     waits for the previous stage's, a backward for the next stage's backward (the last stage's for
-    its own forward), a weight gradient for its input gradient. Slots: ``chunk`` is the direction
-    (F3:1 = micro-batch 3, direction 1); an overlapped F&B pair is drawn as its forward then its
-    backward, back to back, taking F + B."""
+    its own forward), a weight gradient for its input gradient. Slots: ``microbatch`` numbers
+    direction 0's micro-batches 0..m/2-1 and direction 1's m/2..m-1, ``chunk`` is the direction; an
+    overlapped F&B pair is drawn as its forward then its backward, back to back, taking F + B."""
     def stage_of(direction, dev):
         return dev if direction == 0 else p - 1 - dev
 

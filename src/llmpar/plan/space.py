@@ -169,7 +169,9 @@ class SpaceSpec:
     allowed: dict[str, tuple] = field(default_factory=dict)
     max_tp: int | None = None
     microbatches: int | None = None
-    offload: bool = False            # the hardware states its CPU-GPU link: activation offloading is searched
+    # activation offloading is searched (the stack implements it and the hardware states its CPU-GPU
+    # link, or --fix/--allow offload_layers= names counts)
+    offload: bool = False
 
 
 @dataclass
@@ -240,9 +242,7 @@ def _recompute_options(rs, offloads=(), plain=True) -> list[tuple[int, float, in
     """(recompute code, share q, offloaded layers) entries: q = 0 is the mode as is (full: every
     layer); offloading N layers goes with no recompute. ``plain``: the entries without offloading
     (False when --fix offload_layers=N asks for offloading only)."""
-    out = [(r, 0.0, 0) for r in rs] + ([(_FULL, q, 0) for q in PARTIAL_FULL] if _FULL in rs else [])
-    if not plain:
-        out = []
+    out = ([(r, 0.0, 0) for r in rs] + ([(_FULL, q, 0) for q in PARTIAL_FULL] if _FULL in rs else [])) if plain else []
     return out + ([(_NONE, 0.0, n) for n in offloads] if _NONE in rs else [])
 
 
