@@ -40,10 +40,18 @@ def _render(result, con) -> None:
         for g in groups:
             con.print(f"  {report.group_line(g)}", highlight=False)
     t = Table(title="Groups (absolute errors)")
+    short = {"mean abs error": "mean", "median abs error": "median", "max abs error": "max"}
     for h in report.SUMMARY_HEADERS:
-        t.add_column(h, justify="right" if h in ("rows", "FITS/OOM") or "error" in h else "left", no_wrap=h in ("source", "metric", "stack"))
+        # numbers never wrap or truncate (they are the point); the in-sample? note wraps instead
+        numeric = h in ("rows", "FITS/OOM") or "error" in h
+        t.add_column(short.get(h, h), justify="right" if numeric else "left", no_wrap=numeric or h in ("source", "metric", "stack"),
+                     min_width={"in-sample?": 14}.get(h))
     for cells in report.summary_rows(result):
         t.add_row(*cells)
+    if not con.is_terminal:   # nine columns: give the summary room when writing to a file/pipe
+        from rich.console import Console
+
+        con = Console(width=160, highlight=False)
     con.print(t)
 
 
