@@ -221,7 +221,9 @@ def test_dualpipe_timeline_start_by_hand():
 @pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.2, 0.8), (1.0, 1.0, 0.2), (1.0, 2.0, 2.0),    # 2B - W >= F: Table 2
                                       (1.0, 0.8, 0.8), (1.0, 0.5, 1.0), (1.0, 0.5, 0.5)])   # below: (p/2-1)·2F
 def test_dualpipe_pipeline_time_equals_simulation(tf, tb, tw):
-    # The simulated flush lasts m(F + B_full) + (p/2 - 1)·max(F&B + B_full - 3W, 2F), F&B = F + B_full.
+    # The simulated flush lasts m(F + B_full) + (p/2 - 1)·max(F&B + B_full - 3W, 2F), F&B = F + B_full,
+    # in these cases (with W = B_input it holds for any F and B); F = 1, B_input = 0.5, W = 0.25 binds
+    # another chain (below):
     # By hand for p = 8, m = 16, (F, B, W) = (1, 1.2, 0.8): B_full = 2, F&B = 3,
     # 16·3 + 3·max(3 + 2 - 2.4, 2) = 48 + 7.8 = 55.8; (1, 0.8, 0.8): 16·2.6 + 3·max(1.8, 2) = 47.6.
     p, m = 8, 16
@@ -232,6 +234,10 @@ def test_dualpipe_pipeline_time_equals_simulation(tf, tb, tw):
         assert t.total == pytest.approx(55.8)
     if (tf, tb, tw) == (1.0, 0.8, 0.8):
         assert t.total == pytest.approx(47.6)
+    # a split far from W = B_input: the simulation idles 0.25 more per device pair (documented)
+    t = pl.timeline(DP, 4, 8, 1, 1.0, 0.5, 0.25)
+    total, _ = pl.pipeline_time(1.0, 0.75, 4, 8, DP, t_w=0.25)
+    assert t.total == pytest.approx(float(total) + 0.25)
 
 
 try:
@@ -248,9 +254,11 @@ if given is not None:
         if s == IL:
             p = max(p, 2)
             m = p * k
-        elif s == DP:   # p even, m even and >= 2p; F&B = F + B_full (the pair's compute, serial)
+        elif s == DP:   # p even, m even and >= 2p; F&B = F + B_full (the pair's compute, serial);
+            # W = B_input, the split pipeline_time assumes (docstring: other splits can bind other chains)
             p, v = 2 * ((p + 1) // 2), 1
             m = 2 * p + 2 * (k - 1)
+            tw = tb
         else:
             m, v = k * 2 + p % 3, 1
         t = pl.timeline(s, p, m, v, tf, tb, tw)
