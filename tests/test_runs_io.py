@@ -112,6 +112,9 @@ def test_torchtitan_issue1232_pp16_layout_from_trainer_line():
     # "Trainer is initialized with local batch size 2, global batch size 2, sequence length 4096"
     assert r.layout["global_batch"] == 2 and r.layout["seq"] == 4096 and r.layout["dp"] == 1
     assert any("torchtitan_issue1232_llama3_70b_pp16.log:19:" in n for n in got.notes)
+    # every line is "[rank0]:[titan] ...": the 42.78 GiB is world rank 0's, i.e. pipeline stage 0's of
+    # the 16, and is compared with llmpar's stage 0 (memory_stage first), not the most-loaded stage
+    assert r.memory_stage == "first"
 
 
 def test_torchtitan_pr1349_mesh_and_warmup_fallback():
@@ -131,6 +134,8 @@ def test_torchtitan_pr2389_every_rank_prints():
     # full step-5 line: tps 10,007, tflops 313.36, mfu 13.93 %; memory 66.91 GiB.
     r = one(LOGS / "torchtitan_pr2389_all_ranks.log", defaults={"gpus": 8})
     assert (r.tokens_per_s_per_gpu, r.tflops_per_gpu, r.mfu) == pytest.approx((10007, 313.36, 0.1393))
+    # several ranks print memory: the peak is the largest over them (memory_stage max, the default)
+    assert r.memory_stage == "max"
     assert r.peak_reserved_bytes == pytest.approx(66.91 * GIB)
 
 
@@ -394,3 +399,21 @@ def test_memory_stage_column_and_header(tmp_path):
     p = write(tmp_path, "bad.csv", "model,gpus,pp,peak_reserved_gib,memory_stage\nllama-3-8b,8,2,40,last\n")
     with pytest.raises(UserError, match="memory_stage"):
         read_runs([p], defaults={"hardware": "h100-sxm"})
+
+
+def test_torchtitan_rank0_memory_under_pp_is_stage_0(tmp_path):
+    # A log whose memory lines all carry torchrun's "[rank0]:" prefix, from a run with pp 2 (its mesh
+    # line): rank 0 is pipeline stage 0, so the peak is that stage's (memory_stage first), said in a note.
+    # With a second rank's lines in the log the peak is the largest over the ranks (memory_stage max).
+    head = "[rank0]:[titan] 2025-01-01 00:00:00,000 - root - INFO - Building 2-D device mesh with ['pp', 'dp_shard'], [2, 4]\n"
+    steps = "".join(f"[rank0]:[titan] 2025-01-01 00:00:0{i},000 - root - INFO - step: {i}  loss: 7.0  "
+                    f"memory: 40.00GiB(50.00%)  tps: 1,000  tflops: 300.0  mfu: 30.00%\n" for i in range(1, 7))
+    p = write(tmp_path, "pp2.log", head + steps)
+    got = read_runs([p], defaults={"hardware": "h100-sxm", "model": "llama-3-8b"})
+    r = got.runs[0]
+    assert r.layout["pp"] == 2 and r.memory_stage == "first" and r.peak_reserved_bytes == pytest.approx(40 * GIB)
+    assert any("rank 0's only (pipeline stage 0 of 2)" in n for n in got.notes)
+    other = steps.replace("[rank0]", "[rank7]").replace("40.00GiB", "45.00GiB")
+    p = write(tmp_path, "pp2_all.log", head + steps + other)
+    r = read_runs([p], defaults={"hardware": "h100-sxm", "model": "llama-3-8b"}).runs[0]
+    assert r.memory_stage == "max" and r.peak_reserved_bytes == pytest.approx(45 * GIB)

@@ -613,7 +613,8 @@ def _read_log_file(path: Path, data: bytes, name: str) -> tuple[dict, dict, dict
     _check_rates(log.measured, source, more, log.status == "ok")
     # the framework a log comes from names the stack its run used (calibrate runs' default base)
     stack = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan"}.get(log.kind)
-    meta = {"status": log.status, **({"stack": stack} if stack else {})}
+    meta = {"status": log.status, **({"stack": stack} if stack else {}),
+            **({"memory_stage": log.memory_stage} if log.memory_stage else {})}
     return layout, log.measured, meta, log.notes + more, source
 
 
@@ -710,5 +711,7 @@ def _merge_log(ctx: _Ctx, rel: str, where: str, layout: dict, measured: dict, me
             out_measured[k] = v
     if lmeta.get("status") == "oom" and "status" not in meta:
         meta["status"] = "oom"
+    if "memory_stage" in lmeta and "memory_stage" not in meta:   # whose peak the log's memory is
+        meta["memory_stage"] = lmeta["memory_stage"]
     notes.extend(lnotes)
     return out_layout, out_measured

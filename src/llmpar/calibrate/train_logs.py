@@ -80,6 +80,7 @@ _TT_TPS = re.compile(r"\b(?:tps|wps):\s*" + _NUM)
 _TT_TFLOPS = re.compile(r"\btflops:\s*" + _NUM)
 _TT_MFU = re.compile(r"\bmfu:\s*" + _NUM + "%")
 _TT_MEM = re.compile(r"\bmemory:\s*" + _NUM + r"\s*GiB")
+_TT_RANK = re.compile(r"^\s*\[rank(\d+)\]:")    # torchrun's --tee prefix of each rank's lines
 _TT_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\],\s*\[([^\]]*)\]")
 _TT_INIT = re.compile(r"local batch size (\d+), global batch size (\d+), sequence length (\d+)")
 
@@ -100,6 +101,9 @@ class LogRead:
     status: str = "ok"
     notes: list[str] = field(default_factory=list)
     iterations: int = 0                         # iteration lines read (all, warm-up included)
+    # whose peak memory: "first" when every memory figure came from world rank 0 (pipeline stage 0),
+    # else None (the largest over the ranks the log holds)
+    memory_stage: str | None = None
 
 
 @dataclass
@@ -252,6 +256,7 @@ def read_log(text: str, name: str) -> LogRead:
     mem_alloc: list[float] = []
     mem_reserved: list[float] = []
     tt_mem: list[float] = []
+    tt_mem_ranks: set = set()      # the ranks (torchrun's [rankN]: prefix) whose memory figures were read
     in_args = False
     oom_line = 0
     validations = 0
@@ -334,6 +339,8 @@ def read_log(text: str, name: str) -> LogRead:
                 m = _TT_MEM.search(line)
                 if m:
                     tt_mem.append(_num(m.group(1)) * _GIB)
+                    r = _TT_RANK.search(line)
+                    tt_mem_ranks.add(int(r.group(1)) if r else None)
                 titan.append(_Entry(int(st.group(1)), lineno, vals))
                 continue
             m = _TT_MESH.search(line)
@@ -378,6 +385,13 @@ def read_log(text: str, name: str) -> LogRead:
         out.measured["peak_reserved_bytes"] = max(mem_reserved)
     if tt_mem:
         out.measured["peak_reserved_bytes"] = max(tt_mem)
+        # torchtitan's run_train.sh shows one rank (LOG_RANK, default 0: torchrun --local-ranks-filter);
+        # world rank 0 is pipeline stage 0, so under PP its peak is that stage's, not the largest
+        if tt_mem_ranks == {0}:
+            out.memory_stage = "first"
+            if int(layout.get("pp", 1) or 1) > 1:
+                notes.append(f"{name}: the memory figures are rank 0's only (pipeline stage 0 of {layout['pp']}): "
+                             "compared with llmpar's stage 0 (memory_stage first)")
     if oom_line:
         out.status = "oom"
         notes.append(f"{name}:{oom_line}: out-of-memory error in the log: status oom")
