@@ -417,3 +417,18 @@ def test_torchtitan_rank0_memory_under_pp_is_stage_0(tmp_path):
     p = write(tmp_path, "pp2_all.log", head + steps + other)
     r = read_runs([p], defaults={"hardware": "h100-sxm", "model": "llama-3-8b"}).runs[0]
     assert r.memory_stage == "max" and r.peak_reserved_bytes == pytest.approx(45 * GIB)
+
+
+def test_megatron_memory_of_stage_0_ranks_only(tmp_path):
+    # The synthetic Megatron log (64 GPUs, pp 2: stage = rank // 32) reports memory from ranks 0 and 48,
+    # i.e. both stages: the peak is the largest, 72,000 MiB (memory_stage max). Without rank 48's line
+    # only stage 0 reported: its 70,000 MiB is stage 0's peak (memory_stage first), and a note says so.
+    text = (LOGS / "synthetic_megatron_arguments_block.log").read_text()
+    r = read_runs([LOGS / "synthetic_megatron_arguments_block.log"], defaults={"hardware": "h100-sxm",
+                                                                              "model": "llama-3-70b"}).runs[0]
+    assert r.memory_stage == "max" and r.peak_reserved_bytes == pytest.approx(72000 * 2**20)
+    only0 = "\n".join(x for x in text.split("\n") if not x.startswith("[Rank 48]"))
+    p = write(tmp_path, "stage0.log", only0)
+    got = read_runs([p], defaults={"hardware": "h100-sxm", "model": "llama-3-70b"})
+    assert got.runs[0].memory_stage == "first" and got.runs[0].peak_reserved_bytes == pytest.approx(70000 * 2**20)
+    assert any("pipeline stage 0's ranks only (0 of 64, pp 2)" in n for n in got.notes)

@@ -81,6 +81,7 @@ _TT_TFLOPS = re.compile(r"\btflops:\s*" + _NUM)
 _TT_MFU = re.compile(r"\bmfu:\s*" + _NUM + "%")
 _TT_MEM = re.compile(r"\bmemory:\s*" + _NUM + r"\s*GiB")
 _TT_RANK = re.compile(r"^\s*\[rank(\d+)\]:")    # torchrun's --tee prefix of each rank's lines
+_MEG_RANK = re.compile(r"\[Rank (\d+)\] \(after")  # report_memory's prefix (Megatron-LM utils.py)
 _TT_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\],\s*\[([^\]]*)\]")
 _TT_INIT = re.compile(r"local batch size (\d+), global batch size (\d+), sequence length (\d+)")
 
@@ -257,6 +258,7 @@ def read_log(text: str, name: str) -> LogRead:
     mem_reserved: list[float] = []
     tt_mem: list[float] = []
     tt_mem_ranks: set = set()      # the ranks (torchrun's [rankN]: prefix) whose memory figures were read
+    meg_mem_ranks: set = set()     # the ranks of Megatron's "[Rank N] (after ...) memory" lines
     in_args = False
     oom_line = 0
     validations = 0
@@ -310,6 +312,8 @@ def read_log(text: str, name: str) -> LogRead:
                     continue
                 mem_alloc.append(_num(m.group(3)) * _MIB)
                 mem_reserved.append(_num(m.group(5)) * _MIB)
+                r = _MEG_RANK.search(line)
+                meg_mem_ranks.add(int(r.group(1)) if r else None)
                 continue
             if _NEMO_TRIGGER in line:
                 t = _NEMO_TIME.search(line)
@@ -383,6 +387,15 @@ def read_log(text: str, name: str) -> LogRead:
     if mem_alloc:
         out.measured["peak_allocated_bytes"] = max(mem_alloc)
         out.measured["peak_reserved_bytes"] = max(mem_reserved)
+        # Megatron prints report_memory on every data-parallel-rank-0 process; pipeline stages are the
+        # outermost rank dimension (stage = rank // (gpus / pp)). When every line read is stage 0's
+        # (a log of one node, or of rank 0 only), the peak is that stage's, not the largest
+        pp, gpus = int(layout.get("pp", 1) or 1), layout.get("gpus")
+        if pp > 1 and gpus and None not in meg_mem_ranks and all(r // (int(gpus) // pp) == 0 for r in meg_mem_ranks):
+            out.memory_stage = "first"
+            notes.append(f"{name}: the memory reports are of pipeline stage 0's ranks only "
+                         f"({', '.join(map(str, sorted(meg_mem_ranks)))} of {gpus}, pp {pp}): compared with "
+                         "llmpar's stage 0 (memory_stage first)")
     if tt_mem:
         out.measured["peak_reserved_bytes"] = max(tt_mem)
         # torchtitan's run_train.sh shows one rank (LOG_RANK, default 0: torchrun --local-ranks-filter);
