@@ -376,7 +376,7 @@ def comparable_peak(runs: list[Run], pred: Predictions) -> np.ndarray:
     Of the most-loaded pipeline stage, or of stage 0 when the run measured world rank 0
     (``memory_stage: first``); the FITS verdict always takes the most-loaded stage."""
     def one(i, r):
-        first = getattr(r, "memory_stage", "max") == "first"
+        first = r.memory_stage == "first"
         if r.peak_reserved_bytes:
             return (pred.first_reserved_bytes if first else pred.reserved_bytes)[i]
         if r.peak_allocated_bytes:

@@ -194,7 +194,7 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
 def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
     """One shipped source through calibrate/runs.py; (its header, its rows)."""
-    from llmpar.calibrate.runs import measured_step_time, predict, prepare
+    from llmpar.calibrate.runs import comparable_peak, measured_step_time, predict, prepare
     from llmpar.calibrate.runs_io import read_runs
     from llmpar.cost.flops import flops_utilization, per_gpu_rate
     from llmpar.specs import load_hardware
@@ -214,6 +214,7 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
     runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages, schedules=stk.schedules)
     pred = predict(runs, groups, stk)
     t_meas = measured_step_time(runs, pred)
+    peak = comparable_peak(runs, pred)      # the figure each measured peak is compared with
     judge_fits = any(r.status != "ok" for r in read.runs)   # the file lists runs that did not complete
     peaks: dict[tuple[str, str], float] = {}
     rows: list[dict[str, Any]] = []
@@ -260,17 +261,12 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
             for metric in MEMORY_METRICS:
                 published = getattr(r, metric)
                 if published:
-                    first = r.memory_stage == "first"
-                    arr = {("peak_reserved_bytes", False): pred.reserved_bytes,
-                           ("peak_reserved_bytes", True): pred.first_reserved_bytes,
-                           ("peak_allocated_bytes", False): pred.allocated_bytes,
-                           ("peak_allocated_bytes", True): pred.first_allocated_bytes}[(metric, first)]
-                    predicted = float(arr[i])
+                    predicted = float(peak[i])     # reserved or allocated, as comparable_peak picks: same order
                     rows.append({**base, "metric": metric, "unit": "bytes", "published": float(published),
                                  "predicted": predicted, "error": predicted / float(published) - 1.0,
                                  "convention": _convention(metric, r.convention, r.mfu_peak_dtype)
                                  + ("; of world rank 0, i.e. pipeline stage 0, on both sides (memory_stage: first)"
-                                    if first else "")})
+                                    if r.memory_stage == "first" else "")})
                     break
         if judge_fits:
             rows.append({**base, "metric": "fits", "unit": "verdict", "published": "ok" if r.status == "ok" else "oom",
