@@ -202,9 +202,8 @@ def bubble_figure(result: dict):
     fig, ax = plt.subplots(figsize=(min(4 + total * 0.25, 24), 1 + 0.5 * n))
     interleaved = result["schedule"] == "interleaved"
     seen: set[str] = set()
-    words = dict(SCHEDULE_WORDS, B="backward (input gradient)") if result["schedule"] == "zb-h1" else \
-        dict(SCHEDULE_WORDS, B="backward (input gradient when its W is deferred)") if result["schedule"] == "dualpipe" \
-        else SCHEDULE_WORDS
+    backward = {"zb-h1": "backward (input gradient)", "dualpipe": "backward (input gradient when its W is deferred)"}
+    words = dict(SCHEDULE_WORDS, B=backward.get(result["schedule"], SCHEDULE_WORDS["B"]))
     for i, row in enumerate(tl["stages"]):
         y = n - 1 - i        # stage 0 on top, as the terminal drawing
         ax.broken_barh([(0, total)], (y - 0.4, 0.8), facecolors=IDLE_COLOUR,

@@ -485,7 +485,7 @@ def _timeline_dualpipe(p: int, m: int, t_f: float, t_b: float, t_w: float) -> Ti
 
 
 def timeline(schedule, pp: int, m: int, v: int = 1, t_f: float = UNIT_F, t_b: float = UNIT_B_INPUT,
-             t_w: float = UNIT_W) -> Timeline | None:
+             t_w: float = UNIT_W) -> Timeline:
     """Simulate one flush of the schedule (scalar layout), by default with the unit chunk times
     (F = 1, B = 1, W = 1; backward = B + W = 2 where it is not split). Times are per chunk.
 
