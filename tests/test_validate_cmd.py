@@ -239,3 +239,26 @@ def test_summary_says_whether_each_error_is_in_sample():
     assert kind[("torchtitan-compile-h100-2024", "tokens/s per GPU")] == "in-sample"
     assert kind[("torchtitan-compile-h100-2024", "peak reserved memory")] == "out of sample (memory not fitted)"
     assert kind[("nemo-2511-b200", "tokens/s per GPU")] == "in-sample, wholly or in part (see fitted_on)"
+
+
+def test_a_run_that_ran_but_does_not_fit_is_marked(cli):
+    # DeepSeek-V3 §3.2.3 and §3.3.3 publish the recompute (RMSNorm, MLA up-projections, the MoE
+    # SwiGLU's output: selective), so the row states it and nothing about it is searched. llmpar's
+    # memory model puts that layout above the H800's 80 GB (FP8 caching of the SwiGLU inputs and
+    # the BF16 Adam moments are not modelled), yet the run completed: the row says so with "!",
+    # and its speed is still the published layout's.
+    data = cli("validate", "--source", "deepseek-v3-h800", "--json").json()
+    (row,) = data["rows"]
+    assert row["status"] == "ok" and row["fits"] is False
+    assert row["config"]["recompute"] == "selective" and "recompute" not in row["searched"]
+    from llmpar.validate import report
+
+    assert report.row_cells(row)[1].endswith(" !") and report.ran_but_no_fit(row)
+    assert report.no_fit_line([row]).startswith("! 1 published run(s) completed")
+    # a row that fits, or a run that did not complete (an OOM run predicted not to fit agrees),
+    # carries no mark
+    assert not report.row_cells({**row, "fits": True})[1].endswith("!")
+    assert not report.ran_but_no_fit({**row, "status": "oom"})
+    assert report.no_fit_line([{**row, "fits": True}]) is None
+    out = cli("validate", "--source", "deepseek-v3-h800")
+    assert out.code == 0 and "! = the run completed, llmpar predicts it does not fit" in " ".join(out.out.split())

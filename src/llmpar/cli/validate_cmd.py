@@ -30,13 +30,16 @@ def _render(result, con) -> None:
             for cells in report.by_gpus(rows):
                 t.add_row(*cells)
         else:
-            t = Table(title="published vs llmpar (error = predicted/published - 1; * = searched, not published)")
+            t = Table(title=f"published vs llmpar ({report.LEGEND})")
             for h in report.ROW_HEADERS:
                 t.add_column(h, justify="right" if h in ("published", "llmpar", "error") else "left")
             for r in rows:
                 if r["metric"] != "fits":
                     t.add_row(*report.row_cells(r))
         con.print(t)
+        nf = report.no_fit_line(rows) if src.runs <= report.BIG_SOURCE else None
+        if nf:
+            con.print(f"  {nf}", highlight=False)
         for g in groups:
             con.print(f"  {report.group_line(g)}", highlight=False)
     t = Table(title="Groups (absolute errors)")

@@ -145,9 +145,32 @@ def group_line(g: dict[str, Any]) -> str:
             f"{pct(g['median_abs_error'])}, max {pct(g['max_abs_error'])} over {g['rows']} rows")
 
 
+#: the mark after a layout the published run completed with but llmpar's memory model says does not fit
+NO_FIT_MARK = "!"
+LEGEND = (f"error = predicted/published - 1; * = searched, not published; {NO_FIT_MARK} = the run completed, "
+          "llmpar predicts it does not fit")
+
+
+def ran_but_no_fit(r: dict[str, Any]) -> bool:
+    """A published run that completed whose layout llmpar's memory model says does not fit: its
+    speed is still predicted for the layout as published, and the row says so (NO_FIT_MARK)."""
+    return r["status"] == "ok" and not r["fits"]
+
+
 def row_cells(r: dict[str, Any]) -> list[str]:
-    return [r["row"], layout(r), metric_name(r["metric"]), value(r["metric"], r["published"]),
+    lay = layout(r) + (f" {NO_FIT_MARK}" if ran_but_no_fit(r) else "")
+    return [r["row"], lay, metric_name(r["metric"]), value(r["metric"], r["published"]),
             value(r["metric"], r["predicted"]), pct(r["error"], signed=True)]
+
+
+def no_fit_line(rows: list[dict[str, Any]]) -> str | None:
+    """One line per small source naming its completed runs that llmpar predicts do not fit."""
+    names = list(dict.fromkeys(r["row"] for r in rows if ran_but_no_fit(r)))
+    if not names:
+        return None
+    return (f"{NO_FIT_MARK} {len(names)} published run(s) completed with a layout llmpar predicts does not fit "
+            f"(so llmpar's memory is pessimistic for it; its speed is predicted all the same): "
+            + "; ".join(names))
 
 
 ROW_HEADERS = ["row", "layout (* searched)", "metric", "published", "llmpar", "error"]
@@ -293,7 +316,12 @@ def markdown(result: ValidationResult) -> str:
                       f"Every row: `llmpar validate --source {src.name} --json`.", "",
                       *_md_table(BY_GPUS_HEADERS, by_gpus(rows)), ""]
         else:
-            lines += [*_md_table(ROW_HEADERS, [row_cells(r) for r in rows if r["metric"] != "fits"]), ""]
+            lines += [f"Error = predicted/published − 1; * = searched, not published; {NO_FIT_MARK} = the run "
+                      "completed, llmpar predicts it does not fit.", "",
+                      *_md_table(ROW_HEADERS, [row_cells(r) for r in rows if r["metric"] != "fits"]), ""]
+            nf = no_fit_line(rows)
+            if nf:
+                lines += [f"- {nf}"]
         lines += [f"- {group_line(g)}" for g in groups]
         lines += [""]
     return "\n".join(lines).rstrip() + "\n"
