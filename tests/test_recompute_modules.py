@@ -102,3 +102,23 @@ def test_cli_and_runs_rules(cli, tmp_path):
                  "micro_batch: 1, recompute: full, recompute_modules: [mlp], tokens_per_s_per_gpu: 9000}\n")
     res = cli("calibrate", "runs", str(g), "--check")
     assert res.code == 2 and "recompute: selective" in res.err
+
+
+def test_deepseek_caches_the_moe_swiglu_input_in_fp8_by_hand():
+    # DeepSeek-V3 §3.3.3: the MoE SwiGLU's inputs are cached in FP8 with 1x128-tile scaling. Per
+    # token the routed experts' gate and up outputs are 2 x k x f_e = 2 x 8 x 2048 = 32,768
+    # elements: 2 B each under megatron-core (65,536 B), 1 + 4/128 = 1.03125 B each under hai-llm
+    # (33,792 B); at b = 1, s = 4096, tp = 1 that is 268,435,456 vs 138,412,032 B per MoE layer.
+    # Only under --dtype fp8; every other term is the same.
+    m = load_model("deepseek-v3")
+    par = Parallel(tp=1, pp=1, dp=1, micro_batch=1, seq=4096)
+    name = "experts gate and up outputs (SwiGLU input)"
+
+    def terms(stack, dtype):
+        st = Settings(dtype=dtype, stack=load_stack(stack))
+        return {t.name: float(A.term_bytes(t, par)) for t in A.stack_activation_terms(m, True, st)}
+
+    mc, hai = terms("megatron-core", "fp8"), terms("hai-llm", "fp8")
+    assert mc[name] == 268_435_456 and hai[name] == 138_412_032
+    assert {k: v for k, v in mc.items() if k != name} == {k: v for k, v in hai.items() if k != name}
+    assert terms("hai-llm", "bf16")[name] == 268_435_456

@@ -244,8 +244,8 @@ def test_summary_says_whether_each_error_is_in_sample():
 def test_a_run_that_ran_but_does_not_fit_is_marked(cli):
     # DeepSeek-V3 §3.2.3 and §3.3.3 publish the recompute (RMSNorm, MLA up-projections, the MoE
     # SwiGLU's output: selective), so the row states it and nothing about it is searched. llmpar's
-    # memory model puts that layout above the H800's 80 GB (FP8 caching of the SwiGLU inputs and
-    # the BF16 Adam moments are not modelled), yet the run completed: the row says so with "!",
+    # memory model puts that layout above the H800's 80 GB (108.7 GB; docs/stacks.md says what it
+    # lacks), yet the run completed: the row says so with "!",
     # and its speed is still the published layout's.
     data = cli("validate", "--source", "deepseek-v3-h800", "--json").json()
     (row,) = data["rows"]

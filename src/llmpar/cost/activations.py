@@ -129,6 +129,10 @@ def torchtitan_op_sac_terms(model: ModelSpec) -> list[ActTerm]:
                          selective=True, source=SRC_TITAN_SAC, only_selective=True))
     return T
 
+FP8_TILE_BYTES = 1.0 + 4.0 / 128.0     # an FP8 element with its share of one fp32 scale per 1x128 tile
+SRC_FP8_CACHE = ("DeepSeek-V3 (arXiv:2412.19437) §3.3.3 'Low-Precision Activation': the inputs of the MoE SwiGLU "
+                 "are cached in FP8 with the fine-grained (1x128 tile) quantization, the output recomputed")
+
 
 def dropped_modules(policy: tuple) -> set:
     """The term tags a Megatron-Core recompute-module list drops: ``moe`` (the whole MoE layer,
@@ -148,6 +152,11 @@ def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[
     mem = settings.stack.memory
     terms = activation_terms(model, moe_layer, settings.attention, settings.dtype,
                              saved=mem.activations, norm_kernel=mem.norm_kernel)
+    if settings.dtype == "fp8" and settings.stack.kernels.fp8.cache_swiglu_input_fp8:
+        # DeepSeek-V3 §3.3.3: the MoE SwiGLU's input cached in FP8, 1x128 tiles with an fp32 scale
+        # each: 1 + 4/128 = 1.03125 B per element (the output is recomputed: recompute module moe_act)
+        terms = [replace(t, coef=FP8_TILE_BYTES, source=SRC_FP8_CACHE)
+                 if t.name == "experts gate and up outputs (SwiGLU input)" else t for t in terms]
     policy = settings.selective_policy
     if isinstance(policy, tuple):
         # Megatron-Core --recompute-modules: selective keeps every term no listed module drops

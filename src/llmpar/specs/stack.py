@@ -92,6 +92,10 @@ class Fp8Recipe(_Strict):
         False, description="the MoE dispatch all-to-all (forward: tokens to the experts; backward: the gradients "
                            "before the down projections) moves FP8 with one fp32 scale per 128 elements; the "
                            "combines stay 16-bit (DeepSeek-V3 §3.3.3; DeepEP's FP8 dispatch)")
+    cache_swiglu_input_fp8: bool = Field(
+        False, description="the routed experts' SwiGLU input (the gate and up outputs) is saved for the backward in "
+                           "FP8 with one fp32 scale per 128 elements (1.03 B per element instead of 2; DeepSeek-V3 "
+                           "§3.3.3 'Low-Precision Activation')")
 
 
 class AttentionKernel(_Strict):
