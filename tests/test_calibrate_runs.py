@@ -283,3 +283,28 @@ def test_memory_stage_first_compares_with_stage_0():
     assert peak[1] < peak[0]      # 74.9 GB on stage 0 against 92.4 GB on the last stage
     assert bool(pred.fits[0]) == bool(pred.fits[1])     # the verdict does not depend on whose peak was logged
     assert np.all(np.isfinite(peak)) and pred.pick[0]["schedule"] == "1f1b"
+
+
+def test_a_run_states_its_optimizer_and_gradient_dtype():
+    # optimizer and grad_dtype are runs columns as --optimizer and --grad-dtype are options: the
+    # same layout with adam (fp32 master + m + v = 12 B/param, ZeRO §3.1) and with adam-8bit
+    # (fp32 master 4 + 8-bit m, v 2 = 6 B/param) differs, at ZeRO-0, by 6 B x the parameters on
+    # each GPU before the allocator's overhead; bf16 gradients instead of the stack's fp32 main
+    # gradients take 2 B/param off. Llama-3-8B on one GPU: 8,030,261,248 parameters.
+    from llmpar.calibrate.runs import predict, prepare
+    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.specs import load_stack
+
+    lay = {"gpus": 8, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "microbatches": 1, "seq": 4096,
+           "recompute": "full", "sp": False}
+    extra = [{}, {"optimizer": "adam-8bit"}, {"grad_dtype": "bf16"}]
+    runs = [MeasuredRun(source=f"t:{i}", model="llama-3-8b", hardware="h100-sxm", layout={**lay, **x},
+                        step_time_s=1.0) for i, x in enumerate(extra)]
+    stk = load_stack("megatron-core")
+    runs, groups = prepare(runs, zero_stages=stk.zero_stages, schedules=stk.schedules)
+    assert sorted((g.optimizer, str(g.grad_dtype)) for g in groups) == [("adam", "None"), ("adam", "bf16"),
+                                                                        ("adam-8bit", "None")]
+    pred = predict(runs, groups, stk)
+    n, over = 8_030_261_248, 1 + stk.memory.allocator_overhead
+    assert pred.reserved_bytes[0] - pred.reserved_bytes[1] == pytest.approx(6 * n * over, rel=1e-9)
+    assert pred.reserved_bytes[0] - pred.reserved_bytes[2] == pytest.approx(2 * n * over, rel=1e-9)

@@ -23,14 +23,14 @@ import yaml
 
 from llmpar.calibrate.train_logs import read_log
 from llmpar.errors import UserError, suggest
-from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, RECOMPUTE, SCHEDULES
+from llmpar.parallel import DTYPES, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE, SCHEDULES
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
-               "recompute_modules")
+               "recompute_modules", "optimizer", "grad_dtype")
 #: whose peak memory a run measured: the largest over the ranks, or world rank 0's (pipeline stage 0)
 MEMORY_STAGES = ("max", "first")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
@@ -272,7 +272,8 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             elif name == "sp":
                 layout[name] = _bool(value, where, key)
             else:
-                names = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": DTYPES}[name]
+                names = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": DTYPES, "optimizer": OPTIMIZERS,
+                         "grad_dtype": GRAD_DTYPES}[name]
                 layout[name] = _choice(value, names, where, name)
         elif key in ("row", "note", "citation"):
             meta[key] = str(value)

@@ -233,7 +233,8 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                   "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
                   "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
                   "recompute_layers": pick["recompute_layers"], "offload_layers": pick.get("offload_layers", 0),
-                  "dtype": str(lay.get("dtype", "bf16"))}
+                  "dtype": str(lay.get("dtype", "bf16")), "optimizer": str(lay.get("optimizer", "adam")),
+                  "grad_dtype": lay.get("grad_dtype")}
         base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
                 "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
                 "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i])}

@@ -129,6 +129,10 @@ def layout(row: dict[str, Any]) -> str:
         parts.append("sp" if c["sp"] else "no-sp")
     if c["dtype"] != "bf16":
         parts.append(c["dtype"])
+    if c.get("optimizer", "adam") != "adam":
+        parts.append(c["optimizer"])                  # a stated optimizer (--optimizer)
+    if c.get("grad_dtype"):
+        parts.append(f"grad-{c['grad_dtype']}")       # a stated gradient dtype (--grad-dtype)
     return " ".join(parts)
 
 
