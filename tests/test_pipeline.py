@@ -264,3 +264,23 @@ if given is not None:
         t = pl.timeline(s, p, m, v, tf, tb, tw)
         total, _ = pl.pipeline_time(tf * v, (tb + tw) * v, p, m, s, v, t_w=tw * v)
         assert total == pytest.approx(t.total)
+
+
+def test_dualpipe_paired_share_is_the_orders_count():
+    # the share of forwards run as an overlapped F&B pair on the least-paired device, counted from
+    # DualPipe.step's own order (_order_dualpipe; a middle device's first main step is drawn as a
+    # pair but the code runs it unoverlapped), against the closed form m - 3p/2 + 1 (p >= 4) / m - 3
+    # (p = 2). DeepSeek-V3's p = 16, m = 120: 97 of 120 (23 forwards and 23 backwards run alone).
+    from llmpar.cost.pipeline import _order_dualpipe, dualpipe_paired_share
+
+    for p in (2, 4, 6, 8, 16):
+        for m in range(2 * p, 6 * p + 1, 2):
+            counts = []
+            for r in range(p):
+                order = _order_dualpipe(p, m, r)
+                pairs = sum(op[0] == "FB" for op in order) - (r in (p // 2 - 1, p // 2))
+                assert sum(op[0] in ("F", "Fl", "FB") for op in order) == m
+                counts.append(pairs)
+            assert float(dualpipe_paired_share(p, m)) == pytest.approx(min(counts) / m), (p, m)
+    assert float(dualpipe_paired_share(16, 120)) == pytest.approx(97 / 120)
+    assert dualpipe_paired_share(np.array([16, 8]), np.array([120, 16])) == pytest.approx([97 / 120, 5 / 16])

@@ -63,6 +63,21 @@ def parameter_copies(schedule):
 # Stage sizes (uneven stages allowed: Llama-3.1-405B 126 layers on pp=16, DeepSeek-V3 61 on 16)
 # ---------------------------------------------------------------------------------------------
 
+def dualpipe_paired_share(pp, m):
+    """The share of DualPipe's forward (and backward) chunks that run as an overlapped F&B pair on
+    the device with the most unpaired ones, devices 0 and p-1 (deepseek-ai/DualPipe ``DualPipe.step``;
+    :func:`_order_dualpipe` is the same order). Only a pair hides its all-to-alls behind the other
+    chunk's compute (DeepSeek-V3 §3.2.1); the warm-up and cool-down chunks run alone. On the device
+    with half-rank hr the pairs are step 4's 2(m/2 - p + hr + 1) and step 5's p/2 - hr - 1, less
+    the middle devices' first main step, which the code does not overlap; of its m forwards, at
+    hr = 0: m - 3p/2 + 1 pairs (p >= 4), m - 3 at p = 2 (both devices are middle ones). p = 16,
+    m = 120 (DeepSeek-V3's layout): 97 of 120. Array-polymorphic."""
+    p = np.asarray(pp, dtype=float)
+    mm = np.maximum(np.asarray(m, dtype=float), 1.0)
+    pairs = mm - 1.5 * p + 1.0 - np.where(p == 2, 1.0, 0.0)
+    return _out(np.clip(pairs / mm, 0.0, 1.0))
+
+
 def stage_layers(layers, pp):
     """Transformer layers on the most-loaded stage: ceil(L/p).
 
