@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.cost.states import SRC_MEGATRON_CONV
+from llmpar.cost.states import FP8_TILE_BYTES, SRC_MEGATRON_CONV
 from llmpar.parallel import Parallel
 from llmpar.specs.model import ModelSpec
 
@@ -129,7 +129,7 @@ def torchtitan_op_sac_terms(model: ModelSpec) -> list[ActTerm]:
                          selective=True, source=SRC_TITAN_SAC, only_selective=True))
     return T
 
-FP8_TILE_BYTES = 1.0 + 4.0 / 128.0     # an FP8 element with its share of one fp32 scale per 1x128 tile
+
 SRC_FP8_CACHE = ("DeepSeek-V3 (arXiv:2412.19437) §3.3.3 'Low-Precision Activation': the inputs of the MoE SwiGLU "
                  "are cached in FP8 with the fine-grained (1x128 tile) quantization, the output recomputed")
 

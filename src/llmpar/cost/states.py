@@ -61,6 +61,9 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0}   # fp8 training keeps bf1
 FP8_CACHE_BYTES = 2.0      # TE fp8 copy of each linear weight + its transpose (Hopper TN-only fp8 GEMMs)
 INFERENCE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}  # serving fp8 checkpoints store 1 B/param
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+# an FP8 element with its share of one fp32 scale per 1x128 tile (DeepSeek-V3 §3.3.2 fine-grained
+# quantization): 1 + 4/128 = 1.03125 B; its FP8 dispatch and cached SwiGLU inputs (§3.3.3)
+FP8_TILE_BYTES = 1.0 + 4.0 / 128.0
 GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}
 
 

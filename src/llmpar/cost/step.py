@@ -39,6 +39,7 @@ import numpy as np
 
 from llmpar.cost import comm, compute, flops, memory, pipeline
 from llmpar.cost import params as P
+from llmpar.cost.states import FP8_TILE_BYTES
 from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs.hardware import Hardware
@@ -222,7 +223,7 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # The dispatcher (stack kernels.ep_dispatcher) sets the bytes and where they flow; FP8 dispatch
     # (kernels.fp8.dispatch_fp8, --dtype fp8): 1 B per element + one fp32 scale per 128 (DeepSeek-V3 §3.3.2-3)
     kern = settings.stack.kernels
-    d_e = 1.0 + 4.0 / 128.0 if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
+    d_e = FP8_TILE_BYTES if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
     ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, settings.ep_dispatcher, d_e)
     hide = np.where(np.asarray(par.schedule) == DUALPIPE, pipeline.dualpipe_paired_share(par.pp, par.microbatches),
                     settings.ep_overlap)

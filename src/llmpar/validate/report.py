@@ -320,8 +320,7 @@ def markdown(result: ValidationResult) -> str:
                       f"Every row: `llmpar validate --source {src.name} --json`.", "",
                       *_md_table(BY_GPUS_HEADERS, by_gpus(rows)), ""]
         else:
-            lines += [f"Error = predicted/published − 1; * = searched, not published; {NO_FIT_MARK} = the run "
-                      "completed, llmpar predicts it does not fit.", "",
+            lines += [f"Legend: {LEGEND}.", "",
                       *_md_table(ROW_HEADERS, [row_cells(r) for r in rows if r["metric"] != "fits"]), ""]
             nf = no_fit_line(rows)
             if nf:
