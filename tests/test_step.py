@@ -326,3 +326,25 @@ def test_ep_overlap_hides_the_all_to_alls_behind_the_moe_layer():
     assert load_stack("megatron-core").overlap.ep == 0.0 and e0 > 0
     assert e5 == pytest.approx(e0 / 2, rel=1e-12) and e1 == 0.0
     assert step("mixtral-8x7b", ep_overlap=0.5, **kw).settings.ep_overlap == 0.5
+
+
+def test_cp_with_mla_moves_the_per_head_k_and_v():
+    # Megatron-Core's MLA up-projects each CP rank's own tokens and hands the per-head key and value
+    # to the core attention's CP ring (multi_latent_attention.py), so the ring moves K and V, not
+    # the 576-wide latent. DeepSeek-V3: 128 heads x (128 + 64 + 128) = 40,960 elements per token,
+    # 81,920 B at 2 B. b = 1, s = 4096 over cp = 8, tp = 1: 512 tokens x 81,920 B = 41,943,040 B
+    # per rank; the forward all-gather's array is 8 x that and each rank sends 7/8 of it:
+    # 293,601,280 B; the backward all-gathers again and reduce-scatters the gradients: twice that.
+    from llmpar.cost import comm
+    from llmpar.cost.collectives import collective_time
+    from llmpar.cost.topology import dims_placement
+
+    hw, m = load_hardware("h800"), load_model("deepseek-v3")
+    par = Parallel(tp=1, pp=16, dp=16, cp=8, ep=8, micro_batch=1, seq=4096)
+    place = dims_placement(hw, par)
+    f, b, sent_f, sent_b = comm.cp_layer(hw, m, par, place, 2.0)
+    assert float(sent_f) == pytest.approx(293_601_280) and float(sent_b) == pytest.approx(2 * 293_601_280)
+    size, k = place["cp"]
+    total = 8 * 41_943_040
+    assert float(f) == pytest.approx(float(collective_time(hw, "all_gather", total, size, k)))
+    assert float(b) == pytest.approx(float(f) + float(collective_time(hw, "reduce_scatter", total, size, k)))

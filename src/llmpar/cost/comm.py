@@ -84,12 +84,18 @@ def cp_layer(hw, model, par, placement, e=2.0):
 
     K and V of the local sequence chunk: 2 * b * (s/cp) * kv_heads/tp * d * e per rank; the
     all-gather's total array is cp times that. Forward: all-gather K,V. Backward: all-gather K,V
-    again and reduce-scatter dK,dV. MLA models gather their compressed latent instead.
+    again and reduce-scatter dK,dV. MLA exchanges the decompressed per-head K and V, not its
+    latent: Megatron-Core's MLA up-projects each CP rank's own tokens (multi_latent_attention.py:
+    linear_kv_up_proj, then the rope key expanded to every head) and hands key and value to the
+    core attention, whose CP ring moves them (Transformer Engine context parallelism):
+    b * (s/cp) * a/tp * (d_nope + d_rope + d_v) * e per rank, 82 kB per token for DeepSeek-V3's
+    128 heads at tp 1 (its latent would be 1.2 kB).
     Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd).
     """
     size, k = placement["cp"]
     if model.mla is not None:
-        per_token = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * e
+        mla = model.mla
+        per_token = model.heads / par.tp * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) * e
     else:
         per_token = 2 * model.n_kv_heads / par.tp * model.d_head * e
     local = par.micro_batch * (par.seq / par.cp) * per_token
