@@ -48,7 +48,8 @@ _PRECISION_OPTIONS = [
     click.option("--stack", default=None, shell_complete=lambda c, p, i: complete_stack(c, p, i),
                  help="Framework profile: shipped name (see `llmpar stacks`) or a YAML path (default megatron-core)."),
     click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES),
-                 help="Gradient dtype (default: the stack's: fp32 when it keeps an fp32 main-grad buffer, else bf16)."),
+                 help="Gradient dtype (default: the stack's: fp32 when it keeps an fp32 main-grad buffer, else bf16); "
+                      "bf16 given here is also reduced in bf16."),
     click.option("--convention", type=click.Choice(CONVENTIONS), default="llmpar", show_default=True,
                  help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
     click.option("--attention", type=click.Choice(ATTENTION),

@@ -352,8 +352,13 @@ def _data_parallel(model, hw, par, settings, place, S):
         shard.moe, dtype=float) + ends
     # bytes per gradient the DP reduction moves: fp32 (Megatron-Core grad_reduce_in_fp32) or the
     # 16-bit model dtype (Megatron-LM 2021 fp16: reduced before the copy into the fp32 main grads;
-    # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype
+    # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype. Gradients given
+    # as bf16 (--grad-dtype bf16, a runs table's grad_dtype) are reduced in bf16 whatever the stack
+    # says: the buffer is what is reduced (Megatron-Core grad_reduce_in_fp32 = False makes the
+    # main-grad buffer bf16 and reduces it so; Megatron-Bridge's Qwen3 performance configs set it)
     g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
+    if settings.overrides().get("grad_dtype") == "bf16":
+        g_comm = 2.0
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, DTYPE_BYTES["bf16"], g_comm,
