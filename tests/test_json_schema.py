@@ -161,6 +161,18 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            *under("layout.", ("gpus", "tp", "pp", "dp", "cp", "global_batch", "seq")),
                            *under("chosen.", ("micro_batch", "virtual_stages", "zero", "recompute", "microbatches", "schedule", "sp",
                                               "recompute_layers", "offload_layers"))))),
+    "validate": (
+        *under("rows[].", ("source", "row", "location", "stack", "status", "searched[]", "fits", "metric", "unit",
+                           "published", "predicted", "error", "convention",
+                           *under("config.", ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero",
+                                              "recompute", "micro_batch", "global_batch", "microbatches", "seq",
+                                              "virtual_stages", "schedule", "sp", "recompute_layers",
+                                              "offload_layers", "dtype", "optimizer", "grad_dtype")))),
+        *under("groups[].", ("source", "metric", "stack", "rows", "mean_abs_error", "max_abs_error",
+                             "median_abs_error")),
+        *under("sources[].", ("name", "citation", "url", "about", "hardware", "metric", "convention",
+                              "flops_convention", "file_stack", "stack", "stack_fitted_on[]", "stack_calibration.*",
+                              "runs", "notes[]", "left_out"))),
 }
 
 # objects whose keys are data, not schema (see the module doc): their paths end in ".*"
@@ -168,6 +180,7 @@ OPEN = {
     "hardware": ("[].peak_tflops",), "stacks show": ("profile",), "calibrate parse": ("files[].inferred",),
     "calibrate fit": ("profile", "fits[].before", "fits[].after"),
     "calibrate runs --check": ("parameters", "summary.before.regret.per_configuration"),
+    "validate": ("sources[].stack_calibration",),
 }
 
 
@@ -225,6 +238,7 @@ COMMANDS = {
     "calibrate fit": ["calibrate", "fit", "{log}", "--hardware", "h100-sxm", "--out", "{dir}/fit.yaml"],
     "calibrate check": ["calibrate", "check", "{log}", "--hardware", "{truth}", "--tolerance", "25%"],
     "calibrate runs --check": ["calibrate", "runs", "{runs}", "--check"],
+    "validate": ["validate", "--source", "korthikanti2022-table5"],
 }
 
 
