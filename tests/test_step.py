@@ -315,17 +315,38 @@ def test_dp_buckets_each_pay_latency():
 
 
 def test_ep_overlap_hides_the_all_to_alls_behind_the_moe_layer():
-    # EP exposed per MoE layer and micro-batch = t_a2a - f x min(t_a2a, t_compute), f = --ep-overlap
-    # (the stack's overlap.ep when not given; megatron-core 0). Mixtral on 8 H100, ep 8: the
-    # all-to-alls are shorter than the layer's compute, so f = 0.5 exposes exactly half of what
-    # f = 0 does and f = 1 hides them (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
+    # EP exposed per MoE layer and micro-batch = t_a2a - f x h x min(t_a2a, t_compute), f =
+    # --ep-overlap (the stack's overlap.ep when not given; megatron-core 0), h the share of chunks
+    # the schedule pairs with one of the other direction (pipeline.ep_paired_share). Mixtral on 8
+    # H100, ep 8, no pipeline: 64 sequences over dp 8 = 8 micro-batches, of which Megatron-Core's
+    # combined 1F1B runs the first forward alone and pairs the other 7: h = 7/8. The all-to-alls
+    # are shorter than the layer's compute, so f = 0.5 exposes 1 - 7/16 = 9/16 of what f = 0 does
+    # and f = 1 exposes 1/8 (the unpaired micro-batch's).
     from llmpar.api import step
+    from llmpar.cost.pipeline import ep_paired_share
 
     kw = dict(gpus=8, ep=8, global_batch=64, seq=4096)
     e0, e5, e1 = (step("mixtral-8x7b", ep_overlap=f, **kw).breakdown_s["ep"] for f in (None, 0.5, 1.0))
     assert load_stack("megatron-core").overlap.ep == 0.0 and e0 > 0
-    assert e5 == pytest.approx(e0 / 2, rel=1e-12) and e1 == 0.0
+    assert float(ep_paired_share(SCHEDULES.index("1f1b"), 1, 8)) == pytest.approx(7 / 8)
+    assert e5 == pytest.approx(e0 * 9 / 16, rel=1e-12) and e1 == pytest.approx(e0 / 8, rel=1e-12)
     assert step("mixtral-8x7b", ep_overlap=0.5, **kw).settings.ep_overlap == 0.5
+
+
+def test_ep_paired_share_by_hand():
+    # Megatron-Core's combined 1F1B (schedules.py get_pp_rank_microbatches): rank 0 runs its
+    # warm-up 2(p-1) + (v-1)p forwards and one more alone. p = 2, v = 12, m = 32 (NeMo 25.11's H100
+    # Qwen3-30B preset): 2 + 22 + 1 = 25 of 384 chunks alone, 359/384 paired; 1F1B at p = 16,
+    # m = 120: 16 alone, 104/120; m·v no larger than the warm-up: none; GPipe: none; DualPipe at
+    # p = 16, m = 120: 97/120 (dualpipe_paired_share)
+    from llmpar.cost.pipeline import ep_paired_share
+
+    idx = SCHEDULES.index
+    assert float(ep_paired_share(idx("interleaved"), 2, 32, 12)) == pytest.approx(359 / 384)
+    assert float(ep_paired_share(idx("1f1b"), 16, 120)) == pytest.approx(104 / 120)
+    assert float(ep_paired_share(idx("interleaved"), 16, 16, 8)) == 0.0
+    assert float(ep_paired_share(idx("gpipe"), 4, 64)) == 0.0
+    assert float(ep_paired_share(idx("dualpipe"), 16, 120)) == pytest.approx(97 / 120)
 
 
 def test_cp_with_mla_moves_the_per_head_k_and_v():

@@ -84,8 +84,9 @@ _OVERLAP_OPTIONS = [
                  help="Usable fraction of the GEMM time TP collectives hide behind inside an NVLink domain "
                       "(default: the stack's overlap.tp; 0: none, as Megatron-LM 2021-22)."),
     click.option("--ep-overlap", type=float, default=None,
-                 help="Usable fraction of a MoE layer's compute its all-to-alls hide behind (default: the stack's "
-                      "overlap.ep; 1: Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe)."),
+                 help="Usable fraction of a MoE layer's compute its all-to-alls hide behind, on the chunks the "
+                      "schedule pairs with one of the other direction (default: the stack's overlap.ep; 1: "
+                      "Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe always pairs)."),
     click.option("--ep-dispatcher", type=click.Choice(["alltoall", "deepep"]), default=None,
                  help="How MoE tokens reach their experts (default: the stack's kernels.ep_dispatcher): alltoall, "
                       "one copy per (token, expert); deepep, once per remote node over the NICs, then NVLink "

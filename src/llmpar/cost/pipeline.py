@@ -78,6 +78,29 @@ def dualpipe_paired_share(pp, m):
     return _out(np.clip(pairs / mm, 0.0, 1.0))
 
 
+def ep_paired_share(schedule, pp, m, v=1):
+    """The share of a schedule's forward (and backward) chunks that run paired with a chunk of the
+    other direction on its least-paired device, rank 0: all that an EP all-to-all overlap which
+    hides one direction's transfers behind the other's compute can hide (--ep-overlap, the stack's
+    overlap.ep; DualPipe's F&B pairs). Megatron-Core's --overlap-moe-expert-parallel-comm
+    (pipeline_parallel/combined_1f1b.py): without pipelining the first forward runs alone and
+    the other m - 1 pair with a backward; with interleaving, rank 0's warm-up of 2(p-1) + (v-1)p
+    forwards plus the one extra forward the overlap schedules (schedules.py
+    get_pp_rank_microbatches) run alone and the m·v - that others pair; 1F1B: its warm-up of p - 1
+    and the extra one, m - p of m (Megatron-Core asks for interleaving when pp > 1); ZB-H1 as 1F1B; GPipe runs all
+    forwards before any backward: none; DualPipe: :func:`dualpipe_paired_share`.
+    Array-polymorphic."""
+    s = np.asarray(schedule)
+    p = np.asarray(pp, dtype=float)
+    vv = np.where(s == INTERLEAVED, np.asarray(v, dtype=float), 1.0)
+    chunks = np.maximum(np.asarray(m, dtype=float) * vv, 1.0)
+    # rank 0's warm-up forwards (interleaved: 2(p-1) + (v-1)p; 1F1B: p-1) and the extra forward
+    alone = np.where(s == INTERLEAVED, 2.0 * (p - 1.0) + (vv - 1.0) * p, p - 1.0) + 1.0
+    megatron = np.clip((chunks - alone) / chunks, 0.0, 1.0)
+    out = np.where(s == DUALPIPE, dualpipe_paired_share(pp, m), np.where(s == GPIPE, 0.0, megatron))
+    return _out(out)
+
+
 def stage_layers(layers, pp):
     """Transformer layers on the most-loaded stage: ceil(L/p).
 

@@ -215,18 +215,18 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     cp_f, cp_b, cp_bytes_f, cp_bytes_b = comm.cp_layer(hw, model, par, place, e)
     cp_f = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, L.core_f), 0.0)
     cp_b = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, L.core_b), 0.0)
-    # EP: DualPipe pairs a forward and a backward chunk so each hides the other's all-to-alls
-    # (DeepSeek-V3 report §3.2.1), on the paired share of its chunks (pipeline.dualpipe_paired_share:
-    # the warm-up and cool-down chunks run alone, their all-to-alls exposed); otherwise the stack's
-    # overlap.ep of the layer's compute, or --ep-overlap (Megatron-Core
-    # --overlap-moe-expert-parallel-comm pairs micro-batches likewise).
+    # EP: an all-to-all hides behind the compute of a chunk of the other direction paired with it:
+    # DualPipe's F&B pairs (DeepSeek-V3 report §3.2.1), always; Megatron-Core's
+    # --overlap-moe-expert-parallel-comm (combined 1F1B), the stack's overlap.ep or --ep-overlap of
+    # it. Only the paired share of the chunks can (pipeline.ep_paired_share): the warm-up and
+    # cool-down chunks run alone, their all-to-alls exposed.
     # The dispatcher (stack kernels.ep_dispatcher) sets the bytes and where they flow; FP8 dispatch
     # (kernels.fp8.dispatch_fp8, --dtype fp8): 1 B per element + one fp32 scale per 128 (DeepSeek-V3 §3.3.2-3)
     kern = settings.stack.kernels
     d_e = FP8_TILE_BYTES if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
     ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, settings.ep_dispatcher, d_e)
-    hide = np.where(np.asarray(par.schedule) == DUALPIPE, pipeline.dualpipe_paired_share(par.pp, par.microbatches),
-                    settings.ep_overlap)
+    paired = pipeline.ep_paired_share(par.schedule, par.pp, par.microbatches, par.virtual_stages)
+    hide = paired * np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, settings.ep_overlap)
     # Hidden all-to-alls are not free: their kernels hold overlap.ep_sms of the gpu.sms SMs while
     # they run, so the compute under them runs that much slower. Compute W under comm C at rate
     # 1 - f takes C + (W - (1 - f) C) = W + f C: the cost is f x the hidden time (DeepSeek-V3
