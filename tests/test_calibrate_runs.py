@@ -302,9 +302,31 @@ def test_a_run_states_its_optimizer_and_gradient_dtype():
                         step_time_s=1.0) for i, x in enumerate(extra)]
     stk = load_stack("megatron-core")
     runs, groups = prepare(runs, zero_stages=stk.zero_stages, schedules=stk.schedules)
-    assert sorted((g.optimizer, str(g.grad_dtype)) for g in groups) == [("adam", "None"), ("adam", "bf16"),
-                                                                        ("adam-8bit", "None")]
+    assert sorted(sorted(g.settings.items()) for g in groups) == [[], [("grad_dtype", "bf16")],
+                                                                 [("optimizer", "adam-8bit")]]
     pred = predict(runs, groups, stk)
     n, over = 8_030_261_248, 1 + stk.memory.allocator_overhead
     assert pred.reserved_bytes[0] - pred.reserved_bytes[1] == pytest.approx(6 * n * over, rel=1e-9)
     assert pred.reserved_bytes[0] - pred.reserved_bytes[2] == pytest.approx(2 * n * over, rel=1e-9)
+
+
+def test_a_run_states_its_overlaps_and_dispatcher():
+    # tp_overlap, dp_overlap, ep_overlap and ep_dispatcher are runs columns as the CLI's options are:
+    # a run stating ep_overlap 1 (Megatron-Core --overlap-moe-expert-parallel-comm) is predicted as
+    # `llmpar step --ep-overlap 1` is, and differs from the same layout without it
+    from llmpar import api
+    from llmpar.calibrate.runs import predict, prepare
+    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.specs import load_stack
+
+    lay = {"gpus": 8, "tp": 1, "pp": 1, "ep": 8, "zero": 1, "micro_batch": 1, "global_batch": 64, "seq": 4096,
+           "recompute": "none", "sp": False}
+    runs = [MeasuredRun(source=f"t:{i}", model="mixtral-8x7b", hardware="h100-sxm", layout={**lay, **x},
+                        step_time_s=1.0) for i, x in enumerate(({}, {"ep_overlap": 1.0, "ep_dispatcher": "deepep"}))]
+    stk = load_stack("megatron-core")
+    runs, groups = prepare(runs, zero_stages=stk.zero_stages, schedules=stk.schedules)
+    pred = predict(runs, groups, stk)
+    kw = dict(hardware="h100-sxm", gpus=8, ep=8, zero=1, micro_batch=1, global_batch=64, seq=4096, recompute="none")
+    assert pred.step_time_s[0] == pytest.approx(api.step("mixtral-8x7b", **kw).step_time_s, rel=1e-12)
+    stated = api.step("mixtral-8x7b", ep_overlap=1.0, ep_dispatcher="deepep", **kw).step_time_s
+    assert pred.step_time_s[1] == pytest.approx(stated, rel=1e-12) and pred.step_time_s[1] != pred.step_time_s[0]

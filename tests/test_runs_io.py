@@ -304,6 +304,8 @@ BAD = [
     ("missing_log.csv", "gpus,log\n8,nowhere.log\n", r"missing_log.csv:2: log 'nowhere.log' not found"),
     ("optim.csv", "gpus,optimizer\n8,lion\n", r"optim.csv:2: .*optimizer.*lion"),
     ("gdtype.csv", "gpus,grad_dtype\n8,fp16\n", r"gdtype.csv:2: .*grad_dtype.*fp16"),
+    ("epov.csv", "gpus,ep_overlap\n8,1.5\n", r"epov.csv:2: ep_overlap must be a fraction between 0 and 1"),
+    ("epdisp.csv", "gpus,ep_dispatcher\n8,nvshmem\n", r"epdisp.csv:2: .*ep_dispatcher.*nvshmem"),
 ]
 
 

@@ -56,7 +56,7 @@ STACKS = {"megatron-2022", "megatron-deepspeed-2021", "megatron-core", "nanotron
 METRICS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes"}
 LAYOUT = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
           "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
-          "recompute_modules", "optimizer", "grad_dtype"}
+          "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher"}
 MEASURES = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_allocated_bytes",
             "peak_reserved_bytes"}
 RUN_KEYS = LAYOUT | MEASURES | {"row", "model", "hardware", "status", "note"}   # hardware: a row on another profile than the file's
@@ -65,7 +65,8 @@ INT_KEYS = {"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", 
 CHOICES = {"recompute": {"none", "selective", "full"},
            "schedule": {"gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"},
            "dtype": {"bf16", "fp16", "fp8"}, "status": {"ok", "oom", "crashed"}, "sp": {True, False},
-           "optimizer": {"adam", "adamw", "sgd", "adam-8bit", "adam-bf16"}, "grad_dtype": {"bf16", "fp32"}}
+           "optimizer": {"adam", "adamw", "sgd", "adam-8bit", "adam-bf16"}, "grad_dtype": {"bf16", "fp32"},
+           "ep_dispatcher": {"alltoall", "deepep"}}
 
 
 def _hardware_names() -> set[str]:

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from llmpar.calibrate.runs_io import MeasuredRun
+from llmpar.calibrate.runs_io import SETTING_KEYS, MeasuredRun
 from llmpar.cost.flops import step_time_at_rate
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES as SCHEDULE_NAMES   # every schedule: a stack's `schedules` narrows it
@@ -108,8 +108,8 @@ class _Group:
     dtype: str
     index: np.ndarray            # run index of each candidate
     modules: tuple | None        # the runs' recompute_modules (Megatron-Core), None: the stack's selective set
-    optimizer: str               # the runs' optimizer (--optimizer): its state bytes and step traffic
-    grad_dtype: str | None       # the runs' gradient dtype (--grad-dtype), None: the stack's
+    settings: dict               # the settings the runs state (runs_io.SETTING_KEYS: --optimizer,
+                                 # --grad-dtype, --tp-overlap ...); absent: the stack's
     par: Any                     # Parallel of arrays, one entry per candidate
 
 
@@ -274,12 +274,12 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
         if hw_name is None:
             raise UserError(f"{r.source}: the run names no hardware; give --hardware")
         dtype = str(r.layout.get("dtype", "bf16"))
-        key = (r.model, str(hw_name), dtype, r.layout.get("recompute_modules"), r.layout.get("optimizer", "adam"),
-               r.layout.get("grad_dtype"))
+        key = (r.model, str(hw_name), dtype, r.layout.get("recompute_modules"),
+               tuple((k, r.layout[k]) for k in SETTING_KEYS if r.layout.get(k) is not None))
         for cand in _layout_candidates(r, model_of(r.model), zero_stages, schedules):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
-    for (mname, hw_name, dtype, modules, optimizer, grad_dtype), items in buckets.items():
+    for (mname, hw_name, dtype, modules, stated), items in buckets.items():
         fields = items[0][1].keys()
         arr = {k: np.array([c[k] for _, c in items]) for k in fields}
         hw = load_hardware(hw_name)
@@ -287,8 +287,8 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
             i = next(i for i, c in items if c["offload_layers"])
             raise UserError(f"{runs[i].source}: offload_layers needs the hardware's host_bandwidth (the CPU-GPU "
                             f"link); {hw.name} states none")
-        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype, modules=modules, optimizer=optimizer,
-                             grad_dtype=grad_dtype, index=np.array([i for i, _ in items]), par=Parallel(**arr)))
+        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype, modules=modules, settings=dict(stated),
+                             index=np.array([i for i, _ in items]), par=Parallel(**arr)))
     return runs, groups
 
 
@@ -328,8 +328,7 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     pick: list[dict] = [{} for _ in range(n)]
     best = np.full(n, np.inf)
     for g in groups:
-        settings = Settings(dtype=g.dtype, stack=stack, recompute_modules=g.modules, optimizer=g.optimizer,
-                            grad_dtype=g.grad_dtype)
+        settings = Settings(dtype=g.dtype, stack=stack, recompute_modules=g.modules, **g.settings)
         res = step_time(g.model, g.hw, g.par, settings)
         t = np.asarray(res["step_time_s"], dtype=float)
         mem = res["memory"]

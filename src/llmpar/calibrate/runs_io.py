@@ -23,14 +23,18 @@ import yaml
 
 from llmpar.calibrate.train_logs import read_log
 from llmpar.errors import UserError, suggest
-from llmpar.parallel import DTYPES, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE, SCHEDULES
+from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE,
+                             SCHEDULES)
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
-               "recompute_modules", "optimizer", "grad_dtype")
+               "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")
+#: the layout keys that are settings a run states (the CLI's --optimizer, --tp-overlap ...): runs are
+#: evaluated in groups that share them (calibrate/runs.py prepare)
+SETTING_KEYS = ("optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")
 #: whose peak memory a run measured: the largest over the ranks, or world rank 0's (pipeline stage 0)
 MEMORY_STAGES = ("max", "first")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "peak_allocated_bytes",
@@ -271,9 +275,13 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
                     raise _fail(where, f"zero must be 0, 1, 2 or 3, got {value!r}")
             elif name == "sp":
                 layout[name] = _bool(value, where, key)
+            elif name in ("tp_overlap", "dp_overlap", "ep_overlap"):
+                layout[name] = _float(value, where, key)
+                if layout[name] > 1:
+                    raise _fail(where, f"{name} must be a fraction between 0 and 1, got {value!r}")
             else:
                 names = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": DTYPES, "optimizer": OPTIMIZERS,
-                         "grad_dtype": GRAD_DTYPES}[name]
+                         "grad_dtype": GRAD_DTYPES, "ep_dispatcher": EP_DISPATCHERS}[name]
                 layout[name] = _choice(value, names, where, name)
         elif key in ("row", "note", "citation"):
             meta[key] = str(value)

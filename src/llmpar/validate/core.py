@@ -234,7 +234,8 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                   "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
                   "recompute_layers": pick["recompute_layers"], "offload_layers": pick.get("offload_layers", 0),
                   "dtype": str(lay.get("dtype", "bf16")), "optimizer": str(lay.get("optimizer", "adam")),
-                  "grad_dtype": lay.get("grad_dtype")}
+                  # settings the row states (null: the stack's)
+                  **{k: lay.get(k) for k in ("grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")}}
         base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
                 "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
                 "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i])}

@@ -135,6 +135,11 @@ def layout(row: dict[str, Any]) -> str:
         parts.append(c["optimizer"])                  # a stated optimizer (--optimizer)
     if c.get("grad_dtype"):
         parts.append(f"grad-{c['grad_dtype']}")       # a stated gradient dtype (--grad-dtype)
+    for k in ("tp_overlap", "dp_overlap", "ep_overlap"):  # stated overlaps (--tp-overlap ...)
+        if c.get(k) is not None:
+            parts.append(f"{k.replace('_overlap', '')}-overlap {c[k]:g}")
+    if c.get("ep_dispatcher"):
+        parts.append(c["ep_dispatcher"])
     return " ".join(parts)
 
 
