@@ -101,7 +101,8 @@ def as_run(obj) -> Run:
 
 @dataclass
 class _Group:
-    """Runs of one (model, hardware, dtype), expanded over the knobs they leave out."""
+    """Runs of one (model, hardware, dtype, recompute modules, stated settings), expanded over the
+    knobs they leave out."""
 
     model: Any
     hw: Any
