@@ -436,3 +436,25 @@ def test_megatron_memory_of_stage_0_ranks_only(tmp_path):
     got = read_runs([p], defaults={"hardware": "h100-sxm", "model": "llama-3-70b"})
     assert got.runs[0].memory_stage == "first" and got.runs[0].peak_reserved_bytes == pytest.approx(70000 * 2**20)
     assert any("pipeline stage 0's ranks only (0 of 64, pp 2)" in n for n in got.notes)
+
+
+def test_megatron_arguments_state_gradients_overlaps_and_dispatcher():
+    # Megatron-LM prints its arguments after validate_args, so the block holds effective values:
+    # accumulate_allreduce_grads_in_fp32 is True for fp32 main grads (arguments.py sets it) and False
+    # with --grad-reduce-in-bf16 (bf16 gradients, reduced in bf16); the combined-1F1B all-to-all
+    # overlap is ep_overlap 1 (or 0 when off); TP / DP overlap switched off is 0 (switched on, the
+    # stack's fraction stands); the DeepEP flex dispatcher is deepep. Synthetic argument dicts.
+    from llmpar.calibrate.train_logs import _megatron_layout
+
+    base = {"bf16": True, "tensor_model_parallel_size": 2}
+    on = _megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": False, "overlap_moe_expert_parallel_comm": True,
+                           "tp_comm_overlap": False, "overlap_grad_reduce": False, "moe_enable_deepep": True,
+                           "moe_token_dispatcher_type": "flex"}, "x.log", [])
+    assert (on["grad_dtype"], on["ep_overlap"], on["tp_overlap"], on["dp_overlap"], on["ep_dispatcher"]) == \
+        ("bf16", 1.0, 0.0, 0.0, "deepep")
+    off = _megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": True, "overlap_moe_expert_parallel_comm": False,
+                            "tp_comm_overlap": True, "overlap_grad_reduce": True,
+                            "moe_token_dispatcher_type": "alltoall"}, "x.log", [])
+    assert (off["grad_dtype"], off["ep_overlap"], off["ep_dispatcher"]) == ("fp32", 0.0, "alltoall")
+    assert "tp_overlap" not in off and "dp_overlap" not in off
+    assert not {"grad_dtype", "ep_overlap", "ep_dispatcher"} & set(_megatron_layout(base, "x.log", []))

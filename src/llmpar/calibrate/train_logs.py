@@ -199,6 +199,25 @@ def _megatron_layout(args: dict[str, Any], where: str, notes: list[str]) -> dict
         out["dtype"] = "bf16"
     elif args.get("fp16") is True:
         out["dtype"] = "fp16"
+    # settings the arguments block states (printed after Megatron-LM's validate_args, so effective):
+    # bf16 gradients reduced in bf16 unless accumulate_allreduce_grads_in_fp32 (arguments.py sets it
+    # for fp32 main grads; --grad-reduce-in-bf16 clears it); the combined-1F1B all-to-all overlap;
+    # TP and DP overlap switched off (switched on, the stack's fractions stand); the dispatcher
+    acc = args.get("accumulate_allreduce_grads_in_fp32")
+    if acc is True:
+        out["grad_dtype"] = "fp32"
+    elif acc is False and out.get("dtype") in ("bf16", "fp8"):
+        out["grad_dtype"] = "bf16"
+    if isinstance(args.get("overlap_moe_expert_parallel_comm"), bool):
+        out["ep_overlap"] = 1.0 if args["overlap_moe_expert_parallel_comm"] else 0.0
+    if args.get("tp_comm_overlap") is False and out.get("tp", 1) > 1:
+        out["tp_overlap"] = 0.0
+    if args.get("overlap_grad_reduce") is False:
+        out["dp_overlap"] = 0.0
+    if args.get("moe_enable_deepep") is True:
+        out["ep_dispatcher"] = "deepep"
+    elif args.get("moe_token_dispatcher_type") == "alltoall":
+        out["ep_dispatcher"] = "alltoall"
     if args.get("use_distributed_optimizer") is True:
         out["zero"] = 1
         notes.append(f"{where}: Megatron's distributed optimizer read as zero=1 (optimizer states sharded)")
