@@ -135,7 +135,7 @@ class Settings:
     # compute window a collective can hide behind; None = the stack's ``overlap.dp`` / ``overlap.tp``.
     dp_overlap: float | None = None
     tp_overlap: float | None = None
-    ep_overlap: float | None = None    # None = the stack's overlap.ep (DualPipe hides EP fully regardless)
+    ep_overlap: float | None = None    # None = the stack's overlap.ep (DualPipe hides its F&B pairs' EP regardless)
     ep_dispatcher: str | None = None   # None = the stack's kernels.ep_dispatcher (alltoall | deepep)
     # what --recompute selective re-runs, as Megatron-Core --recompute-modules (None: the stack's
     # memory.selective_recompute, and its recompute_modules when that is "modules")

@@ -31,7 +31,8 @@ STATUSES = ("ok", "oom", "crashed")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
-               "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")
+               "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap",
+               "ep_dispatcher")
 #: the layout keys that are settings a run states (the CLI's --optimizer, --tp-overlap ...): runs are
 #: evaluated in groups that share them (calibrate/runs.py prepare)
 SETTING_KEYS = ("optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")

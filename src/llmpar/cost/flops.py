@@ -167,7 +167,7 @@ def forward_flops_per_sequence(model: ModelSpec, s, causal=CAUSAL_FULL):
     if model.mtp_layers:
         last_moe = is_moe_layer(model, model.layers - 1)
         mtp = model.mtp_layers * (layer_forward_flops(model, 1, s, moe=last_moe, causal=causal)
-                                  + 4.0 * s * model.hidden * model.hidden + head_flops(model, 1, s))
+                                  + gemm_flops(mtp_projection_gemms(model, 1, s)) + head_flops(model, 1, s))
     return _out(dense + moe + head_flops(model, 1, s) + mtp)
 
 
@@ -407,6 +407,12 @@ def layer_gemms(model: ModelSpec, b, s, tp=1, cp=1, *, moe=None, ep=1, etp=None,
 def head_gemms(model: ModelSpec, b, s, tp=1, cp=1) -> list:
     """The LM head on the last stage: logits (T x h) @ (h x V/tp), vocab-parallel (Megatron)."""
     return [("lm_head", b * s / cp, model.vocab / tp, model.hidden, 1)]
+
+
+def mtp_projection_gemms(model: ModelSpec, b, s, tp=1, cp=1) -> list:
+    """A multi-token-prediction module's projection M (DeepSeek-V3 §2.2): [norm(h); norm(emb)]
+    (2h) @ (2h x h/tp), column-parallel: 2·2h·h FLOPs per token."""
+    return [("mtp_proj", b * s / cp, model.hidden / tp, 2 * model.hidden, 1)]
 
 
 def gemm_flops(gemms) -> float:

@@ -145,8 +145,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     # has its 2h->h projection (column-parallel: / tp) and norms on the last stage
     mtp = np.where(is_last, float(model.mtp_layers), 0.0) if model.mtp_layers else 0.0
     if model.mtp_layers:
-        head = head + mtp * (2.0 * model.hidden * model.hidden / np.asarray(par.tp)
-                             + 3.0 * P.norm_params(model, model.hidden))
+        head = head + mtp * P.mtp_extra_params(model, np.asarray(par.tp))
     ne = nd * np.asarray(shard.dense) + nm * np.asarray(shard.moe) + emb + head
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)

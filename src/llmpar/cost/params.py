@@ -196,8 +196,14 @@ def mtp_module_params(model: ModelSpec) -> int:
     DeepSeek-V3: 11,507,286,272 (a MoE block) + 2 x 7168^2 + 3 x 7168 = 11,610,068,224; with the
     checkpoint's copies of the embedding and head (2 x 129280 x 7168 = 1,853,358,080) 13.46B, the
     "685B" of the released weights less the 671B main model."""
+    return layer_params(model, model.layers - 1) + int(mtp_extra_params(model))
+
+
+def mtp_extra_params(model: ModelSpec, tp=1):
+    """What an MTP module holds beyond its block: the projection M (h x 2h, column-parallel, so
+    / tp) and its three RMSNorms (replicated). Array-polymorphic in ``tp``."""
     h = model.hidden
-    return layer_params(model, model.layers - 1) + 2 * h * h + 3 * norm_params(model, h)
+    return 2.0 * h * h / tp + 3.0 * norm_params(model, h)
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:

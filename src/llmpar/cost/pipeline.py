@@ -87,8 +87,8 @@ def ep_paired_share(schedule, pp, m, v=1):
     the other m - 1 pair with a backward; with interleaving, rank 0's warm-up of 2(p-1) + (v-1)p
     forwards plus the one extra forward the overlap schedules (schedules.py
     get_pp_rank_microbatches) run alone and the m·v - that others pair; 1F1B: its warm-up of p - 1
-    and the extra one, m - p of m (Megatron-Core asks for interleaving when pp > 1); ZB-H1 as 1F1B; GPipe runs all
-    forwards before any backward: none; DualPipe: :func:`dualpipe_paired_share`.
+    and the extra one, m - p of m (Megatron-Core asks for interleaving when pp > 1); ZB-H1 as 1F1B;
+    GPipe runs all forwards before any backward: none; DualPipe: :func:`dualpipe_paired_share`.
     Array-polymorphic."""
     s = np.asarray(schedule)
     p = np.asarray(pp, dtype=float)

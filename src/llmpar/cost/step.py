@@ -264,7 +264,7 @@ def _ends(model, hw, par, settings, e):
     proj_g = 0.0
     if model.mtp_layers:
         proj_g, _, _ = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
-                                                 [("mtp_proj", b * s / cp, model.hidden / tp, 2 * model.hidden, 1)])
+                                                 flops.mtp_projection_gemms(model, b, s, tp, cp))
     return SimpleNamespace(
         head_f=head_f, head_b=head_b, mtp_f=head_f + proj_g, mtp_b=head_b + 2.0 * proj_g,
         emb=compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e))  # gather + write
