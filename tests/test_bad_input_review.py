@@ -84,3 +84,14 @@ def test_a_zero_rate_beside_a_real_one_is_dropped_with_a_note(cli, tmp_path):
     res = cli("calibrate", "runs", str(f), *LOG_LAYOUT, "--check", "--json")
     assert res.code in (0, 1), res.err
     assert "tokens_per_s_per_gpu = 0 (rounded to zero?) is no measurement: not used" in res.out + res.err
+
+
+def test_interleaved_with_one_chunk_per_stage_is_bad_input(cli):
+    # `--schedule interleaved --virtual-stages 1` used to become v=2 with a note saying the option
+    # was not given; an explicit 1 chunk per stage is 1F1B, not interleaving
+    assert_one_line_error(cli("step", "llama-3-8b", "--gpus", "16", "--tp", "8", "--pp", "2",
+                              "--schedule", "interleaved", "--virtual-stages", "1"),
+                          "--schedule interleaved needs --virtual-stages >= 2")
+    res = cli("step", "llama-3-8b", "--gpus", "16", "--tp", "8", "--pp", "2", "--schedule", "interleaved", "--json")
+    assert res.code == 0, res.err
+    assert res.json()["parallel"]["virtual_stages"] == 2

@@ -38,8 +38,9 @@ EXPECTED_RUNS = {
     "torchtitan-compile-h100-2024.yaml": 16,  # Tables 1-6 (3 + 4 + 3 + 2 + 2 + 4 = 18) less those 2
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
     "nemo-2511-gb300.yaml": 5,              # Megatron-Bridge 25.11 DGX-GB300 table: 8 rows + LLAMA3_8B twice - 2 DeepSeekV3 (custom pipeline layout) - GPT OSS - Qwen3 235B (inconsistent columns)
-    "nemo-2608-blackwell.yaml": 5,
-    "nemo-gpt-oss.yaml": 5,                 # the GPT OSS 120B rows of 25.11 (B200, GB200, GB300) and 26.08 (GB300, GB200); 25.11 H100: inconsistent columns          # Megatron-Bridge 26.08 GB300/GB200 tables: the MoE rows llmpar can lay out (DeepSeekV3 on GB300: custom pipeline layout)
+    "nemo-2608-blackwell.yaml": 5,          # Megatron-Bridge 26.08 GB300/GB200 tables: the MoE rows llmpar can lay out (DeepSeekV3 on GB300: custom pipeline layout)
+    "nemo-gpt-oss.yaml": 5,                 # the GPT OSS 120B rows of 25.11 (B200, GB200, GB300) and 26.08 (GB300, GB200); 25.11 H100: inconsistent columns
+    "nemotron4-340b-h100.yaml": 1,          # Nemotron-4 340B Table 2: the 6,144-GPU stage (the two earlier ramp stages left out)
     "nemo-2511-gb200.yaml": 8,              # Megatron-Bridge 25.11 DGX-GB200 table: 8 rows - GPT OSS 120B + LLAMA3_8B twice (FP8-CS, FP8-MX)
     "nemo-2511-b200.yaml": 6,               # Megatron-Bridge 25.11 DGX-B200 table: 6 rows - DeepSeekV3 (w/ MTP) - GPT OSS 120B + LLAMA3_8B, 405B twice
     "nemo-2511-h100.yaml": 5,               # Megatron-Bridge 25.11 DGX-H100 table: 6 rows - GPT OSS 120B (Qwen3 235B: EP folded over TP, etp 1)

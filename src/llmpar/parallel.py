@@ -443,6 +443,8 @@ def resolve(
     if schedule is None:
         schedule = "interleaved" if v > 1 else "1f1b"
     sched = code(SCHEDULES, schedule, "schedule")
+    if schedule == "interleaved" and virtual_stages == 1:
+        raise UserError("--schedule interleaved needs --virtual-stages >= 2 (got 1; 1 chunk per stage is 1f1b)")
     if schedule == "interleaved" and v == 1:
         v = 2
         notes.append("interleaved schedule without --virtual-stages: assumed v=2")
