@@ -384,3 +384,21 @@ def test_bf16_gradients_given_are_reduced_in_bf16(cli):
     assert bf16["comm_bytes_per_gpu"]["dp"] == pytest.approx(fp32["comm_bytes_per_gpu"]["dp"] * 2 / 3, rel=1e-9)
     n = fp32["memory"]["params_per_gpu"]
     assert fp32["memory"]["gradients_bytes"] - bf16["memory"]["gradients_bytes"] == pytest.approx(2 * n, rel=1e-9)
+
+
+def test_fp8_primary_weights_are_gathered_in_fp8(cli):
+    # Megatron-Core --fp8-param-gather ("keep the compute param in fp8 ... and perform the param
+    # all-gather in fp8", arguments.py; megatron-core's kernels.fp8.primary_weights): the ZeRO-1
+    # weight all-gather moves 1 B per linear weight of the FP8 GEMMs instead of 2; norms, embedding
+    # and head stay 2 B, and the gradients are untouched. llama-3-8b at tp 1, pp 1, dp 8: a layer's
+    # linear weights are q 4096^2 + k, v 2 x 4096 x 1024 + o 4096^2 = 41,943,040 and SwiGLU
+    # 3 x 4096 x 14336 = 176,160,768, 218,103,808 in all; x 32 layers = 6,979,321,856. The ring
+    # all-gather sends (dp-1)/dp of the array, so the step sends 7/8 x 6,979,321,856 =
+    # 6,106,906,624 bytes fewer per GPU. torchtitan (primary_weights false) gathers bf16 both ways.
+    args = ("step", "llama-3-8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1",
+            "--global-batch", "8", "--seq", "4096", "--recompute", "full", "--json")
+    bf16, fp8 = cli(*args).json(), cli(*args, "--dtype", "fp8").json()
+    assert bf16["comm_bytes_per_gpu"]["dp"] - fp8["comm_bytes_per_gpu"]["dp"] == pytest.approx(6_106_906_624,
+                                                                                            rel=1e-9)
+    tt = [cli(*args, "--stack", "torchtitan", *d).json()["comm_bytes_per_gpu"]["dp"] for d in ((), ("--dtype", "fp8"))]
+    assert tt[0] == pytest.approx(tt[1], rel=1e-12)

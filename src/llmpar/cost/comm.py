@@ -239,7 +239,7 @@ def pp_microbatch(hw, model, par, placement, e=2.0):
 
 
 def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_bytes, bucket_bytes=0.0,
-            gather_bucket_bytes=None):
+            gather_bucket_bytes=None, expert_weight_bytes=None):
     """Data-parallel traffic of one step (before overlap).
 
     dense_params: parameters on this GPU replicated across the dp*cp group; expert_params: routed-
@@ -264,12 +264,16 @@ def dp_step(hw, par, placement, dense_params, expert_params, weight_bytes, grad_
     gathers per bucket); 0 = one collective (nanotron ZeroDistributedOptimizer._all_gather_params:
     one all_gather of the flattened shard); > 0 = ceil(weight bytes / it) collectives (DeepSpeed
     allgather_bucket_size). ZeRO-3's per-layer gathers keep the gradient bucketing.
+    ``weight_bytes`` / ``expert_weight_bytes`` (default: ``weight_bytes``): bytes per gathered
+    parameter of each group, a mean over its tensors (cost/step.py: FP8 primary weights gather
+    1 B per linear weight).
     """
     out_t, out_b, out_ag = 0.0, 0.0, 0.0
+    w_bytes = {"dp": weight_bytes, "edp": weight_bytes if expert_weight_bytes is None else expert_weight_bytes}
     for key, nparam in (("dp", dense_params), ("edp", expert_params)):
         size, k = placement[key]
         g = nparam * grad_bytes
-        w = nparam * weight_bytes
+        w = nparam * w_bytes[key]
         n = np.maximum(np.ceil(g / bucket_bytes), 1.0) if bucket_bytes else 1.0
         t_ar = n * collective_time(hw, "all_reduce", g / n, size, k)
         t_rs = n * collective_time(hw, "reduce_scatter", g / n, size, k)

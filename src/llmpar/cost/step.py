@@ -339,6 +339,29 @@ def _offload(model, hw, par, settings, L):
                            bytes=2.0 * nbytes)
 
 
+def _gathered_weight_bytes(model, par, settings, S, shard, moe_on_stage, dense_params):
+    """Bytes per parameter the ZeRO weight all-gathers move, as a mean over each DP group's
+    parameters on this stage: (non-expert group, expert group).
+
+    16-bit weights: 2. Under ``--dtype fp8`` with the stack's FP8 copies as the primary weights
+    (``kernels.fp8.primary_weights``: Megatron-Core ``--fp8-param-gather``, "keep the compute param
+    in fp8 ... and perform the param all-gather in fp8", megatron/training/arguments.py; set by
+    Megatron-Bridge's FP8 current-scaling and MXFP8 mixed-precision configs, mixed_precision.py)
+    the linear weights of the FP8 GEMMs are gathered as FP8, 1 B each (per-tensor scales; MXFP8's
+    1-per-32 scales, 3 %, are left out); norms, router, embedding and head stay 2 B. The dense
+    layer's linear weights count as FP8 when the recipe lists any of qkv/proj/fc1/fc2 (the
+    shipped stacks list all four or none), the routed experts' when it lists ``experts``."""
+    rec = settings.stack.kernels.fp8
+    if settings.dtype != "fp8" or not rec.primary_weights:
+        return DTYPE_BYTES["bf16"], DTYPE_BYTES["bf16"]
+    dense_fp8 = bool({"qkv", "proj", "fc1", "fc2"} & set(rec.gemms))
+    lin = ((S.n_mid - moe_on_stage) * np.asarray(shard.dense_linear, dtype=float)
+           + moe_on_stage * np.asarray(shard.moe_linear, dtype=float)) if dense_fp8 else 0.0
+    w_dense = 2.0 - np.where(dense_params > 0, lin / np.maximum(dense_params, 1.0), 0.0)
+    w_exp = 1.0 if "experts" in rec.gemms else 2.0
+    return w_dense, w_exp
+
+
 def _data_parallel(model, hw, par, settings, place, S):
     """Gradient reduction and ZeRO gathers after the pipeline flush, the part of them exposed,
     and the optimizer step (module doc, steps 4-5)."""
@@ -359,10 +382,11 @@ def _data_parallel(model, hw, par, settings, place, S):
     g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
     if settings.overrides().get("grad_dtype") == "bf16":
         g_comm = 2.0
+    w_dense, w_exp = _gathered_weight_bytes(model, par, settings, S, shard, moe_on_stage, dense_params)
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
-    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, DTYPE_BYTES["bf16"], g_comm,
-                                         ov.dp_bucket_bytes, ov.param_gather_bucket_bytes)
+    dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_dense, g_comm,
+                                         ov.dp_bucket_bytes, ov.param_gather_bucket_bytes, w_exp)
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce behind the backward (bucketed: DDP, Megatron-Core overlap_grad_reduce):
     #   ZeRO 0-1 behind the last micro-batch's, ZeRO-2 behind every micro-batch's (below);
