@@ -13,7 +13,7 @@ import pytest
 
 from llmpar.specs.registry import data_dir, load_hardware, shipped_names
 
-EXPECTED = {"a100-80gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm-roce", "h100-96gb"}
+EXPECTED = {"a100-80gb", "a100-40gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm-roce", "h100-96gb"}
 
 
 def test_all_shipped_profiles_load():
@@ -31,6 +31,7 @@ def test_all_shipped_profiles_load():
     "name, nvlink_per_dir_GBps, nic_share_GBps, domain, per_node",
     [
         ("a100-80gb", 300, 25, 8, 8),       # NVLink3 600 bidir; 8x HDR 200 Gb/s per 8 GPUs
+        ("a100-40gb", 300, 25, 8, 8),       # DGX A100 320GB: the same NVLink3 and 8x HDR (extends a100-80gb)
         ("h100-sxm", 450, 50, 8, 8),        # NVLink4 900 bidir; 8x NDR 400 Gb/s
         ("h200", 450, 50, 8, 8),            # same NVLink/NICs as DGX H100
         ("h800", 200, 50, 8, 8),            # NVLink 400 bidir; DeepSeek-V3: IB 50 GB/s
@@ -108,3 +109,13 @@ def _block_commented(path, lineno):
         if not lines[j].startswith("    "):
             return False
     return False
+
+
+def test_a100_40gb_is_the_80gb_node_with_the_40gb_part():
+    # A100 datasheet, A100 40GB SXM column: 40GB HBM2 at 1,555 GB/s, the same 312 TFLOP/s bf16 dense
+    # and 400 W; everything else (GEMM curve, tiers, node) is a100-80gb's (extends)
+    a40, a80 = load_hardware("a100-40gb"), load_hardware("a100-80gb")
+    assert a40.gpu.memory == 40 * 2**30 and a40.gpu.memory_bandwidth == pytest.approx(1555e9)
+    assert a40.gpu.peak("bf16") == a80.gpu.peak("bf16") == 312e12
+    assert a40.gpu.gemm == a80.gpu.gemm and a40.gpu.memory_efficiency == a80.gpu.memory_efficiency
+    assert a40.gpu.board_power == a80.gpu.board_power and a40.tiers == a80.tiers
