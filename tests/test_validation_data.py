@@ -213,3 +213,15 @@ def test_the_two_a100_papers_disagree_on_the_same_layouts():
             k["step_time_s"] * k["gpus"]) / 1e12
         assert rate == pytest.approx(by_hand, abs=0.05)
         assert n["tflops_per_gpu"] == 163 and rate / 163 - 1 > 0.08
+
+
+def test_readme_table_lists_every_file_with_its_run_count():
+    # validation/README.md's file table is hand-written; it must name every shipped file with the
+    # run count this module expects (it once said 15 for the long-context file, which has 9)
+    readme = (ROOT / "validation" / "README.md").read_text()
+    listed = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].endswith(".yaml") and cells[2].isdigit():
+            listed[cells[0]] = int(cells[2])
+    assert listed == EXPECTED_RUNS
