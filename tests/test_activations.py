@@ -38,13 +38,20 @@ def test_eager_llama7b_layer_by_hand():
 
 
 def test_logits_and_their_gradient_on_the_last_stage():
-    # megatron-2022: fp32 logits once 4·s·V; megatron-core: + their fp32 gradient 4·s·V (Llama-3 V = 128,256)
+    # Llama-3 V = 128,256, s = 4096, b = 1, tp = 1:
+    # megatron-2022: fp32 logits once, 4·s·V (Korthikanti §4.3);
+    # deepspeed (torch cross_entropy on fp32 logits): + their fp32 gradient, 8·s·V in all;
+    # megatron-core: Transformer Engine's parallel_cross_entropy saves the 16-bit logits and writes
+    # the gradient into them (transformer_engine/pytorch/cross_entropy.py), 2·s·V.
+    # (The V-wide terms only: the final norm's and the head input's terms differ by saved set.)
     par = Parallel(seq=4096)
-    a = M.last_stage_extra_terms(LLAMA70, Settings(stack="megatron-2022").stack.memory)
-    b = M.last_stage_extra_terms(LLAMA70, Settings(stack="megatron-core").stack.memory)
-    ta = sum(M.term_bytes(x, par) for x in a)
-    tb = sum(M.term_bytes(x, par) for x in b)
-    assert tb - ta == 4 * 4096 * 128_256
+    vocab = {}
+    for st in ("megatron-2022", "deepspeed", "megatron-core"):
+        terms = M.last_stage_extra_terms(LLAMA70, Settings(stack=st).stack.memory)
+        vocab[st] = sum(M.term_bytes(x, par) for x in terms if x.per_token == 2.0 * 128_256 or "logits" in x.name)
+    assert vocab["megatron-2022"] == 4 * 4096 * 128_256
+    assert vocab["deepspeed"] == 8 * 4096 * 128_256
+    assert vocab["megatron-core"] == 2 * 4096 * 128_256
 
 
 @pytest.mark.parametrize("kw,n", [
