@@ -143,6 +143,9 @@ def dropped_modules(policy: tuple) -> set:
     return drop
 
 
+EXPERT_OUTPUTS_TERM = "expert outputs (for the routing-weight gradient)"
+
+
 def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[ActTerm]:
     """:func:`activation_terms` with the saved set of ``settings.stack`` (memory.activations,
     memory.norm_kernel): the fused Megatron/TE set, or the PyTorch-eager one. With
@@ -157,6 +160,13 @@ def stack_activation_terms(model: ModelSpec, moe_layer: bool, settings) -> list[
         # each: 1 + 4/128 = 1.03125 B per element (the output is recomputed: recompute module moe_act)
         terms = [replace(t, coef=FP8_TILE_BYTES, source=SRC_FP8_CACHE)
                  if t.name == "experts gate and up outputs (SwiGLU input)" else t for t in terms]
+    if mem.moe_probs_in_activation:
+        # Megatron-Core's grouped experts apply the routing weights inside the activation
+        # (experts.py TEGroupedMLP: weighted_bias_swiglu_impl(..., permuted_probs)) and the
+        # all-to-all dispatcher's combine unpermutes without probs (token_dispatcher.py
+        # combine_postprocess): the weights' gradient comes from the activation's own backward, on
+        # its saved input, so the experts' outputs are not kept
+        terms = [t for t in terms if t.name != EXPERT_OUTPUTS_TERM]
     policy = settings.selective_policy
     if isinstance(policy, tuple):
         # Megatron-Core --recompute-modules: selective keeps every term no listed module drops
@@ -268,7 +278,7 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
         add(ActTerm(f"expert inputs ({k} dispatched copies per token)", g, k * h, "k·h", tp=False, sp=False,
                     selective=True, source=SRC_MOE, etp=True, module="moe"))
         ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE, module="moe", act="moe_act")
-        add(ActTerm("expert outputs (for the routing-weight gradient)", 2.0, k * h, "k·h", tp=False, sp=True,
+        add(ActTerm(EXPERT_OUTPUTS_TERM, 2.0, k * h, "k·h", tp=False, sp=True,
                     selective=True, source=SRC_MOE, module="moe"))
         if moe.shared_experts:
             ffn_terms("shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE,

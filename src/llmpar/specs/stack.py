@@ -206,6 +206,11 @@ class MemoryModel(_Strict):
     working_layers: float = Field(
         0.0, ge=0, description="backward working set: temporaries worth this many layers' saved activations of one "
                                "micro-batch, live once (not per micro-batch in flight); fitted")
+    moe_probs_in_activation: bool = Field(
+        False, description="the MoE routing weights scale the experts' activation output (before the down "
+                           "projection), so the routing-weight gradient needs no saved expert output (Megatron-Core "
+                           "TEGroupedMLP: weighted_bias_swiglu_impl; the combine's unpermute gets no probs); False: "
+                           "they scale the expert outputs at the combine, whose 16-bit copies are saved for it")
     fp32_logits: bool = Field(True, description="the logits are upcast to fp32 for the loss (4 B per element)")
     logits_grad: bool = Field(True, description="the fp32 gradient of the logits is live with the logits")
     logits_16bit_live: bool = Field(
