@@ -339,7 +339,7 @@ def _offload(model, hw, par, settings, L):
                            bytes=2.0 * nbytes)
 
 
-def _gathered_weight_bytes(model, par, settings, S, shard, moe_on_stage, dense_params):
+def _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params):
     """Bytes per parameter the ZeRO weight all-gathers move, as a mean over each DP group's
     parameters on this stage: (non-expert group, expert group).
 
@@ -382,7 +382,7 @@ def _data_parallel(model, hw, par, settings, place, S):
     g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
     if settings.overrides().get("grad_dtype") == "bf16":
         g_comm = 2.0
-    w_dense, w_exp = _gathered_weight_bytes(model, par, settings, S, shard, moe_on_stage, dense_params)
+    w_dense, w_exp = _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params)
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_dense, g_comm,
