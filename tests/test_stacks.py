@@ -226,3 +226,20 @@ def test_moe_step_on_a_generation_without_moe_cost_says_it_is_optimistic(cli):
     assert not any("MoE launch cost" in a for a in dense)
     plan = cli("plan", "mixtral-8x7b", "--gpus", "32", "--stack", "torchtitan", "--json").json()
     assert any(note in a for a in plan["assumptions"])
+
+
+def test_a_stage_or_schedule_the_framework_lacks_is_named(cli):
+    # nanotron implements ZeRO 0 and 1 (stacks/nanotron.yaml zero_stages), megatron-core the 1f1b and
+    # interleaved schedules: a layout outside them is still priced (llmpar's generic ZeRO-3 and ZB-H1
+    # rules) but says so, once; inside them nothing is added
+    def notes(*args):
+        res = cli("step", *args, "--json")
+        assert res.code == 0, res.err
+        return [a for a in res.json()["assumptions"] if "does not implement" in a]
+
+    assert notes("llama-3-8b", "--gpus", "8", "--zero", "3", "--stack", "nanotron") == [
+        "stack nanotron does not implement ZeRO-3 (it implements 0, 1): priced with llmpar's generic rules for it, "
+        "not this framework's (`llmpar stacks show nanotron`)"]
+    (zb,) = notes("llama-3-70b", "--gpus", "64", "--pp", "4", "--schedule", "zb-h1")
+    assert "the zb-h1 schedule (it implements 1f1b, interleaved)" in zb
+    assert notes("llama-3-8b", "--gpus", "8", "--zero", "1", "--stack", "nanotron") == []

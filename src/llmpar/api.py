@@ -24,7 +24,8 @@ import operator
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
-from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, moe_cost_note, parse_reserve, stack_note
+from llmpar.inputs import (load_hardware_spec, load_model_spec, make_settings, moe_cost_note, parse_reserve, stack_note,
+                           stack_support_note)
 from llmpar.parallel import DTYPES, MAX_GPUS, Resolved, Settings, _pos_int, resolve
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
@@ -256,6 +257,8 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     # with pp = 1 the number of micro-batches per step does not change memory: drop that note
     notes = notes + [a for a in r.assumptions if int(par.pp) > 1 or "micro-batches" not in a]
+    if (support := stack_support_note(settings, par)) is not None:
+        notes.append(support)
     out = M.memory_per_gpu(spec, hw, par, settings, res_bytes)
     stage = int(out["stage"])
     if int(par.pp) > 1:

@@ -101,6 +101,25 @@ def stack_note(settings: Settings) -> str:
     return text + " (`llmpar stacks show " + st.name + "`)"
 
 
+def stack_support_note(settings: Settings, par) -> str | None:
+    """A warning when a layout uses a ZeRO stage or pipeline schedule the stack's framework does not
+    implement (its ``zero_stages`` / ``schedules``, which the planner and calibrate runs search
+    within): the result is priced with llmpar's generic rules for it, not that framework's."""
+    from llmpar.parallel import SCHEDULES
+
+    st = settings.stack
+    missing = []
+    zero, sched = int(par.zero), SCHEDULES[int(par.schedule)]
+    if zero not in st.zero_stages:
+        missing.append(f"ZeRO-{zero} (it implements " + ", ".join(str(z) for z in st.zero_stages) + ")")
+    if int(par.pp) > 1 and sched not in st.schedules:
+        missing.append(f"the {sched} schedule (it implements " + ", ".join(st.schedules) + ")")
+    if not missing:
+        return None
+    return (f"stack {st.name} does not implement " + " or ".join(missing) + ": priced with llmpar's generic "
+            "rules for it, not this framework's (`llmpar stacks show " + st.name + "`)")
+
+
 def moe_cost_note(model: ModelSpec, hw, settings: Settings) -> str | None:
     """A warning when an MoE model's step time gets no MoE launch cost on this GPU generation:
     the stack states none for it (kernels.moe_s_per_layer and moe_s_per_local_expert are 0), and
@@ -118,4 +137,5 @@ def moe_cost_note(model: ModelSpec, hw, settings: Settings) -> str | None:
             "(docs/stacks.md, limits)")
 
 
-__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve", "stack_note"]
+__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve", "stack_note",
+           "stack_support_note"]
