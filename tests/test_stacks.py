@@ -243,3 +243,13 @@ def test_a_stage_or_schedule_the_framework_lacks_is_named(cli):
     (zb,) = notes("llama-3-70b", "--gpus", "64", "--pp", "4", "--schedule", "zb-h1")
     assert "the zb-h1 schedule (it implements 1f1b, interleaved)" in zb
     assert notes("llama-3-8b", "--gpus", "8", "--zero", "1", "--stack", "nanotron") == []
+
+
+def test_plan_names_a_fixed_stage_the_framework_lacks(cli):
+    # --fix zero=3 takes the planner outside nanotron's zero_stages: its #1 says so (the search itself
+    # keeps to the stack's stages unless told otherwise, so the default plan has no such line)
+    res = cli("plan", "llama-3-8b", "--gpus", "8", "--stack", "nanotron", "--fix", "zero=3", "--top", "1", "--json")
+    assert res.code == 0, res.err
+    assert any(a.startswith("plan #1: stack nanotron does not implement ZeRO-3") for a in res.json()["assumptions"])
+    res = cli("plan", "llama-3-8b", "--gpus", "8", "--stack", "nanotron", "--top", "1", "--json")
+    assert not any("does not implement" in a for a in res.json()["assumptions"])

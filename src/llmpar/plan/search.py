@@ -410,6 +410,8 @@ def plan(
                         microbatches=microbatches, offload=offload or "offload_layers" in allowed)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
                    pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points)
+    if (support := inputs.stack_support_note(settings, found["plans"][0].parallel)) is not None:
+        notes.append("plan #1: " + support)   # a --fix/--allow outside the framework's stages or schedules
     best_off = int(found["plans"][0].parallel.offload_layers)
     if best_off:
         notes.append(f"plan #1 offloads {best_off} layers' activations to host memory over {hw.name}'s host link "
