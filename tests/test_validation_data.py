@@ -227,3 +227,34 @@ def test_readme_table_lists_every_file_with_its_run_count():
         if len(cells) == 3 and cells[0].endswith(".yaml") and cells[2].isdigit():
             listed[cells[0]] = int(cells[2])
     assert listed == EXPECTED_RUNS
+
+
+def test_llm_foundry_conversion_maps_every_column(tmp_path):
+    # scripts/convert_llm_foundry.py on two rows of the README's H100 table (copied as printed):
+    # MPT-7B at seq 2048 on 8 GPUs, micro-batch 6, no checkpointing, FULL_SHARD; GBS 48 = 6 x 1 x 8.
+    # Its NumParams 6,658,859,008 = 12·32·4096² (6,442,450,944) + tied 50368·4096 (206,307,328)
+    # + positions 2048·4096 (8,388,608) + biases and LayerNorms 32·13·4096 + 2·4096 (1,712,128):
+    # the converter refuses a spec whose count differs.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_llm_foundry", ROOT / "scripts" / "convert_llm_foundry.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    head = "|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum |" \
+           " GlobalBatchSize | Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) |" \
+           " Precision | MP Mode | Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |"
+    row = ("|  7b | 2048 | 8 | h100_80gb | 46.44 | 46.44 | 459 | 6 | 1 | 48 | 41 | 85144 | 10643 | 98304 | amp_bf16 |"
+           " DEFAULT | FULL_SHARD | False | False | 6658859008 |")
+    src = tmp_path / "README.md"
+    src.write_text(f"## H100 80GB BF16\n{head}\n|  --- |\n{row}\n")
+    dst = tmp_path / "out.yaml"
+    mod.main(str(src), dst)
+    (run,) = yaml.safe_load(dst.read_text())["runs"]
+    assert {k: run[k] for k in ("model", "hardware", "gpus", "dp", "zero", "seq", "micro_batch", "microbatches",
+                                "global_batch", "recompute", "dtype", "tokens_per_s_per_gpu")} == {
+        "model": "mpt-7b-s2048", "hardware": "h100-sxm", "gpus": 8, "dp": 8, "zero": 3, "seq": 2048,
+        "micro_batch": 6, "microbatches": 1, "global_batch": 48, "recompute": "none", "dtype": "bf16",
+        "tokens_per_s_per_gpu": 10643.0}
+    src.write_text(f"## H100 80GB BF16\n{head}\n{row.replace('| 6658859008 |', '| 6658859009 |')}\n")
+    with pytest.raises(SystemExit, match="llmpar counts 6,658,859,008 parameters"):
+        mod.main(str(src), dst)
