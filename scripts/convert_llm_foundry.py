@@ -63,7 +63,9 @@ about: >-
   A100 '1600 Gbps node-node (RoCE)' is one 200 Gb/s NIC per GPU (the a100 profiles). The stack is
   torchtitan, the closest shipped one (eager PyTorch, FSDP, a FlashAttention-2-class kernel); it
   is not Composer, so these rows are out of sample in framework as well as model: nothing in llmpar
-  was fitted on them.
+  was fitted on them. Which FlashAttention ran is not printed: the A100 tables were first published
+  on 2023-05-03 (commit 5f43bf1, setup.py pinning flash-attn 1.0.3) and revised on 2023-10-19
+  (b2a43a1, FlashAttention-2 an optional extra), when the H100 tables were added.
 left_out: "Rows with activation CPU offload (none in these tables) and the tables' rows of other GPUs; the README's A100 tables also contain rows with 125M and 350M models, which are kept."
 hardware: h100-sxm     # the H100 tables' profile; every row states its own (a100-80gb, a100-40gb for the A100 tables)
 stack: torchtitan
