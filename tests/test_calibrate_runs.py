@@ -330,3 +330,23 @@ def test_a_run_states_its_overlaps_and_dispatcher():
     assert pred.step_time_s[0] == pytest.approx(api.step("mixtral-8x7b", **kw).step_time_s, rel=1e-12)
     stated = api.step("mixtral-8x7b", ep_overlap=1.0, ep_dispatcher="deepep", **kw).step_time_s
     assert pred.step_time_s[1] == pytest.approx(stated, rel=1e-12) and pred.step_time_s[1] != pred.step_time_s[0]
+
+
+def test_cli_only_keeps_one_profiles_runs(cli, tmp_path):
+    # a table mixing an A100 and an H100 run cannot be calibrated as one (two GPU generations); --only
+    # hardware=h100-sxm keeps the H100 run, and --check then reports exactly that one run; a selector
+    # that matches nothing, or an unknown key, is one line and exit 2
+    base = load_stack("megatron-core")
+    r0 = synthetic_runs(base)[0]
+    row = {"model": r0.model, **r0.layout, "step_time_s": r0.step_time_s}
+    table = tmp_path / "mixed.yaml"
+    table.write_text(yaml.safe_dump({"runs": [{**row, "hardware": "h100-sxm"}, {**row, "hardware": "a100-80gb"}]}))
+    res = cli("calibrate", "runs", str(table), "--check")
+    assert res.code == 2 and "--only hardware=NAME" in res.err
+    res = cli("calibrate", "runs", str(table), "--check", "--only", "hardware=h100-sxm", "--json")
+    assert res.code == 0, res.err
+    assert res.json()["summary"]["before"]["speed"]["runs"] == 1
+    res = cli("calibrate", "runs", str(table), "--check", "--only", "hardware=b200")
+    assert res.code == 2 and "selects none of the 2 runs" in res.err and len(res.err.strip().splitlines()) == 1
+    res = cli("calibrate", "runs", str(table), "--check", "--only", "color=red")
+    assert res.code == 2 and "expected hardware=NAME" in res.err and len(res.err.strip().splitlines()) == 1

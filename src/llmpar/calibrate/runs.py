@@ -637,7 +637,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     gens = {g.hw.gpu.generation for g in groups}
     if len(gens) > 1:
         raise UserError(f"the runs span several GPU generations ({', '.join(sorted(map(str, gens)))}): "
-                        "calibrate one generation at a time")
+                        "calibrate one generation at a time (--only hardware=NAME keeps one profile's runs)")
     generation = gens.pop()
     names = list(parameters) if parameters is not None else default_parameters(runs)
     unknown = [n for n in names if n not in PARAMETERS]
@@ -705,6 +705,21 @@ def run_selector(text: str):
     ops = {"<=": lambda a: a <= n, ">=": lambda a: a >= n, "<": lambda a: a < n, ">": lambda a: a > n,
            "==": lambda a: a == n, "=": lambda a: a == n}
     return lambda r: r.layout.get(key) is not None and ops[op](int(r.layout[key]))
+
+
+def run_filter(text: str):
+    """``'hardware=h100-sxm'``, ``'dtype=bf16'``, ``'model=NAME'`` or a numeric ``'gpus<=16'`` ->
+    a predicate on runs (``calibrate runs --only``: which runs of the files to use at all)."""
+    key, sep, value = str(text).partition("=")
+    key, value = key.strip(), value.strip()
+    if sep and key in ("hardware", "model", "dtype") and value and not value.startswith("="):
+        if key == "dtype":
+            return lambda r: str(r.layout.get("dtype", "bf16")) == value
+        return lambda r: getattr(r, key) == value
+    if _SELECT.match(str(text)):
+        return run_selector(text)
+    raise UserError(f"--only {text!r}: expected hardware=NAME, model=NAME, dtype=NAME or KEY OP N with KEY one of "
+                    f"gpus, tp, pp, dp, cp, ep, zero, micro_batch, seq (e.g. gpus<=16)")
 
 
 def healthy_runs(runs: list, fraction: float) -> list:

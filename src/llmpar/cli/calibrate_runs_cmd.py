@@ -113,6 +113,9 @@ def render_held_out(held) -> None:
 @click.option("--fit", "fit_names", help="Comma list of stack parameters to fit (default: what the runs constrain).")
 @click.option("--folds", type=click.IntRange(0, 50), default=5, show_default=True,
               help="Cross-validation folds over configurations (model x GPU count); 0 = none.")
+@click.option("--only", "only_sel", multiple=True, metavar="KEY=V",
+              help="Use only the runs this selects (repeatable): hardware=NAME, model=NAME, dtype=NAME or KEY<=N "
+                   "as --train; e.g. --only hardware=h100-sxm --only dtype=bf16.")
 @click.option("--train", "train_sel", metavar="KEY<=N",
               help="Fit on the runs this selects (e.g. gpus<=16); predict the others as held out.")
 @click.option("--drop-slower-than", "healthy", type=click.FloatRange(0, 1, min_open=True),
@@ -124,8 +127,8 @@ def render_held_out(held) -> None:
 @click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @plot_option("predicted vs measured step time and peak memory, before and after the fit, with the y = x line")
-def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, train_sel, healthy, check, tolerance, out, out_name,
-             show_rows, as_json, plot_path):
+def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_sel, train_sel, healthy, check, tolerance,
+             out, out_name, show_rows, as_json, plot_path):
     """Fit a stack's kernel efficiencies, overlaps, fixed costs and memory factors to measured runs.
 
     \b
@@ -134,10 +137,11 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, train
       llmpar calibrate runs my-runs.csv --stack megatron-core --hardware h100-sxm --out my-stack.yaml
       llmpar calibrate runs logs/*.log --model llama-3-8b --hardware h100-sxm --layout gpus=8,seq=8192,global_batch=64 --check
       llmpar calibrate runs playbook.yaml --train 'gpus<=16' --drop-slower-than 0.5   # fit small, predict big
+      llmpar calibrate runs mixed.yaml --only hardware=h100-sxm --only dtype=bf16 --train 'gpus<=8'
     """
     import yaml
 
-    from llmpar.calibrate.runs import fit_and_hold_out, run_selector
+    from llmpar.calibrate.runs import fit_and_hold_out, run_filter, run_selector
     from llmpar.calibrate.runs_io import read_runs
 
     if healthy is not None and healthy != healthy:   # NaN passes click's FloatRange
@@ -159,6 +163,12 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, train
             raise UserError(f"--layout expects KEY=VALUE pairs separated by commas (e.g. gpus=16,tp=2), got {item!r}")
         defaults[key.strip()] = value.strip()
     read = read_runs(files, defaults=defaults)
+    if only_sel:
+        keep = [run_filter(t) for t in only_sel]
+        runs_kept = [r for r in read.runs if all(k(r) for k in keep)]
+        if not runs_kept:
+            raise UserError("--only " + " --only ".join(only_sel) + f" selects none of the {len(read.runs)} runs")
+        read.runs[:] = runs_kept
     if stack is None:
         named = {r.stack for r in read.runs if r.stack}
         stack = named.pop() if len(named) == 1 else "megatron-core"
