@@ -84,6 +84,10 @@ def test_fit_is_deterministic():
     a = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=0)
     b = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=0)
     assert a.parameters == b.parameters
+    # --folds 0 means no cross-validation (it used to run 2 folds anyway); 3 folds run 3
+    assert a.summary["folds"] == 0 and "after_cross_validated" not in a.summary
+    c = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=3)
+    assert c.summary["folds"] == min(3, len(set(R.configurations(c.runs)))) and "after_cross_validated" in c.summary
 
 
 def test_regret_by_hand():

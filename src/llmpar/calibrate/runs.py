@@ -645,7 +645,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         raise UserError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(PARAMETERS)}")
     pred0 = predict(runs, groups, stack)
     n_cfg = len(set(configurations(runs)))
-    steps = 1 if (check_only or not names) else 2 + (max(2, min(folds, n_cfg)) if n_cfg >= 2 else 0)   # k below
+    steps = 1 if (check_only or not names) else 2 + (max(2, min(folds, n_cfg)) if n_cfg >= 2 and folds else 0)   # k below
     tick("predict", 1, steps)
     t_meas = measured_step_time(runs, pred0)
     m_meas = measured_memory(runs)
@@ -662,7 +662,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     # k-fold over configurations: each fold fitted without its configurations predicts them
     cfg = configurations(runs)
     keys = sorted(set(cfg), key=str)
-    k = max(2, min(folds, len(keys))) if len(keys) >= 2 else 0
+    k = max(2, min(folds, len(keys))) if len(keys) >= 2 and folds else 0   # --folds 0: no cross-validation
     cv_t = np.full(len(runs), np.nan)
     cv_m = np.full(len(runs), np.nan)
     cv_fits = np.zeros(len(runs), dtype=bool)
