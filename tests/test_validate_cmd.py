@@ -262,3 +262,16 @@ def test_a_run_that_ran_but_does_not_fit_is_marked(cli):
     assert report.no_fit_line([{**row, "fits": True}]) is None
     out = cli("validate", "--source", "deepseek-v3-h800")
     assert out.code == 0 and "! = the run completed, llmpar predicts it does not fit" in " ".join(out.out.split())
+
+
+def test_a_large_source_counts_its_runs_that_ran_but_do_not_fit():
+    # a source shown per model and GPU count (more than report.BIG_SOURCE runs) cannot mark rows with
+    # "!": it says how many of its completed runs llmpar predicts do not fit, out of those that
+    # completed (OOM rows are neither): here 2 of 3
+    from llmpar.validate import report
+
+    rows = [{"row": "a", "status": "ok", "fits": False}, {"row": "b", "status": "ok", "fits": True},
+            {"row": "c", "status": "ok", "fits": False}, {"row": "d", "status": "oom", "fits": False}]
+    assert report.no_fit_count_line(rows).startswith(
+        "! 2 of the 3 published runs that completed have a layout llmpar predicts does not fit")
+    assert report.no_fit_count_line([{**r, "fits": True} for r in rows[:3]]) is None

@@ -37,7 +37,7 @@ def _render(result, con) -> None:
                 if r["metric"] != "fits":
                     t.add_row(*report.row_cells(r))
         con.print(t)
-        nf = report.no_fit_line(rows) if src.runs <= report.BIG_SOURCE else None
+        nf = report.no_fit_line(rows) if src.runs <= report.BIG_SOURCE else report.no_fit_count_line(rows)
         if nf:
             con.print(f"  {nf}", highlight=False)
         for g in groups:

@@ -184,6 +184,18 @@ def no_fit_line(rows: list[dict[str, Any]]) -> str | None:
             + "; ".join(names))
 
 
+def no_fit_count_line(rows: list[dict[str, Any]]) -> str | None:
+    """For a large source (shown per model and GPU count): how many of its completed runs llmpar
+    predicts do not fit (the per-row form is no_fit_line's)."""
+    ran = {r["row"]: r for r in rows if r["status"] == "ok"}
+    bad = [r for r in ran.values() if ran_but_no_fit(r)]
+    if not bad:
+        return None
+    return (f"{NO_FIT_MARK} {len(bad)} of the {len(ran)} published runs that completed have a layout llmpar predicts "
+            f"does not fit (its memory is pessimistic for them; their speed is predicted all the same; --json: "
+            f"fits false)")
+
+
 ROW_HEADERS = ["row", "layout (* searched)", "metric", "published", "llmpar", "error"]
 
 
@@ -326,6 +338,9 @@ def markdown(result: ValidationResult) -> str:
             lines += [f"{src.runs} runs; per model and GPU count (errors signed: median; unsigned: mean). "
                       f"Every row: `llmpar validate --source {src.name} --json`.", "",
                       *_md_table(BY_GPUS_HEADERS, by_gpus(rows)), ""]
+            nf = no_fit_count_line(rows)
+            if nf:
+                lines += [f"- {nf}"]
         else:
             lines += [f"Legend: {LEGEND}.", "",
                       *_md_table(ROW_HEADERS, [row_cells(r) for r in rows if r["metric"] != "fits"]), ""]
