@@ -47,7 +47,8 @@ How to read it:
   tuned (DESIGN.md, FLOPs and MFU). Such values are marked `*` in the layouts below; they are the
   only per-row freedom. A knob the source states is used as stated, even where llmpar's memory
   model then says the layout does not fit: such a row, whose run completed, is marked `!` (its
-  speed is predicted for that layout all the same; llmpar's memory is pessimistic for it).
+  speed is predicted for that layout all the same; llmpar's memory is pessimistic for it). A large
+  source, shown per model and GPU count, says how many of its completed runs are such rows.
 - **Conventions.** Each source says how its figure counts, and each row is compared under it: MFU
   (model FLOPs) or HFU (model + recompute FLOPs, Narayanan 2021 eq. 3); attention s² counted in full
   or halved for the causal mask; memory as torch's peak *allocated* or *reserved* bytes, compared
