@@ -194,7 +194,7 @@ def test_plan_groups_exact_ties():
     s = api.step("llama-3-70b", gpus=512, **{k: e[k] for k in ("tp", "pp", "cp", "zero", "sp", "recompute",
                                                                  "micro_batch", "global_batch", "seq", "schedule",
                                                                  "virtual_stages")},
-                 recompute_layers=e["recompute_layers"] or None)
+                 recompute_layers=e["recompute_layers"] or None, offload_layers=e["offload_layers"] or None)
     assert s.step_time_s == pytest.approx(row.step_time_s, rel=1e-12)
     assert s.memory.memory["total_bytes"] == pytest.approx(row.memory_bytes, rel=1e-12)
     d = row.to_dict()

@@ -36,6 +36,7 @@ EXPECTED_RUNS = {
     "playbook-nanotron-h100.yaml": 1650,    # playbook grid: 808 runs of 1B + 842 of 3B
     "torchtitan-h100-2024.yaml": 2,         # docs/performance.md Tables 1 and 3, the "FSDP" rows (no torch.compile)
     "torchtitan-compile-h100-2024.yaml": 16,  # Tables 1-6 (3 + 4 + 3 + 2 + 2 + 4 = 18) less those 2
+    "megatron-moe-modelzoo-h100.yaml": 5,   # Megatron MoE Model Zoo's H100 Qwen3 table: 6 rows - Qwen3-Next-80B (DeltaNet layers)
     "llm-foundry-mpt.yaml": 216,            # llm-foundry's MPT tables (H100 BF16 18 + 52, FP8 7, A100 80GB 61, 40GB 78); scripts/convert_llm_foundry.py
     "torchtitan-a100-2024.yaml": 7,         # the 2024-04 page: 8 rows on 64 A100 less 2 "selective layer" + the footnote's OOM run
     "nemo-long-context-h100-fp8.yaml": 9,   # the 9 rows with CP (4K-1024K); the 6 layout-less "without CP" rows are left out
