@@ -179,7 +179,13 @@ def ep_moe_layer(hw, model, par, placement, e=2.0, dispatcher="alltoall", dispat
       remote scale-up domain its experts are on, to the GPU with the same local index there, and
       is forwarded over NVLink once per destination GPU (:func:`ep_destinations`): NIC bytes
       T*remote*h*e, NVLink bytes T*ranks*(k-1)/k*h*e per rank; the two hops pipeline, so a
-      transfer takes the slower of the two.
+      transfer takes the slower of the two. The NIC hop talks to one peer per remote domain, not
+      to every remote rank: an all-to-all among the P/k domains (per-peer latency P/k - 1 times,
+      not P - k). At DeepEP's benchmark sizes (4096 tokens of 7168, top 8) that gives 46, 45 and
+      42-45 GB/s per GPU at EP 16, 32 and 64 on H800 with one 400 Gb/s NIC per GPU, against
+      DeepEP's measured 43-47 GB/s (its README's first normal-kernel table, now docs/legacy.md:
+      43/43, 44/47 and 46/45 GB/s dispatch/combine RDMA bottleneck bandwidth); pricing it as an
+      all-to-all among all P ranks gave 40 and 38 GB/s at EP 32 and 64.
     Returns (forward_s, backward_s, bytes_sent_fwd, bytes_sent_bwd).
     """
     if model.moe is None:
@@ -201,8 +207,12 @@ def ep_moe_layer(hw, model, par, placement, e=2.0, dispatcher="alltoall", dispat
         def one(el):
             nic = tokens * remote * model.hidden * el
             nvl = tokens * ranks * (kk - 1.0) / kk * model.hidden * el
-            # as all-to-alls whose scale-out / scale-up shares are exactly those bytes
-            t_nic = collective_time(hw, "all_to_all", nic * P / np.where(multi, P - kk, 1.0), size, k)
+            # the RDMA hop: a GPU exchanges only with the same-index GPUs of the group's other
+            # scale-up domains, so it is an all-to-all among nodes = P/k peers, one per domain,
+            # over the scale-out tier (nccl-tests size: the NIC bytes x nodes/(nodes - 1)); the
+            # NVLink hop an all-to-all inside the domain
+            nodes = np.maximum(np.ceil(P / kk), 1.0)
+            t_nic = collective_time(hw, "all_to_all", nic * nodes / np.where(multi, nodes - 1.0, 1.0), nodes, 1)
             t_nvl = collective_time(hw, "all_to_all", nvl * kk / np.where(local, kk - 1.0, 1.0), kk, kk)
             t = np.maximum(np.where(multi, t_nic, 0.0), np.where(local, t_nvl, 0.0))
             return np.where(P > 1, t, 0.0), np.where(P > 1, nic + nvl, 0.0)
