@@ -125,6 +125,18 @@ TINY = ModelSpec(name="tiny", family="llama", layers=2, hidden=64, heads=2, kv_h
                  vocab=128, max_seq=64)
 
 
+def _tiny_plan(extra_fix, **kw):
+    """TINY on 4 GPUs, seq 6, global batch 2, every knob but the degrees (and offloading) fixed."""
+    return plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10,
+                fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off" + extra_fix, **kw)
+
+
+def _space_counts(r):
+    """(candidates, the rejection reasons that fired with their counts, feasible)."""
+    s = r.space
+    return s.candidates, {k: v for k, v in s.rejected.items() if v}, s.feasible
+
+
 def test_space_counted_by_hand():
     # 4 GPUs, tiny model (2 layers, 2 heads, 1 KV head), seq 6, global batch 2; every knob but the
     # degrees held at one value. Degrees: tp in divisors of 4 up to the 2 heads {1, 2}; cp, pp in
@@ -137,12 +149,8 @@ def test_space_counted_by_hand():
     #   batch: (1,1) has dp = 4, and 2 sequences % (1*4) != 0 -> 1
     # feasible: (1,2) dp=2, (2,1) dp=2, (2,2) dp=1            -> 3 (a 2-layer toy fits any GPU)
     # (activation offloading held at 0 here; next block)
-    r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10,
-             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off,offload_layers=0")
-    s = r.space
-    assert s.candidates == 9
-    assert {k: v for k, v in s.rejected.items() if v} == {"tp_heads": 3, "pp_layers": 1, "cp_seq": 1, "batch": 1}
-    assert s.feasible == 3
+    r = _tiny_plan(",offload_layers=0")
+    assert _space_counts(r) == (9, {"tp_heads": 3, "pp_layers": 1, "cp_seq": 1, "batch": 1}, 3)
     got = sorted((p.parallel.cp, p.parallel.pp, p.parallel.dp) for p in r.plans)
     assert got == [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
     # Offloading searched (megatron-core implements it; h100-sxm states its PCIe host link): N =
@@ -153,18 +161,12 @@ def test_space_counted_by_hand():
     # with (2,1) without offloading, and shares its row: with one of two layers offloaded the
     # double buffer keeps (L - N + 1)/L = 1 of the activations (cost/pipeline.offload_kept_share),
     # and the copy hides behind the layers' compute.
-    r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10,
-             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off")
-    s = r.space
-    assert s.candidates == 14
-    assert {k: v for k, v in s.rejected.items() if v} == {"tp_heads": 5, "pp_layers": 1, "cp_seq": 2, "batch": 2}
-    assert s.feasible == 4
+    r = _tiny_plan("")
+    assert _space_counts(r) == (14, {"tp_heads": 5, "pp_layers": 1, "cp_seq": 2, "batch": 2}, 4)
     got = sorted((q.cp, q.pp, q.dp, int(q.offload_layers)) for p in r.plans for q in [p.parallel, *p.equivalent])
     assert got == [(1, 2, 2, 0), (2, 1, 2, 0), (2, 1, 2, 1), (2, 2, 1, 0)]
     # a stack that does not offload (nanotron: activation_offloading false) searches none
-    r = plan(TINY, gpus=4, seq=6, global_batch=2, hardware="h100-sxm", top=10, stack="nanotron",
-             fix="zero=0,recompute=none,micro_batch=1,schedule=1f1b,sp=off")
-    assert r.space.candidates == 9
+    assert _tiny_plan("", stack="nanotron").space.candidates == 9
 
 
 def test_default_space_size_llama3_8b_on_one_node():
