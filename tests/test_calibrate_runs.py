@@ -102,6 +102,20 @@ def test_regret_by_hand():
     assert out["within_5pct"] == 0.0
 
 
+def test_regret_compares_time_per_token():
+    # layouts of one configuration that step different batches (the playbook's 1B on 32 GPUs has
+    # one at 128 sequences among runs of 256) are ranked and compared per token:
+    #   A: 2 units of tokens, measured 10 s (5 s/unit), predicted 5 s (2.5)
+    #   B: 1 unit,            measured  9 s (9 s/unit), predicted 4 s (4)
+    #   C: 2 units,           measured 11 s (5.5),      predicted 4.5 s (2.25)
+    # llmpar ranks C first (2.25 s/unit); the best measured is A (5 s/unit): regret 5.5/5 - 1 = 0.1.
+    # By step time, B (shortest predicted and measured step) would be both pick and best: 0, wrong.
+    runs = [R.Run(source=str(i), model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 8}) for i in range(3)]
+    pred, meas, tok = np.array([5.0, 4.0, 4.5]), np.array([10.0, 9.0, 11.0]), np.array([2.0, 1.0, 2.0])
+    assert R.regret(runs, pred, meas, np.ones(3, bool), tok)["median"] == pytest.approx(0.1)
+    assert R.regret(runs, pred, meas, np.ones(3, bool))["median"] == pytest.approx(0.0)
+
+
 def test_measured_time_from_each_figure():
     # one llama-3-8b run on 8 GPUs, global batch 64 x 8192 tokens = 524,288 tokens per step:
     # 1,000 tokens/s per GPU -> 524,288 / 8,000 = 65.536 s; an MFU of 0.4 against the bf16 peak

@@ -528,18 +528,28 @@ def error_stats(err: np.ndarray) -> dict[str, float | None]:
             "max_abs": float(np.max(e))}
 
 
-def regret(runs: list[Run], pred_t: np.ndarray, t_meas: np.ndarray, fits: np.ndarray) -> dict[str, Any]:
+def regret(runs: list[Run], pred_t: np.ndarray, t_meas: np.ndarray, fits: np.ndarray,
+           tokens: np.ndarray | None = None) -> dict[str, Any]:
     """In each configuration with >= 2 measured layouts: how much slower the measured layout
-    llmpar ranks fastest (among those it predicts fit) is than the best measured one."""
+    llmpar ranks fastest (among those it predicts fit) is than the best measured one.
+
+    Layouts are ranked and compared by time per token (``tokens``: each run's tokens per step),
+    not by step time: two layouts of one configuration need not run the same global batch (the
+    playbook's 1B on 32 GPUs at pp 2, dp 16, micro-batch 8 and 1 micro-batch steps 128
+    sequences where the others step 256, and its 0.85 s step is half the throughput of the 0.89 s
+    step of 256). Without ``tokens`` every run counts as the same batch."""
     cfg = configurations(runs)
+    per_tok = np.ones(len(runs)) if tokens is None else np.asarray(tokens, dtype=float)
+    pt = np.asarray(pred_t, dtype=float) / per_tok
+    mt = np.asarray(t_meas, dtype=float) / per_tok
     per: dict[tuple, float] = {}
     for key in sorted(set(cfg), key=str):
-        idx = [i for i, c in enumerate(cfg) if c == key and np.isfinite(t_meas[i])]
+        idx = [i for i, c in enumerate(cfg) if c == key and np.isfinite(mt[i])]
         if len(idx) < 2:
             continue
         cand = [i for i in idx if fits[i]] or idx
-        pick = min(cand, key=lambda i: pred_t[i])
-        per[key] = float(t_meas[pick] / min(t_meas[i] for i in idx) - 1.0)
+        pick = min(cand, key=lambda i: pt[i])
+        per[key] = float(mt[pick] / min(mt[i] for i in idx) - 1.0)
     vals = np.array(list(per.values()))
     return {"configurations": len(per), "median": float(np.median(vals)) if vals.size else None,
             "within_5pct": float(np.mean(vals <= 0.05)) if vals.size else None,
@@ -587,7 +597,7 @@ def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict
     rows = []
     for i, r in enumerate(runs):
         row = {"source": r.source, "model": r.model, "status": r.status, "layout": dict(r.layout),
-               "chosen": pred_after.pick[i],
+               "chosen": pred_after.pick[i], "tokens_per_step": float(pred_after.tokens_per_step[i]),
                "measured_step_time_s": float(t_meas[i]) if np.isfinite(t_meas[i]) else None,
                "predicted_step_time_s_before": float(pred_before.step_time_s[i]),
                "predicted_step_time_s_after": float(pred_after.step_time_s[i]),
@@ -618,7 +628,7 @@ def _summary(runs, pred, t_meas, m_meas) -> dict[str, Any]:
     return {"speed": error_stats(speed_error(pred.step_time_s, t_meas)),
             "memory": error_stats(memory_error(comparable_peak(runs, pred), m_meas)),
             "fits_agreement": float(np.mean(verdicts[judged])) if judged.any() else None,
-            "regret": regret(runs, pred.step_time_s, t_meas, pred.fits)}
+            "regret": regret(runs, pred.step_time_s, t_meas, pred.fits, pred.tokens_per_step)}
 
 
 def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] | None = None,
@@ -739,13 +749,14 @@ def healthy_runs(runs: list, fraction: float) -> list:
 
 def fastest_quarter(result: RunsFit) -> dict[str, Any]:
     """Per configuration (model x GPU count): the median |throughput error| over its fastest
-    quarter of measured runs (the well-tuned ones a planner competes with), and the median over
-    configurations."""
+    quarter of measured runs by tokens/s (the well-tuned ones a planner competes with), and the
+    median over configurations."""
     cells: dict = {}
     for key, row in zip(configurations(result.runs), result.rows):
         t = row["measured_step_time_s"]
         if t is not None:
-            cells.setdefault(key, []).append((t, t / row["predicted_step_time_s_after"] - 1))
+            # fastest = the least time per token (runs of a configuration may step different batches)
+            cells.setdefault(key, []).append((t / row["tokens_per_step"], t / row["predicted_step_time_s_after"] - 1))
     per = {}
     for key, vals in sorted(cells.items(), key=str):
         vals.sort()

@@ -52,8 +52,8 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
     con.print(rows)
     if len(result.rows) > show_rows:
         con.print(f"({len(result.rows) - show_rows} more runs: --json, or --rows N)")
-    summ = Table(title="Errors (absolute; speed = tokens/s, memory = peak; regret = the measured run of the layout "
-                       "llmpar ranks first vs the best measured, median over configurations)")
+    summ = Table(title="Errors (absolute; speed = tokens/s, memory = peak; regret = the measured tokens/s of "
+                       "the layout llmpar ranks first vs the best measured, median over configurations)")
     for col in ("", "speed runs", "median", "mean", "max", "memory runs", "median", "FITS/OOM agree", "regret"):
         summ.add_column(col, justify="left" if not col else "right")
     s = result.summary
@@ -91,8 +91,8 @@ def render_held_out(held) -> None:
     t.add_row(*_fmt_summary("held out", s))
     con.print(t)
     fq, reg = s["fastest_quarter"], s["regret"]["per_configuration"]
-    per = Table(title="Per configuration: |error| over its fastest quarter of runs; regret = how much slower the "
-                      "measured run of llmpar's pick is than the best measured")
+    per = Table(title="Per configuration: |error| over its fastest quarter of runs (by tokens/s); regret = how much "
+                      "slower, per token, the measured run of llmpar's pick is than the best measured")
     for col in ("configuration", "fastest-quarter |error|", "planner regret"):
         per.add_column(col, justify="left" if col == "configuration" else "right")
     for key, v in fq["per_configuration"].items():
