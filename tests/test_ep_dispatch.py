@@ -145,6 +145,25 @@ def test_hidden_all_to_alls_cost_their_sms():
     assert e20 == pytest.approx(m * n * frac * (float(f) + float(b)) * ((1 - h) + h * 20 / 132), rel=1e-9)
 
 
+def test_sm_cost_only_with_the_deepep_dispatcher():
+    # overlap.ep_sms prices the SMs DeepEP-style kernels hold (DeepSeek-V3 §3.2.2; Megatron-Core
+    # gives DeepEP 20 by default: token_dispatcher.py MoEFlexTokenDispatcher). The flat NCCL
+    # all-to-all's channels are not priced: with ep_dispatcher alltoall the ep term is the same at
+    # 0 and 20 SMs, under the same DualPipe pairing that makes it differ with deepep (test above).
+    hw, dsv3 = load_hardware("h800"), load_model("deepseek-v3")
+    par = _layout(schedule=4, microbatches=32)
+    base = load_stack("hai-llm")
+
+    def ep(sms, dispatcher):
+        st = base.model_copy(update={"overlap": base.overlap.model_copy(update={"ep_sms": sms})})
+        r = step_time(dsv3, hw, par, Settings(dtype="fp8", stack=st, ep_dispatcher=dispatcher), with_memory=False)
+        return float(r["breakdown_s"]["ep"])
+
+    assert ep(20, "alltoall") == pytest.approx(ep(0, "alltoall"), rel=1e-12)
+    assert ep(20, "deepep") > ep(0, "deepep")
+    assert load_stack("megatron-core").overlap.ep_sms == 20
+
+
 def test_arrays_match_scalars_with_deepep():
     # the planner's array path: the EP group size varies per candidate (8 domains of 8, 16 of 4...)
     hw, dsv3 = load_hardware("h800"), load_model("deepseek-v3")

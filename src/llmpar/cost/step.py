@@ -230,9 +230,11 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     # Hidden all-to-alls are not free: their kernels hold overlap.ep_sms of the gpu.sms SMs while
     # they run, so the compute under them runs that much slower. Compute W under comm C at rate
     # 1 - f takes C + (W - (1 - f) C) = W + f C: the cost is f x the hidden time (DeepSeek-V3
-    # §3.2.2: 20 of the H800's 132 SMs for dispatch and combine)
+    # §3.2.2: 20 of the H800's 132 SMs for dispatch and combine; Megatron-Core gives DeepEP 20 by
+    # default, token_dispatcher.py MoEFlexTokenDispatcher). Priced for the DeepEP-style dispatcher
+    # only: the SMs NCCL's flat all-to-all takes (its channels) are not published per call.
     sms = hw.gpu.sms
-    f_sm = settings.stack.overlap.ep_sms / sms if sms else 0.0
+    f_sm = settings.stack.overlap.ep_sms / sms if sms and settings.ep_dispatcher == "deepep" else 0.0
     hid_f = hide * np.minimum(ep_f, L.fwd)
     hid_b = hide * np.minimum(ep_b, L.bwd)
     ep_f = L.frac_moe * (ep_f - hid_f + f_sm * hid_f)

@@ -166,9 +166,10 @@ class Overlap(_Strict):
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
     ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
     ep_sms: int = Field(
-        0, ge=0, description="SMs the EP dispatch/combine kernels hold while they run behind compute; the compute "
-                             "they overlap slows by ep_sms / gpu.sms for that time (DeepSeek-V3 §3.2.2: 20 of 132 "
-                             "on H800; 0 = not priced)")
+        0, ge=0, description="SMs the DeepEP-style dispatch/combine kernels (ep_dispatcher deepep) hold while they "
+                             "run behind compute; the compute they overlap slows by ep_sms / gpu.sms for that time "
+                             "(DeepSeek-V3 §3.2.2: 20 of 132 on H800; Megatron-Core's DeepEP default 20); not priced "
+                             "for the flat NCCL all-to-all; 0 = not priced")
 
 
 class Network(_Strict):
