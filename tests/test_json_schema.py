@@ -56,7 +56,8 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "elementwise_forward_bytes", "layer_forward_s", "layer_backward_s", "layer_recompute_s", "tp_forward_s",
     "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "offload_exposed_s", "offload_bytes_per_microbatch",
     "head_forward_s", "head_backward_s", "embedding_s", "mtp_forward_s", "mtp_backward_s",
-    "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params", "microbatches"))
+    "bf16_layers_extra_s", "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params",
+    "microbatches"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",

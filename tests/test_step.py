@@ -402,3 +402,78 @@ def test_fp8_primary_weights_are_gathered_in_fp8(cli):
                                                                                             rel=1e-9)
     tt = [cli(*args, "--stack", "torchtitan", *d).json()["comm_bytes_per_gpu"]["dp"] for d in ((), ("--dtype", "fp8"))]
     assert tt[0] == pytest.approx(tt[1], rel=1e-12)
+
+
+def _ideal_h100():
+    """An H100 with every inefficiency removed (as ideal_hw): BF16 GEMMs at 989, FP8 at 1979 TFLOP/s."""
+    hw = load_hardware("h100-sxm").model_copy(deep=True)
+    hw.gpu.gemm.max_efficiency = 1.0
+    hw.gpu.gemm.half_dim = 0.0
+    hw.gpu.gemm.half_flops = 0.0
+    hw.gpu.memory_bandwidth = 1e30
+    for t in hw.tiers:
+        t.bandwidth = 1e30
+        t.latency = 0.0
+    return hw
+
+
+def _ideal_fp8(start, end):
+    st = IDEAL.model_copy(deep=True)
+    st.kernels.fp8.gemm_efficiency = 1.0
+    st.kernels.fp8.bf16_layers_at_start = start
+    st.kernels.fp8.bf16_layers_at_end = end
+    return st
+
+
+def test_fp8_recipe_bf16_boundary_layers_by_hand():
+    # Megatron-Core --first-last-layers-bf16 (Megatron-Bridge's FP8 current-scaling recipe: the
+    # first and the last layer): those layers' linear GEMMs run at the BF16 peak. On the ideal
+    # H100 a layer's linear GEMMs (TINY: 24 s h^2 = 51.5 GFLOP forward, x3 with the backward)
+    # take 3 lin / 1979e12 in FP8 and 3 lin / 989e12 in BF16; casts are free (HBM ideal).
+    lin = 24 * 2048 * 1024**2
+    extra = 3 * lin * (1 / 989e12 - 1 / 1979e12)          # 78.3 us per BF16 layer and micro-batch
+    hw = _ideal_h100()
+
+    def step(par, start, end):
+        return S.step_time(TINY, hw, par, Settings(dtype="fp8", stack=_ideal_fp8(start, end)), with_memory=False)
+
+    # pp = 1, one micro-batch: both boundary layers on the one stage -> + 2 x extra
+    one = Parallel(tp=1, pp=1, dp=1, micro_batch=1, microbatches=1, seq=2048)
+    assert step(one, 1, 1)["step_time_s"] - step(one, 0, 0)["step_time_s"] == pytest.approx(2 * extra, rel=1e-9)
+    assert step(one, 1, 1)["parts"]["bf16_layers_extra_s"] == pytest.approx(2 * extra, rel=1e-9)
+    # pp = 2 (2 layers per stage), m = 4, 1F1B: the last stage also runs the BF16 LM head (3 x 2 s h V
+    # = 103.1 GFLOP at 989: 104.3 us per micro-batch), so it is the critical stage. A BF16 last layer
+    # lands there: + (m + p - 1) x extra = 5 x extra. A BF16 first layer lands on stage 0, whose
+    # 78.3 us extra stays below the head's 104.3 us: the step does not move.
+    two = Parallel(tp=1, pp=2, dp=1, micro_batch=1, microbatches=4, seq=2048, schedule=SCHEDULES.index("1f1b"))
+    base = step(two, 0, 0)["step_time_s"]
+    assert step(two, 0, 1)["step_time_s"] - base == pytest.approx(5 * extra, rel=1e-9)
+    assert step(two, 1, 0)["step_time_s"] == pytest.approx(base, rel=1e-12)
+    # and only under --dtype fp8
+    bf16 = Settings(dtype="bf16", stack=_ideal_fp8(1, 1))
+    assert S.step_time(TINY, hw, one, bf16, with_memory=False)["step_time_s"] == pytest.approx(
+        S.step_time(TINY, hw, one, Settings(dtype="bf16", stack=IDEAL), with_memory=False)["step_time_s"], rel=1e-12)
+
+
+def test_bf16_boundary_layers_placement():
+    # the first N layers on stage 0, the last N on stage p-1, capped at those stages' sizes
+    # (Llama 3's uneven split: 126 layers on 16 stages, 7 on each end stage); pp = 1: all on one
+    assert [int(x) for x in S.bf16_boundary_layers(32, 1, 1, 1)] == [2, 0]
+    assert [int(x) for x in S.bf16_boundary_layers(126, 16, 1, 1)] == [1, 1]
+    assert [int(x) for x in S.bf16_boundary_layers(126, 16, 9, 2)] == [7, 2]
+    first, last = S.bf16_boundary_layers(126, np.array([1, 8, 16]), 1, 2)
+    assert first.tolist() == [3, 1, 1] and last.tolist() == [0, 2, 2]
+
+
+def test_bf16_boundary_layers_arrays_match_scalars():
+    # the planner's path: one array evaluation equals the scalar ones, candidate by candidate
+    hw, st = _ideal_h100(), _ideal_fp8(1, 1)
+    pps, ms = np.array([1, 2, 4]), np.array([1, 4, 8])
+    arr = S.step_time(TINY, hw, Parallel(tp=1, pp=pps, dp=1, micro_batch=1, microbatches=ms, seq=2048,
+                                         schedule=SCHEDULES.index("1f1b")),
+                      Settings(dtype="fp8", stack=st), with_memory=False)["step_time_s"]
+    for i, (p, m) in enumerate(zip(pps, ms)):
+        one = S.step_time(TINY, hw, Parallel(tp=1, pp=int(p), dp=1, micro_batch=1, microbatches=int(m), seq=2048,
+                                             schedule=SCHEDULES.index("1f1b")),
+                          Settings(dtype="fp8", stack=st), with_memory=False)["step_time_s"]
+        assert float(arr[i]) == pytest.approx(float(one), rel=1e-12)

@@ -187,8 +187,48 @@ def _layer_compute(model, hw, par, settings, e):
     # full: the forward again, on the share of the stage's layers it covers (recompute_layers)
     rec_full = pipeline.full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
     rec_t = np.where(rec == REC_FULL, rec_full * fwd, np.where(rec == REC_SELECTIVE, sel_t, 0.0))
-    return SimpleNamespace(rec_full=rec_full, frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
+    bf_f, bf_b, bf_rec = _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cast_b, rec, rec_full)
+    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, rec_full=rec_full, frac_moe=frac_moe, g_lin=g_lin, core_f=core_f, core_b=core_b, elem=elem, t_elem=t_elem,
                            t_cast_f=t_cast_f, t_cast_b=t_cast_b, launch=launch, fwd=fwd, bwd=bwd, rec=rec, rec_t=rec_t)
+
+
+def _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cast_b, rec, rec_full):
+    """Extra seconds, per micro-batch, of one transformer layer that runs its GEMMs in BF16 under
+    ``--dtype fp8`` (the recipe's ``bf16_layers_at_start`` / ``_at_end``: Megatron-Core
+    ``--first-last-layers-bf16``, megatron/core/fp8_utils.py get_fp8_context: no FP8 autocast for
+    those layers), against the FP8 layer the other terms price: its linear GEMMs at the BF16 rate
+    instead of the FP8 one, without the FP8 casts. Forward, backward (2x the GEMMs; the output
+    gradient's cast) and what full recompute re-runs of the forward. (0, 0, 0) without such layers."""
+    rec8 = settings.stack.kernels.fp8
+    if settings.dtype != "fp8" or not (rec8.bf16_layers_at_start or rec8.bf16_layers_at_end):
+        return 0.0, 0.0, 0.0
+
+    def bf16_linear(moe):
+        gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
+                                  etp=par.expert_tp, causal=flops.CAUSAL_FULL)
+        lin = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
+        return compute.linear_gemms_time(hw, settings.stack, "bf16", lin)[0]
+
+    dense = bf16_linear(False)
+    g16 = (1 - frac_moe) * dense + frac_moe * (bf16_linear(True) if model.moe is not None else dense)
+    d = g16 - g_lin
+    f = d - t_cast_f
+    return f, 2.0 * d - t_cast_b, np.where(rec == REC_FULL, rec_full * f, 0.0)
+
+
+def bf16_boundary_layers(layers, pp, start, end):
+    """(first stage's, last stage's) transformer layers that run in BF16 under an FP8 recipe with
+    ``start`` / ``end`` boundary layers: the first ``start`` layers of the model sit on stage 0
+    (its first chunk under interleaving) and the last ``end`` on stage p-1, capped at those stages'
+    layer counts (cost/pipeline.py first/last_stage_layers); with pp = 1 every one is on the one
+    stage (returned as the first). Array-polymorphic."""
+    p = np.asarray(pp)
+    n_first = np.asarray(pipeline.first_stage_layers(layers, pp))
+    n_last = np.asarray(pipeline.last_stage_layers(layers, pp))
+    single = p == 1
+    first = np.where(single, np.minimum(start + end, layers), np.minimum(start, n_first))
+    last = np.where(single, 0, np.minimum(end, n_last))
+    return first, last
 
 
 def _layer_comm(model, hw, par, settings, place, e, L):
@@ -289,13 +329,19 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     # multi-token prediction (DeepSeek-V3 §2.2): besides its block, each of the D modules runs its
     # 2h->h projection and the shared head once more on the last stage (E.mtp_f / E.mtp_b)
     ends = E.head_f + E.head_b + D * (E.mtp_f + E.mtp_b)
-    t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0)
+    # FP8 recipes that keep the first / last layers in BF16 (kernels.fp8.bf16_layers_at_start/_end):
+    # those layers' extra time lands on the end stages (_bf16_layer_extra, bf16_boundary_layers)
+    rec8 = settings.stack.kernels.fp8
+    bf_first, bf_last = bf16_boundary_layers(model.layers, par.pp, rec8.bf16_layers_at_start, rec8.bf16_layers_at_end)
+    bf_layer = L.bf_f + L.bf_b + L.bf_rec
+    t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0) + bf_first * bf_layer
     t_mid = n_mid * per_layer
-    t_last = n_last * per_layer + ends
+    t_last = n_last * per_layer + ends + bf_last * bf_layer
     last_wins = (t_last >= t_mid) & (t_last >= t_first)
     layers = np.where(last_wins, n_last, np.where(t_mid >= t_first, n_mid, n_first))
     has_head = np.where(single, 1.0, np.where(last_wins, 1.0, 0.0))
     has_emb = np.where(single | ((t_first > t_mid) & (t_first > t_last)), 1.0, 0.0)
+    bf_n = np.where(last_wins & ~single, bf_last, np.where(has_emb > 0, bf_first, 0.0))
     # DualPipe (DeepSeek-V3 §3.2.1, Fig. 5): device i holds stages i and p-1-i and runs m/2
     # micro-batches through each, so it paces the step at (t_i + t_{p-1-i}) / 2 per micro-batch;
     # device 0 pairs the two end stages (embedding and head), the others two full middle stages
@@ -305,16 +351,18 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
         layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
         has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
         has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
+        bf_n = np.where(dual, np.where(pair_wins, (bf_first + bf_last) / 2.0, 0.0), bf_n)
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
     # hides the stack's overlap.pp of it behind the next micro-batch's compute.
     pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - settings.stack.overlap.pp)
     heads_f = has_head * (E.head_f + D * E.mtp_f)
     heads_b = has_head * (E.head_b + D * E.mtp_b)
-    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f
+    bf_f, bf_b, bf_rec = bf_n * L.bf_f, bf_n * L.bf_b, bf_n * L.bf_rec
+    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f + bf_f
     t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
-           + heads_b + has_emb * 2 * E.emb + pp_b)
-    return SimpleNamespace(layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
+           + heads_b + has_emb * 2 * E.emb + pp_b + bf_b + bf_rec)
+    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
                            heads_f=heads_f, heads_b=heads_b,
                            pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
@@ -482,8 +530,8 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
 
     n = S.layers
     breakdown = {   # adds up to step
-        "compute": m * (n * (L.fwd + L.bwd) + S.heads_f + S.heads_b + S.has_emb * 3 * E.emb),
-        "recompute": m * n * L.rec_t,
+        "compute": m * (n * (L.fwd + L.bwd) + S.heads_f + S.heads_b + S.has_emb * 3 * E.emb + S.bf_f + S.bf_b),
+        "recompute": m * (n * L.rec_t + S.bf_rec),
         "tp": m * n * (C.tp_f + C.tp_b + C.tp_rec),
         "pp": m * (S.pp_f + S.pp_b),
         "dp": D.exposed,
@@ -523,6 +571,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
             "offload_exposed_s": O.f + O.b, "offload_bytes_per_microbatch": O.bytes,
             "head_forward_s": E.head_f, "head_backward_s": E.head_b, "embedding_s": E.emb,
             "mtp_forward_s": model.mtp_layers * E.mtp_f, "mtp_backward_s": model.mtp_layers * E.mtp_b,
+            "bf16_layers_extra_s": S.bf_f + S.bf_b + S.bf_rec + 0.0 * L.g_lin,
             "p2p_per_transfer_s": S.pp_one, "has_head": S.has_head, "has_embedding": S.has_emb,
             "dp_total_s": D.dp_t, "optimizer_params": D.opt_params, "microbatches": m,
         },
