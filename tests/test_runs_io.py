@@ -403,6 +403,11 @@ def test_memory_stage_column_and_header(tmp_path):
     p = write(tmp_path, "bad.csv", "model,gpus,pp,peak_reserved_gib,memory_stage\nllama-3-8b,8,2,40,last\n")
     with pytest.raises(UserError, match="memory_stage"):
         read_runs([p], defaults={"hardware": "h100-sxm"})
+    # a bad file-wide default is reported at the top level, not at the first row that inherits it
+    p = write(tmp_path, "bad.yaml", "hardware: h100-sxm\nmemory_stage: last\nruns:\n"
+              "  - {model: llama-3-8b, gpus: 8, pp: 2, peak_reserved_gib: 40}\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: top level: memory_stage 'last'"):
+        read_runs([p])
 
 
 def test_torchtitan_rank0_memory_under_pp_is_stage_0(tmp_path):

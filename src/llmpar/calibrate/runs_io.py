@@ -681,6 +681,12 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
         file_defaults = {k: head[k] for k in ("hardware", "mfu_peak_dtype", "memory_stage") if k in head}
         if "flops_convention" in head:
             file_defaults["convention"] = head["flops_convention"]
+        # a bad file-wide default is the header's fault: say so there, not at the first row
+        for key, names in (("memory_stage", MEMORY_STAGES), ("mfu_peak_dtype", DTYPES),
+                           ("convention", ("full", "causal", "hardware"))):
+            if key in file_defaults:
+                _choice(str(file_defaults[key]).strip(), names, f"{name}: top level",
+                        "flops_convention" if key == "convention" else key)
         result.files.append({"path": name, "source": ctx.source, **{k: head[k] for k in head if k != "models"}})
         for where, row in rows:
             merged = {**file_defaults, **common, **row}
