@@ -607,3 +607,31 @@ def test_invariants(tp, pp, dp, b, sched, m):
     # the stage reported is the largest of all stages (DualPipe: every device)
     stages = M.memory_per_stage(LLAMA70, HW, par, s)
     assert st_[0]["total_bytes"] == pytest.approx(max(x["total_bytes"] for x in stages), rel=1e-12)
+
+
+def test_fp8_bf16_boundary_layers_keep_no_fp8_copies():
+    # Megatron-Core --first-last-layers-bf16: those layers run in BF16 and keep no FP8 weight
+    # copies. A stack whose FP8 copies come beside the 16-bit weights (kernels.fp8
+    # weight_copy_bytes_per_param 2, primary_weights false: deepspeed) saves 2 B per linear
+    # parameter of each such layer. Llama-3 8B's layer: qkv 4096 x (4096 + 2 x 8 x 128) = 25,165,824,
+    # proj 4096^2 = 16,777,216, SwiGLU 3 x 4096 x 14,336 = 176,160,768: 218,103,808 linear params.
+    # pp 1: both layers on the GPU -> 2 x 218,103,808 x 2 B = 872,415,232 B less; pp 2: the first
+    # layer on stage 0 (the most loaded here) -> 436,207,616 B. Primary FP8 weights (megatron-core:
+    # the copies replace the 2-byte weight) keep 2 B either way: nothing changes.
+    from llmpar.specs import load_stack
+
+    hw, m = load_hardware("h100-sxm"), load_model("llama-3-8b")
+
+    def with_bf16(stack):
+        st = stack.model_copy(deep=True)
+        st.kernels.fp8.bf16_layers_at_start = st.kernels.fp8.bf16_layers_at_end = 1
+        return st
+
+    for name, saved in (("deepspeed", {1: 872_415_232, 2: 436_207_616}), ("megatron-core", {1: 0, 2: 0})):
+        base = load_stack(name)
+        for pp in (1, 2):
+            par = Parallel(tp=1, pp=pp, dp=8 // pp, micro_batch=1, microbatches=8, seq=8192)
+            a = M.memory_per_gpu(m, hw, par, Settings(dtype="fp8", stack=base))
+            b = M.memory_per_gpu(m, hw, par, Settings(dtype="fp8", stack=with_bf16(base)))
+            assert int(a["stage"]) == int(b["stage"]) == 0
+            assert float(a["weights_bytes"] - b["weights_bytes"]) == pytest.approx(saved[pp], abs=1)

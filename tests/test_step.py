@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmpar.cost import pipeline
 from llmpar.cost import step as S
 from llmpar.cost.collectives import collective_time
 from llmpar.cost.topology import dims_placement
@@ -458,10 +459,10 @@ def test_fp8_recipe_bf16_boundary_layers_by_hand():
 def test_bf16_boundary_layers_placement():
     # the first N layers on stage 0, the last N on stage p-1, capped at those stages' sizes
     # (Llama 3's uneven split: 126 layers on 16 stages, 7 on each end stage); pp = 1: all on one
-    assert [int(x) for x in S.bf16_boundary_layers(32, 1, 1, 1)] == [2, 0]
-    assert [int(x) for x in S.bf16_boundary_layers(126, 16, 1, 1)] == [1, 1]
-    assert [int(x) for x in S.bf16_boundary_layers(126, 16, 9, 2)] == [7, 2]
-    first, last = S.bf16_boundary_layers(126, np.array([1, 8, 16]), 1, 2)
+    assert [int(x) for x in pipeline.bf16_boundary_layers(32, 1, 1, 1)] == [2, 0]
+    assert [int(x) for x in pipeline.bf16_boundary_layers(126, 16, 1, 1)] == [1, 1]
+    assert [int(x) for x in pipeline.bf16_boundary_layers(126, 16, 9, 2)] == [7, 2]
+    first, last = pipeline.bf16_boundary_layers(126, np.array([1, 8, 16]), 1, 2)
     assert first.tolist() == [3, 1, 1] and last.tolist() == [0, 2, 2]
 
 

@@ -97,7 +97,7 @@ def explain_terms(r) -> list[_Term]:
         *([_Term("compute", "FP8 recipe's BF16 layers, critical stage", p["bf16_layers_extra_s"],
                  "per micro-batch: n_bf16 x (GEMMs at bf16 - at fp8 - casts), fwd + 2 x bwd",
                  f"first {st.kernels.fp8.bf16_layers_at_start} / last {st.kernels.fp8.bf16_layers_at_end} layers in "
-                 f"BF16 (kernels.fp8.bf16_layers_at_start/_end)", "cost/step._bf16_layer_extra, bf16_boundary_layers")]
+                 f"BF16 (kernels.fp8.bf16_layers_at_start/_end)", "cost/step._bf16_layer_extra, cost/pipeline.bf16_boundary_layers")]
           if fp8 and (st.kernels.fp8.bf16_layers_at_start or st.kernels.fp8.bf16_layers_at_end) else []),
         _Term("compute", "element-wise, one layer fwd", p["elementwise_forward_s"], "bytes / (HBM x eff)",
               fmt_bytes(p["elementwise_forward_bytes"]), "cost/compute.layer_elementwise_bytes (Korthikanti 2022 §4.1 ops)"),

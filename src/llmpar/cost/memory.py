@@ -46,7 +46,7 @@ from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by a
 from llmpar.cost.inflight import *  # noqa: F401,F403
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost import params as P
-from llmpar.cost.pipeline import DUALPIPE, full_recompute_fraction, offload_kept_share
+from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, full_recompute_fraction, offload_kept_share
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
@@ -150,6 +150,21 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)
     lin_ex = nm * np.asarray(shard.experts_linear)
+    rec8 = settings.stack.kernels.fp8
+    if prec.fp8_cache and (rec8.bf16_layers_at_start or rec8.bf16_layers_at_end):
+        # the FP8 recipe's BF16 boundary layers keep no FP8 copies (Megatron-Core
+        # --first-last-layers-bf16): the model's first ones on stage 0, its last ones on stage p-1
+        # (cost/pipeline.py bf16_boundary_layers; DualPipe's device 0 holds both end stages)
+        n_s = np.where(is_first, np.minimum(rec8.bf16_layers_at_start, model.layers), 0)
+        n_e = np.where(is_last, np.minimum(rec8.bf16_layers_at_end, model.layers), 0)
+        first_bf, last_bf = bf16_boundary_layers(model.layers, p, rec8.bf16_layers_at_start, rec8.bf16_layers_at_end)
+        n_s = np.minimum(n_s, np.where(p == 1, rec8.bf16_layers_at_start, first_bf))
+        n_e = np.minimum(n_e, np.where(p == 1, rec8.bf16_layers_at_end, last_bf))
+        d_s = np.asarray(_dense_in_span(model, 0, n_s))
+        d_e = np.asarray(_dense_in_span(model, model.layers - n_e, n_e))
+        lin_ne = lin_ne - (d_s + d_e) * np.asarray(shard.dense_linear) - (n_s - d_s + n_e - d_e) * np.asarray(
+            shard.moe_linear)
+        lin_ex = lin_ex - (n_s - d_s + n_e - d_e) * np.asarray(shard.experts_linear)
     w, g, o = _states(ne, ex, lin_ne, lin_ex, prec, par, cm["zero_div"])
     bw, bg = _zero3_buffers(model, par, prec, shard, (nd + nm) > 0)
     w, g = w + bw, g + bg

@@ -145,6 +145,21 @@ def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     return _out(np.where(n > 0, np.minimum(n / np.maximum(per_chunk, 1.0), 1.0), 1.0))
 
 
+def bf16_boundary_layers(layers, pp, start, end):
+    """(first stage's, last stage's) transformer layers that run in BF16 under an FP8 recipe with
+    ``start`` / ``end`` boundary layers: the first ``start`` layers of the model sit on stage 0
+    (its first chunk under interleaving) and the last ``end`` on stage p-1, capped at those stages'
+    layer counts (first/last_stage_layers); with pp = 1 every one is on the one
+    stage (returned as the first). Array-polymorphic."""
+    p = np.asarray(pp)
+    n_first = np.asarray(first_stage_layers(layers, pp))
+    n_last = np.asarray(last_stage_layers(layers, pp))
+    single = p == 1
+    first = np.where(single, np.minimum(start + end, layers), np.minimum(start, n_first))
+    last = np.where(single, 0, np.minimum(end, n_last))
+    return first, last
+
+
 def _deficit(layers, pp):
     """d = p·ceil(L/p) − L: layers the stages are short of a full ceil(L/p) each (0 <= d < p)."""
     L = np.asarray(layers)

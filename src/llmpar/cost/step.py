@@ -216,21 +216,6 @@ def _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cas
     return f, 2.0 * d - t_cast_b, np.where(rec == REC_FULL, rec_full * f, 0.0)
 
 
-def bf16_boundary_layers(layers, pp, start, end):
-    """(first stage's, last stage's) transformer layers that run in BF16 under an FP8 recipe with
-    ``start`` / ``end`` boundary layers: the first ``start`` layers of the model sit on stage 0
-    (its first chunk under interleaving) and the last ``end`` on stage p-1, capped at those stages'
-    layer counts (cost/pipeline.py first/last_stage_layers); with pp = 1 every one is on the one
-    stage (returned as the first). Array-polymorphic."""
-    p = np.asarray(pp)
-    n_first = np.asarray(pipeline.first_stage_layers(layers, pp))
-    n_last = np.asarray(pipeline.last_stage_layers(layers, pp))
-    single = p == 1
-    first = np.where(single, np.minimum(start + end, layers), np.minimum(start, n_first))
-    last = np.where(single, 0, np.minimum(end, n_last))
-    return first, last
-
-
 def _layer_comm(model, hw, par, settings, place, e, L):
     """TP, CP and EP collectives of one layer and micro-batch, less what hides behind compute."""
     ov = settings.stack.overlap
@@ -332,7 +317,7 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     # FP8 recipes that keep the first / last layers in BF16 (kernels.fp8.bf16_layers_at_start/_end):
     # those layers' extra time lands on the end stages (_bf16_layer_extra, bf16_boundary_layers)
     rec8 = settings.stack.kernels.fp8
-    bf_first, bf_last = bf16_boundary_layers(model.layers, par.pp, rec8.bf16_layers_at_start, rec8.bf16_layers_at_end)
+    bf_first, bf_last = pipeline.bf16_boundary_layers(model.layers, par.pp, rec8.bf16_layers_at_start, rec8.bf16_layers_at_end)
     bf_layer = L.bf_f + L.bf_b + L.bf_rec
     t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0) + bf_first * bf_layer
     t_mid = n_mid * per_layer
