@@ -37,7 +37,9 @@ _POWER_RE = re.compile(rf"^\s*{_NUM}\s*([kKM])?\s*(W|w|watts?)?\s*$")
 
 
 def _positive(value: float, text: str, what: str, allow_zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    if not math.isfinite(value):
+        raise UserError(f"{what} must be a finite number, got {text!r}")
+    if value < 0 or (value == 0 and not allow_zero):
         raise UserError(f"{what} must be positive, got {text!r}")
     return value
 

@@ -688,7 +688,7 @@ def write_profile(result: FitResult, out: str | Path) -> Path:
     out = Path(out)
     result.profile["name"] = out.stem
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        # as every other --out: the folder must exist (nothing is created behind the user's back)
         out.write_text(profile_yaml(result.profile))
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -88,7 +88,10 @@ def _hardware_list(value) -> list:
     if value is None:
         value = [DEFAULT_HARDWARE]
     elif isinstance(value, str):
-        value = [x.strip() for x in value.split(",") if x.strip()]
+        items = [x.strip() for x in value.split(",")]
+        if len(items) > 1 and "" in items:   # as --gpus: "h100-sxm," is a typo, not a list of one
+            raise UserError(f"--hardware {value}: an empty entry between commas (write e.g. h100-sxm,b200)")
+        value = [x for x in items if x]
     elif not isinstance(value, (list, tuple)):
         value = [value]
     if not value:

@@ -8,6 +8,7 @@ source-tree run falls back to the repository folders (DESIGN.md, Data files).
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,22 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def validation_message(exc: ValidationError, source: str) -> str:
     """First validation error as one line: which field, why."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+    # pydantic puts its validator names into the location (a union member 'constrained-float',
+    # 'function-after[...]', a type tag 'float' / 'str'): keep the field path a user wrote
+    internal = {"int", "float", "str", "bool", "dict", "list", "none"}
+
+    def where(e) -> str:
+        parts = [str(p) for p in e.get("loc", ())
+                 if not (isinstance(p, str) and ("-" in p or "[" in p or p in internal))]
+        return ".".join(parts) or "(the whole file)"
+
+    errors = exc.errors()
+    err, loc = errors[0], where(errors[0])
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    msg = re.sub(r" or instance of \w+", "", msg)      # "a valid dictionary or instance of MoESpec"
+    # a union field (a number or a per-generation mapping) fails once per member: count fields
+    others = {where(e) for e in errors[1:]} - {loc}
+    more = f" (and {len(others)} more field{'s' if len(others) > 1 else ''})" if others else ""
     return f"invalid spec {source}: field '{loc}': {msg}{more}"
 
 

@@ -1,0 +1,59 @@
+"""Bad input found by the 2026-12-01 adversarial sweep of the CLI (commands other than
+`calibrate runs`, and not the Python API: tests/test_bad_input_runs.py, test_bad_input_api.py):
+each ends in one line on stderr and exit 2, with the reason it is refused."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_one_line_error
+
+
+@pytest.mark.parametrize("args, needle", [
+    # a token budget below one step (llama-3-8b on 8 GPUs at the plan/step default batch of
+    # 4,194,304 tokens = 512 sequences of 8,192) printed "1 steps" beside 4.6e-08 GPU-hours
+    (["step", "llama-3-8b", "--gpus", "8", "--tokens", "1.5"], "less than one step's 4,194,304 tokens"),
+    (["sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "100"], "less than one step's"),
+    # the layout rule memory/step apply (v equal chunks per stage): 12 layers / pp 4 = 3 per stage
+    (["bubble", "--pp", "4", "-m", "8", "--virtual-stages", "2", "--layers", "12"],
+     "--virtual-stages 2 does not divide the 3 layers per pipeline stage"),
+    # as --gpus: a trailing comma is a typo, not a list of one
+    (["sweep", "llama-3-8b", "--gpus", "8,16", "--hardware", "h100-sxm,"], "empty entry between commas"),
+    # 1e400 overflows to inf: not "must be positive"
+    (["step", "llama-3-8b", "--gpus", "8", "--tokens", "1e400"], "finite"),
+    (["collective", "all-reduce", "--size", "1e400", "--gpus", "8"], "finite"),
+])
+def test_cli_bad_values(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)
+
+
+def test_bubble_v_that_divides_is_fine(cli):
+    # 12 layers / pp 4 = 3 per stage: v = 3 splits each stage into 3 chunks of 1 layer
+    assert cli("bubble", "--pp", "4", "-m", "8", "--virtual-stages", "3", "--layers", "12").code == 0
+
+
+def test_spec_errors_name_the_field_not_pydantic_internals(cli, tmp_path):
+    # kernels.gemm_efficiency is a number or a per-generation mapping (a union): pydantic reports
+    # it as 'kernels.gemm_efficiency.constrained-float' and once more for the mapping member;
+    # the user wrote 'kernels.gemm_efficiency', one field
+    p = tmp_path / "s.yaml"
+    p.write_text("name: bad\nextends: megatron-core\nkernels:\n  gemm_efficiency: -1\n")
+    res = cli("stacks", "show", p)
+    assert_one_line_error(res, "field 'kernels.gemm_efficiency': Input should be greater than 0")
+    assert "constrained" not in res.err and "more" not in res.err
+    # a mapping where a block belongs: no "instance of MoESpec"
+    m = tmp_path / "m.yaml"
+    m.write_text("name: m\nfamily: llama\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 128\nvocab: 100\n"
+                 "max_seq: 128\nmoe: 5\n")
+    res = cli("memory", m)
+    assert_one_line_error(res, "field 'moe'")
+    assert "instance of" not in res.err
+
+
+def test_calibrate_fit_out_needs_its_folder(cli, tmp_path):
+    # every --out writes into an existing folder; `calibrate fit` used to create missing ones
+    from conftest import REPO
+
+    logs = sorted((REPO / "tests" / "fixtures" / "nccl").glob("*.txt"))[:1]
+    res = cli("calibrate", "fit", *logs, "--out", tmp_path / "no" / "such" / "x.yaml")
+    assert_one_line_error(res, "x.yaml")
+    assert not (tmp_path / "no").exists()
