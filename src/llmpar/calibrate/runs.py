@@ -249,11 +249,31 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
     return out
 
 
+def _check_measured(r: Run, hw, dtype: str) -> None:
+    """What a run's hardware bounds: TFLOP/s per GPU at most the GPU's dense peak for the run's
+    dtype (an MFU above 1 otherwise, which the readers refuse), peak memory at most its memory."""
+    if r.tflops_per_gpu is not None and r.tflops_per_gpu * 1e12 > hw.gpu.peak(dtype):
+        raise UserError(f"{r.source}: tflops_per_gpu {r.tflops_per_gpu:g} is above the dense {dtype} peak of "
+                        f"{hw.gpu.name} ({hw.gpu.peak(dtype) / 1e12:g} TFLOP/s): an MFU above 1")
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        v = getattr(r, key)
+        if v is not None and v > hw.gpu.memory:
+            raise UserError(f"{r.source}: {key} {v / 2**30:.4g} GiB is more than the {hw.gpu.memory / 2**30:.4g} GiB "
+                            f"of memory of {hw.gpu.name} ({hw.name})")
+
+
 def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None,
             zero_stages=(0, 1, 2, 3),
-            schedules=SCHEDULE_NAMES) -> tuple[list[Run], list[_Group]]:
-    """Resolve models and hardware and expand every run's candidate layouts into array groups."""
-    from llmpar.parallel import Parallel
+            schedules=SCHEDULE_NAMES, notes: list[str] | None = None) -> tuple[list[Run], list[_Group]]:
+    """Resolve models and hardware and expand every run's candidate layouts into array groups.
+
+    Each run goes through the rules ``llmpar step`` applies (``parallel.check_layout``,
+    ``parallel.check_settings``) and its measurements through its hardware's bounds; a failure is
+    one UserError naming the run's ``file:line``. A layout that breaks a layout rule is refused
+    for a run that ran (status ok) and noted for one that did not (it is predicted not to run,
+    which its status agrees with) or for a published row (``row:``), kept as published. The notes
+    go to the runs' ``notes`` and to ``notes``."""
+    from llmpar.parallel import Parallel, Settings, check_layout, check_settings, layout_violations
     from llmpar.specs import load_hardware, load_model
     from llmpar.specs.model import ModelSpec
 
@@ -262,34 +282,79 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
         raise UserError("no runs to evaluate")
     models = models or {}
     cache: dict[str, Any] = {}
+    hw_cache: dict[str, Any] = {}
 
-    def model_of(name):
+    def model_of(name, where):
         if name not in cache:
             spec = models.get(name)
-            cache[name] = spec if isinstance(spec, ModelSpec) else load_model(name)
+            try:
+                cache[name] = spec if isinstance(spec, ModelSpec) else load_model(name)
+            except UserError as exc:
+                raise UserError(f"{where}: {exc}") from None
         return cache[name]
 
+    def hw_of(name, where):
+        if name not in hw_cache:
+            try:
+                hw_cache[name] = load_hardware(name)
+            except UserError as exc:
+                raise UserError(f"{where}: {exc}") from None
+        return hw_cache[name]
+
     buckets: dict[tuple, list[tuple[int, dict]]] = {}
+    settings_ok: set[tuple] = set()
     for i, r in enumerate(runs):
         hw_name = r.hardware or hardware
         if hw_name is None:
             raise UserError(f"{r.source}: the run names no hardware; give --hardware")
         dtype = str(r.layout.get("dtype", "bf16"))
+        hw = hw_of(str(hw_name), r.source)
+        if (str(hw_name), dtype) not in settings_ok:
+            try:   # the dtype needs a peak on this GPU (fp8 on A100), as step and plan say
+                check_settings(hw, Settings(dtype=dtype))
+            except UserError as exc:
+                raise UserError(f"{r.source}: {str(exc).removeprefix('--')}") from None
+            settings_ok.add((str(hw_name), dtype))
+        _check_measured(r, hw, dtype)
         key = (r.model, str(hw_name), dtype, r.layout.get("recompute_modules"),
                tuple((k, r.layout[k]) for k in SETTING_KEYS if r.layout.get(k) is not None))
-        for cand in _layout_candidates(r, model_of(r.model), zero_stages, schedules):
+        for cand in _layout_candidates(r, model_of(r.model, r.source), zero_stages, schedules):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
+    broken: dict[int, str] = {}    # run -> the layout rule every candidate of it breaks
     for (mname, hw_name, dtype, modules, stated), items in buckets.items():
         fields = items[0][1].keys()
         arr = {k: np.array([c[k] for _, c in items]) for k in fields}
-        hw = load_hardware(hw_name)
+        hw = hw_cache[hw_name]
         if hw.host_bandwidth is None and np.any(arr["offload_layers"] > 0):
             i = next(i for i, c in items if c["offload_layers"])
             raise UserError(f"{runs[i].source}: offload_layers needs the hardware's host_bandwidth (the CPU-GPU "
                             f"link); {hw.name} states none")
-        groups.append(_Group(model=model_of(mname), hw=hw, dtype=dtype, modules=modules, settings=dict(stated),
-                             index=np.array([i for i, _ in items]), par=Parallel(**arr)))
+        model, par = model_of(mname, runs[items[0][0]].source), Parallel(**arr)
+        index = np.array([i for i, _ in items])
+        # the layout rules `llmpar step` and the planner apply (parallel.layout_violations), over
+        # every candidate at once; the message is check_layout's, of the first broken candidate
+        bad = np.zeros(len(items), dtype=bool)
+        for mask in layout_violations(model, par).values():
+            bad = bad | np.broadcast_to(np.asarray(mask, dtype=bool), bad.shape)
+        for i in dict.fromkeys(index[bad].tolist()):
+            if bad[index == i].all():
+                try:
+                    check_layout(model, par.take(int(np.flatnonzero(index == i)[0])))
+                except UserError as exc:
+                    broken[i] = str(exc)
+        groups.append(_Group(model=model, hw=hw, dtype=dtype, modules=modules, settings=dict(stated),
+                             index=index, par=par))
+    for i in sorted(broken):
+        r = runs[i]
+        if r.status == "ok" and not r.row:
+            raise UserError(f"{r.source}: {broken[i]}")
+        why = (f"the published run (row {r.row}) is kept as published" if r.status == "ok"
+               else f"kept: predicted not to run, as its status ({r.status}) says")
+        note = f"{r.source}: {broken[i]} (llmpar's layout rules); {why}"
+        runs[i] = dataclasses.replace(r, notes=r.notes + (note,))
+        if notes is not None:
+            notes.append(note)
     return runs, groups
 
 
@@ -566,10 +631,28 @@ class RunsFit:
     summary: dict[str, Any]
     generation: str | None
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # what resolving the runs noted (prepare)
+    base_path: str | None = None   # the base stack's file, when it was given as one (absolute)
 
-    def stack_dict(self, name: str) -> dict[str, Any]:
-        """The stack written by --out: extends the base with the fitted values and a record."""
-        out: dict[str, Any] = {"name": name, "extends": self.base.name,
+    def extends(self, out_dir: str | None = None) -> str:
+        """What the written stack's ``extends:`` says: the base's name when it is a shipped stack;
+        its file's path when it came from a file (a name would not load), relative to
+        ``out_dir`` (the written file's folder: ``extends:`` paths resolve against the folder of
+        the file that holds them), else absolute."""
+        import os
+
+        if self.base_path is None:
+            return self.base.name
+        if out_dir is None:
+            return self.base_path
+        rel = os.path.relpath(self.base_path, os.path.abspath(out_dir))
+        # a bare 'name' without a folder or a YAML suffix would be read as a shipped name
+        return rel if rel.endswith((".yaml", ".yml", ".json")) or os.sep in rel else self.base_path
+
+    def stack_dict(self, name: str, out_dir: str | None = None) -> dict[str, Any]:
+        """The stack written by --out: extends the base with the fitted values and a record
+        (``out_dir``: the folder it is written to; see :meth:`extends`)."""
+        out: dict[str, Any] = {"name": name, "extends": self.extends(out_dir),
                                "description": f"{self.base.name} calibrated on {len(self.runs)} measured runs"}
         for path, v in self.parameters.items():
             node = out
@@ -639,11 +722,17 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     ``progress``: an optional ``progress(name, done, total)`` callback (the CLI's bar), called
     after the base prediction, the fit and each cross-validation fold."""
     tick = progress or (lambda name, done, total: None)
-    from llmpar.specs import load_stack
+    from pathlib import Path
 
+    from llmpar.specs import load_stack
+    from llmpar.specs.registry import _looks_like_path
+
+    base_path = str(Path(stack).resolve()) if isinstance(stack, (str, Path)) and _looks_like_path(str(stack)) \
+        else None
     stack = load_stack(stack)
+    notes: list[str] = []
     runs, groups = prepare(runs, hardware=hardware, models=models, zero_stages=stack.zero_stages,
-                           schedules=stack.schedules)
+                           schedules=stack.schedules, notes=notes)
     gens = {g.hw.gpu.generation for g in groups}
     if len(gens) > 1:
         raise UserError(f"the runs span several GPU generations ({', '.join(sorted(map(str, gens)))}): "
@@ -653,6 +742,12 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     unknown = [n for n in names if n not in PARAMETERS]
     if unknown:
         raise UserError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(PARAMETERS)}")
+    if not check_only and not any(r.has_speed or r.has_memory for r in runs):
+        # no residual to fit: the "fitted" stack would be the base under another name
+        counts = ", ".join(f"{sum(r.status == st for r in runs)} {st}" for st in ("ok", "oom", "crashed")
+                           if any(r.status == st for r in runs))
+        raise UserError(f"nothing to fit: none of the {len(runs)} runs ({counts}) has a measured speed or peak "
+                        f"memory, or ran out of memory (--check reports the stack's predictions without a fit)")
     pred0 = predict(runs, groups, stack)
     n_cfg = len(set(configurations(runs)))
     steps = 1 if (check_only or not names) else 2 + (max(2, min(folds, n_cfg)) if n_cfg >= 2 and folds else 0)   # k below
@@ -663,7 +758,8 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     x0 = base_values(stack, names, generation)
     if check_only or not names:
         summ = {"before": _summary(runs, pred0, t_meas, m_meas)}
-        return RunsFit(stack, stack, {}, runs, _rows(runs, pred0, pred0, t_meas, m_meas), summ, generation, files or [])
+        return RunsFit(stack, stack, {}, runs, _rows(runs, pred0, pred0, t_meas, m_meas), summ, generation, files or [],
+                       notes, base_path)
     prob = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, use)
     x = _solve(prob)
     fitted = stack_with(stack, dict(zip(names, x)), generation)
@@ -696,7 +792,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
     return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,
-                   files or [])
+                   files or [], notes, base_path)
 
 
 # ------------------------------------------------------------------- fit small, predict big

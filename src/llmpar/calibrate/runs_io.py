@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from llmpar.calibrate.train_logs import read_log
+from llmpar.calibrate.train_logs import MAX_MEMORY_BYTES, read_log
 from llmpar.errors import UserError, suggest
 from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE,
                              SCHEDULES)
@@ -220,6 +220,15 @@ def _status(value: Any, where: str) -> str:
     raise _fail(where, f"status {value!r} is not one of: ok, oom, crashed")
 
 
+def _is_number(text: str) -> bool:
+    """'1e30', '61.2', 'nan' read as numbers (float()); '61 GiB' does not."""
+    try:
+        float(text.replace(",", "").strip())
+    except ValueError:
+        return False
+    return True
+
+
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, str) and value.strip() == "")
 
@@ -319,7 +328,10 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
                 if isinstance(value, (int, float)) or re.fullmatch(r"[\d.eE+-]+", str(value).strip()):
                     raise _fail(where, f"{key} {value!r} has no unit: name the column step_time_s / "
                                        f"step_time_ms or write e.g. '1.2 s'")
-                t = parse_seconds(str(value), key)
+                try:
+                    t = parse_seconds(str(value), key)
+                except UserError as exc:
+                    raise _fail(where, str(exc)) from None
             else:
                 t = _float(value, where, key) * scale
             if t <= 0:
@@ -327,7 +339,7 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
             measured["step_time_s"] = t
         elif (mem := _memory_column(key)) is not None:
             kind, scale = mem
-            is_text = isinstance(value, str) and re.search(r"[A-Za-z]", value)
+            is_text = isinstance(value, str) and re.search(r"[A-Za-z]", value) and not _is_number(value)
             if is_text and scale is not None:
                 raise _fail(where, f"{key} {value!r}: the column name already gives the unit")
             if is_text:
@@ -435,6 +447,9 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in measured.items():  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
+        if k in ("peak_allocated_bytes", "peak_reserved_bytes") and v > MAX_MEMORY_BYTES:
+            raise _fail(source, f"{k} = {v:.3g} bytes is an implausible size, more than any GPU holds (llmpar "
+                                f"reads at most {MAX_MEMORY_BYTES / 1e12:g} TB): check the unit")
     extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "memory_stage", "row", "stack", "metric") if k in meta}
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),
@@ -499,6 +514,21 @@ def _table_rows_csv(text: str, name: str) -> list[tuple[str, dict]]:
     return out
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json ``object_pairs_hook``: a key given twice is refused (json keeps the last one silently),
+    as the YAML readers refuse it (specs/registry.py ``_UniqueKeyLoader``)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
 def _table_rows_jsonl(text: str, name: str) -> list[tuple[str, dict]]:
     out = []
     for lineno, line in enumerate(text.split("\n"), start=1):
@@ -506,7 +536,9 @@ def _table_rows_jsonl(text: str, name: str) -> list[tuple[str, dict]]:
         if not s or s.startswith("#"):
             continue
         try:
-            obj = json.loads(s)
+            obj = json.loads(s, object_pairs_hook=_unique_pairs)
+        except _DuplicateKey as exc:
+            raise UserError(f"{name}:{lineno}: JSON: {exc}") from None
         except (json.JSONDecodeError, RecursionError) as exc:
             raise UserError(f"{name}:{lineno}: not a JSON object: {getattr(exc, 'msg', exc)}") from None
         if not isinstance(obj, dict):
@@ -515,21 +547,39 @@ def _table_rows_jsonl(text: str, name: str) -> list[tuple[str, dict]]:
     return out
 
 
-def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str]) -> tuple[list[tuple[str, dict]], dict]:
-    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _json_error(text: str, name: str) -> UserError | None:
+    """A ``.json`` table that YAML could not read: JSON's own error, with its line (None: valid JSON)."""
     try:
-        loader = loader_cls(text)
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return UserError(f"{name}:{exc.lineno}: JSON: {exc.msg}")
+    except (RecursionError, ValueError) as exc:
+        return UserError(f"{name}: JSON: {exc}")
+    return None
+
+
+def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str],
+                     fmt: str = "YAML") -> tuple[list[tuple[str, dict]], dict]:
+    # the spec files' loader: a key given twice in a mapping is refused, with its line (PyYAML
+    # would keep the last one silently)
+    from llmpar.specs.registry import _UniqueKeyLoader
+
+    try:
+        loader = _UniqueKeyLoader(text)
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
+        if fmt == "JSON" and (err := _json_error(text, name)) is not None:
+            raise err from None
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else 1
-        raise UserError(f"{name}:{line}: YAML: {getattr(exc, 'problem', None) or exc}") from None
+        what = "YAML" if fmt == "YAML" else "JSON/YAML"   # a .json file is read as YAML (JSON is YAML)
+        raise UserError(f"{name}:{line}: {what}: {getattr(exc, 'problem', None) or exc}") from None
     except (RecursionError, ValueError, TypeError) as exc:
-        raise UserError(f"{name}: YAML: {exc}") from None
+        raise UserError(f"{name}: {'YAML' if fmt == 'YAML' else 'JSON/YAML'}: {exc}") from None
     common: dict = {}
     if isinstance(data, list):
         runs, runs_node = data, node
@@ -669,7 +719,8 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
         elif kind == "jsonl":
             rows = _table_rows_jsonl(text, name)
         else:
-            rows, common = _table_rows_yaml(text, name, ctx, file_notes)
+            rows, common = _table_rows_yaml(text, name, ctx, file_notes,
+                                            "JSON" if path.suffix.lower() == ".json" else "YAML")
             common = _common_known(common, name, file_notes)
         if not rows:
             raise UserError(f"{name}: no runs in the table")

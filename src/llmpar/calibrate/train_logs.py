@@ -31,16 +31,21 @@ lines, warm-up included (a peak is a peak).
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmpar.errors import UserError
+
 #: iterations whose number is <= this are warm-up and never enter a median
 WARMUP_ITERS = 3
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_NUM = r"([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+# a number as the frameworks print it; 'nan' / 'inf' are matched too, so that a non-finite figure is
+# refused with its line (``_finite``) instead of making the line unreadable
+_NUM = r"([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?))"
 
 # --- Megatron-LM
 _MEG_TRIGGER = "elapsed time per iteration"
@@ -64,7 +69,7 @@ _USING_PAIR = re.compile(
 
 # --- NeMo
 _NEMO_TRIGGER = "train_step_timing in s"
-_NEMO_TIME = re.compile(r"train_step_timing in s\s*[:=]\s*(\d[\d.]*(?:[eE][-+]?\d+)?)")
+_NEMO_TIME = re.compile(r"train_step_timing in s\s*[:=]\s*(\d[\d.]*(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?))")
 _NEMO_STEP = (
     re.compile(r"global_step\s*[:=]\s*(\d+)"),
     re.compile(r"\biteration\s+(\d+)\s*/"),
@@ -89,6 +94,9 @@ _OOM = re.compile(r"CUDA out of memory|HIP out of memory|OutOfMemoryError")
 
 _MIB = 2.0**20
 _GIB = 2.0**30
+#: a peak memory figure above this is no GPU's (the largest hold a few hundred GB): a wrong unit or a
+#: corrupted log; refused rather than read (runs_io applies the same bound to runs tables)
+MAX_MEMORY_BYTES = 10e12
 
 
 @dataclass
@@ -116,6 +124,23 @@ class _Entry:
 
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
+
+
+def _finite(text: str, where: str, what: str) -> float:
+    """``_num`` for a figure a run is measured by: NaN or infinity is bad input naming the line."""
+    v = _num(text)
+    if not math.isfinite(v):
+        raise UserError(f"{where}: {what} {text!r} is not a finite number")
+    return v
+
+
+def _memory(text: str, scale: float, where: str, what: str) -> float:
+    """A memory figure of a log line in bytes; beyond any GPU's memory it is refused (wrong unit?)."""
+    v = _finite(text, where, what) * scale
+    if v > MAX_MEMORY_BYTES:
+        raise UserError(f"{where}: {what} {text} is {v:.3g} bytes, an implausible size, more than any GPU "
+                        f"holds (llmpar reads at most {MAX_MEMORY_BYTES / 1e12:g} TB)")
+    return v
 
 
 def _steady(entries: list[_Entry], where: str, notes: list[str]) -> list[_Entry]:
@@ -161,9 +186,14 @@ def _arg_value(raw: str):
         return v
 
 
-def _megatron_layout(args: dict[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
-    """Megatron argument names -> CLI option names."""
+def _megatron_layout(args: dict[str, Any], where: str, notes: list[str],
+                     lines: dict[str, int] | None = None) -> dict[str, Any]:
+    """Megatron argument names -> CLI option names (``lines``: argument -> its line, for notes)."""
     out: dict[str, Any] = {}
+
+    def at(arg: str) -> str:
+        return f"{where}:{lines[arg]}" if lines and arg in lines else where
+
     direct = {
         "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
         "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
@@ -183,12 +213,23 @@ def _megatron_layout(args: dict[str, Any], where: str, notes: list[str]) -> dict
         out["recompute"] = "none"
     v = args.get("virtual_pipeline_model_parallel_size")
     per_stage = args.get("num_layers_per_virtual_pipeline_stage")
-    if v is None and isinstance(per_stage, int) and per_stage > 0:
+    if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        notes.append(f"{at('virtual_pipeline_model_parallel_size')}: virtual_pipeline_model_parallel_size={v} is not "
+                     f"a positive number of model "
+                     f"chunks: virtual stages not set")
+        v = None
+    if v is None and per_stage is not None and not (isinstance(per_stage, int) and not isinstance(per_stage, bool)
+                                                    and per_stage > 0):
+        notes.append(f"{at('num_layers_per_virtual_pipeline_stage')}: num_layers_per_virtual_pipeline_stage="
+                     f"{per_stage} is not a positive layer count: "
+                     f"virtual stages not set")
+    elif v is None and isinstance(per_stage, int) and per_stage > 0:
         layers, pp = args.get("num_layers"), args.get("pipeline_model_parallel_size")
         if isinstance(layers, int) and isinstance(pp, int) and pp > 0 and layers % (pp * per_stage) == 0:
             v = layers // (pp * per_stage)
         else:
-            notes.append(f"{where}: num_layers_per_virtual_pipeline_stage={per_stage} but num_layers/pp "
+            notes.append(f"{at('num_layers_per_virtual_pipeline_stage')}: num_layers_per_virtual_pipeline_stage="
+                         f"{per_stage} but num_layers/pp "
                          f"not readable or not divisible: virtual stages not set")
     if isinstance(v, int) and v > 1:
         out["virtual_stages"] = v
@@ -271,6 +312,7 @@ def read_log(text: str, name: str) -> LogRead:
     nemo: list[_Entry] = []
     titan: list[_Entry] = []
     args: dict[str, Any] = {}
+    arg_lines: dict[str, int] = {}   # argument -> its line in the arguments block
     layout_found: dict[str, Any] = {}
     gbs_seen: dict[int, int] = {}  # global batch size -> first line
     mem_alloc: list[float] = []
@@ -294,6 +336,7 @@ def read_log(text: str, name: str) -> LogRead:
                 m = _ARG_LINE.search(line)
                 if m:
                     args[m.group(1)] = _arg_value(m.group(2))
+                    arg_lines[m.group(1)] = lineno
                     continue
                 # anything else inside the block (another rank's output interleaved) is foreign
             if _ARGS_START.search(line) and not _ARGS_END.search(line):
@@ -311,10 +354,10 @@ def read_log(text: str, name: str) -> LogRead:
                     notes.append(f"{where}: Megatron iteration line without a readable iteration number "
                                  f"and elapsed time; not used")
                     continue
-                vals = {"step_time_s": _num(el.group(1)) * 1e-3}
+                vals = {"step_time_s": _finite(el.group(1), where, "the iteration time (ms)") * 1e-3}
                 tf = _MEG_TFLOPS.search(line)
                 if tf:
-                    vals["tflops_per_gpu"] = _num(tf.group(1))
+                    vals["tflops_per_gpu"] = _finite(tf.group(1), where, "throughput per GPU (TFLOP/s/GPU)")
                 g = _MEG_GBS.search(line)
                 if g:
                     gbs_seen.setdefault(int(g.group(1)), lineno)
@@ -329,8 +372,8 @@ def read_log(text: str, name: str) -> LogRead:
                     notes.append(f"{where}: memory report not in Megatron's 'memory (MB) | allocated: | "
                                  f"max allocated: | reserved: | max reserved:' form; not used")
                     continue
-                mem_alloc.append(_num(m.group(3)) * _MIB)
-                mem_reserved.append(_num(m.group(5)) * _MIB)
+                mem_alloc.append(_memory(m.group(3), _MIB, where, "max allocated (MB)"))
+                mem_reserved.append(_memory(m.group(5), _MIB, where, "max reserved (MB)"))
                 r = _MEG_RANK.search(line)
                 meg_mem_ranks.add(int(r.group(1)) if r else None)
                 continue
@@ -344,7 +387,8 @@ def read_log(text: str, name: str) -> LogRead:
                 g = _NEMO_GBS.search(line)
                 if g:
                     gbs_seen.setdefault(int(g.group(1)), lineno)
-                nemo.append(_Entry(int(step.group(1)), lineno, {"step_time_s": _num(t.group(1))}))
+                nemo.append(_Entry(int(step.group(1)), lineno,
+                                   {"step_time_s": _finite(t.group(1), where, "train_step_timing")}))
                 continue
             if _TT_TRIGGER.search(line):
                 if _TT_VALIDATE.search(line):
@@ -354,14 +398,14 @@ def read_log(text: str, name: str) -> LogRead:
                 if not (st and tps):
                     notes.append(f"{where}: torchtitan step line without a readable tps; not used")
                     continue
-                vals = {"tokens_per_s_per_gpu": _num(tps.group(1))}
+                vals = {"tokens_per_s_per_gpu": _finite(tps.group(1), where, "tps")}
                 for key, rx, scale in (("tflops_per_gpu", _TT_TFLOPS, 1.0), ("mfu", _TT_MFU, 0.01)):
                     m = rx.search(line)
                     if m:
-                        vals[key] = _num(m.group(1)) * scale
+                        vals[key] = _finite(m.group(1), where, key.split("_")[0]) * scale
                 m = _TT_MEM.search(line)
                 if m:
-                    tt_mem.append(_num(m.group(1)) * _GIB)
+                    tt_mem.append(_memory(m.group(1), _GIB, where, "memory (GiB)"))
                     r = _TT_RANK.search(line)
                     tt_mem_ranks.add(int(r.group(1)) if r else None)
                 titan.append(_Entry(int(st.group(1)), lineno, vals))
@@ -384,7 +428,7 @@ def read_log(text: str, name: str) -> LogRead:
         notes.append(f"{name}: iteration lines of several formats ({', '.join(kinds)}); read together as one run")
     if validations:
         notes.append(f"{name}: {validations} torchtitan validation line(s) skipped")
-    layout = _megatron_layout(args, f"{name}", notes) if args else {}
+    layout = _megatron_layout(args, f"{name}", notes, arg_lines) if args else {}
     layout.update({k: v for k, v in layout_found.items() if k not in layout})
     for key, val in layout_found.items():
         if key in layout and layout[key] != val:
@@ -402,7 +446,14 @@ def read_log(text: str, name: str) -> LogRead:
         if len(gbs_seen) > 1:
             sizes = ", ".join(f"{g} (line {ln})" for g, ln in gbs_seen.items())
             notes.append(f"{name}: global batch size changes ({sizes}); kept the last")
-        layout.setdefault("global_batch", list(gbs_seen)[-1])
+        last = list(gbs_seen)[-1]
+        stated = layout.get("global_batch")
+        if stated is not None and stated != last:
+            # the iteration lines print the batch their iterations ran (Megatron's batch-size
+            # ramp-up runs below the arguments' global_batch_size); their times are what is read
+            notes.append(f"{name}:{gbs_seen[last]}: the iteration lines say global batch size {last}, the "
+                         f"arguments block {stated}: used {last}, the batch the timed iterations ran")
+        layout["global_batch"] = last
     if mem_alloc:
         out.measured["peak_allocated_bytes"] = max(mem_alloc)
         out.measured["peak_reserved_bytes"] = max(mem_reserved)

@@ -71,7 +71,8 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
             par.add_row(k, f"{v['before']:.4g}", f"{v['after']:.4g}")
         con.print(par)
     if out is not None:
-        con.print(f"wrote {out} (extends {result.base.name}; use it with --stack {out})", highlight=False)
+        con.print(f"wrote {out} (extends {result.extends(str(out.parent))}; use it with --stack {out})",
+                  highlight=False)
     elif not check:
         con.print("(--out FILE.yaml writes the fitted stack)")
 
@@ -103,6 +104,24 @@ def render_held_out(held) -> None:
               highlight=False)
 
 
+def _out_path(text: str) -> Path:
+    """--out, checked before any reading or fitting: a file name, in a folder that exists and can
+    be written (an error after a long fit would lose the fit)."""
+    import os
+
+    if not text.strip():
+        raise UserError("--out is empty: give the file to write the fitted stack to (e.g. --out my-stack.yaml)")
+    out = Path(text)
+    if out.is_dir():
+        raise UserError(f"--out {text}: is a directory; give a file name (e.g. {out / 'my-stack.yaml'})")
+    folder = out.parent
+    if not folder.is_dir():
+        raise UserError(f"--out {text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"--out {text}: cannot write there (permission denied)")
+    return out
+
+
 @click.command("runs")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--stack", shell_complete=complete_stack, help="Base stack (name or YAML); default: the files' `stack:`, else megatron-core.")
@@ -122,7 +141,7 @@ def render_held_out(held) -> None:
               help="Leave out of the fit runs slower than this fraction of their configuration's best (e.g. 0.5).")
 @click.option("--check", is_flag=True, help="Report the stack's error on the runs; fit nothing.")
 @click.option("--tolerance", help="With --check: exit 1 if the median speed or memory error exceeds this (e.g. 10%).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the fitted stack here.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the fitted stack here.")
 @click.option("--name", "out_name", help="Name of the written stack (default: the file name).")
 @click.option("--rows", "show_rows", type=click.IntRange(0), default=30, show_default=True, help="Runs to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -151,18 +170,41 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         raise UserError("--tolerance goes with --check")
     if check and out is not None:
         raise UserError("--check fits nothing: drop --out")
+    if check and fit_names is not None:
+        raise UserError("--check fits nothing: drop --fit")
     if check and (train_sel or healthy):
         raise UserError("--check fits nothing: --train and --drop-slower-than choose what a fit uses")
+    if out is not None:
+        out = _out_path(out)
     train = run_selector(train_sel) if train_sel else None
+    if stack is not None:
+        from llmpar.specs import load_stack
+
+        load_stack(stack)
     defaults = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    given: dict[str, str] = {}
     for item in (layout_text or "").split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise UserError(f"--layout expects KEY=VALUE pairs separated by commas (e.g. gpus=16,tp=2), got {item!r}")
-        defaults[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        if key in given:   # a key given twice is refused, as in runs files (the last would win silently)
+            raise UserError(f"--layout gives {key} twice ({key}={given[key]} and {key}={value})")
+        if key in defaults:
+            raise UserError(f"--layout {key}={value} and --{key} {defaults[key]} both give the {key}: give it once")
+        given[key] = defaults[key] = value
+    if defaults.get("hardware") is not None:
+        # checked up front, whether or not the runs name their own (an unknown name is not ignored)
+        from llmpar.specs import load_hardware
+
+        load_hardware(str(defaults["hardware"]))
     read = read_runs(files, defaults=defaults)
+    if defaults.get("model") is not None and str(defaults["model"]) not in read.models:
+        from llmpar.specs import load_model
+
+        load_model(str(defaults["model"]))   # an inline 'models:' entry of a table is a model too
     if only_sel:
         keep = [run_filter(t) for t in only_sel]
         runs_kept = [r for r in read.runs if all(k(r) for k in keep)]
@@ -183,20 +225,21 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         from llmpar.cli import plots
 
         plots.save(plots.calibrate_runs_figure(result), plot_path)
+    notes = read.notes + result.notes + ([n for n in held.notes if n not in result.notes] if held is not None else [])
     if out is not None:
         name = out_name or out.stem
         try:
-            out.write_text(yaml.safe_dump(result.stack_dict(name), sort_keys=False), encoding="utf-8")
+            out.write_text(yaml.safe_dump(result.stack_dict(name, str(out.parent)), sort_keys=False), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
     if as_json:
         echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
-                   "summary": result.summary, "rows": result.rows, "notes": read.notes,
+                   "summary": result.summary, "rows": result.rows, "notes": notes,
                    "out": str(out) if out else None,
                    "held_out": None if held is None else {"runs": len(held.runs), "summary": held.summary["before"],
                                                           "rows": held.rows}})
     else:
-        render(result, read.notes, check, out, show_rows)
+        render(result, notes, check, out, show_rows)
         if held is not None:
             render_held_out(held)
         if plot_path is not None:

@@ -8,6 +8,7 @@ source-tree run falls back to the repository folders (DESIGN.md, Data files).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -195,14 +196,23 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
-    """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged."""
+def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
+               folder: Path | None = None) -> tuple[dict[str, Any], str]:
+    """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged.
+
+    ``folder``: the folder of the file whose ``extends:`` names ``name``; a relative path there is
+    relative to that file's folder (not to the working directory), so a file and the base it
+    extends can move together. A name that does not look like a path is a shipped name, as before."""
     what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
     listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models"}[kind]
     if _looks_like_path(name):
-        path = Path(name)
+        path = Path(os.path.normpath(name))
+        if folder is not None and not path.is_absolute():
+            path = Path(os.path.normpath(folder / path))
         if not path.is_file():
-            raise UserError(f"{what} file not found: {name}")
+            where = f" (relative to {folder}, the folder of the file that extends it)" \
+                if folder is not None and not Path(name).is_absolute() else ""
+            raise UserError(f"{what} file not found: {path}{where}")
     else:
         found = _lookup(kind, name.lower())
         if found is None:
@@ -214,7 +224,7 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict[s
     base = data.get("extends")
     if base:
         try:
-            base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),))
+            base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),), path.parent)
         except UserError as exc:   # say which file's `extends` led there
             if str(path) in str(exc):
                 raise
