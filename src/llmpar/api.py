@@ -20,13 +20,14 @@ The numbers come from :mod:`llmpar.cost` through :mod:`llmpar.parallel` (resolut
 
 from __future__ import annotations
 
-import operator
+import os
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import (load_hardware_spec, load_model_spec, make_settings, moe_cost_note, parse_reserve, stack_note,
                            stack_support_note)
-from llmpar.parallel import DTYPES, MAX_GPUS, Resolved, Settings, _pos_int, resolve
+from llmpar.parallel import (DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction,
+                             resolve, whole)
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
                             SweepRow, ValidateResult, num, step_numbers)
@@ -43,7 +44,7 @@ def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None) -
     ``config.json`` path (or ``hf=`` one), or a loaded :class:`ModelSpec` (returned as is)."""
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or hf= a config.json")
-    return load_model_spec(model, hf)[0]
+    return load_model_spec(model, _path(hf, "hf"))[0]
 
 
 def load_hardware(hardware: str | Hardware = "h100-sxm") -> Hardware:
@@ -62,9 +63,12 @@ def load_stack(stack: str | Stack | None = None) -> Stack:
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
     """A stand-in spec for `--params`: lets parallel.resolve apply the usual degree rules
     (gpus = tp·cp·pp·dp, one-node default) to a bare parameter count without shapes."""
-    heads = int(tp or 1)
-    return ModelSpec(name=f"--params {text}", family="gpt", layers=max(int(pp or 1), 1), hidden=heads, heads=heads,
-                     head_dim=1, ffn_hidden=1, vocab=1, max_seq=int(seq or 8192))
+    heads = _pos_int(tp, "tp", MAX_GPUS) or 1
+    layers = _pos_int(pp, "pp", MAX_GPUS) or 1
+    # built unvalidated: a stand-in, not a model, whose tp heads and pp layers may pass the bounds
+    # of a real model's shapes (specs/model.py: 65,536 heads, 10,000 layers) within resolve's own
+    return ModelSpec.model_construct(name=f"--params {text}", family="gpt", layers=layers, hidden=heads, heads=heads,
+                                     head_dim=1, ffn_hidden=1, vocab=1, max_seq=_pos_int(seq, "seq", MAX_SEQ) or 8192)
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -74,12 +78,15 @@ def _int_or_none(x) -> int | None:
     return None if x == float("inf") else int(x)
 
 
-def _pos(value, what):
-    if value is None:
-        return None
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise UserError(f"--{what} must be a positive integer, got {value}")
-    return int(value)
+def _pos(value, what, hi: int | None = None):
+    return _pos_int(value, what, hi)   # the API's one rule for integers (parallel.whole), then the bounds
+
+
+def _path(value, what: str):
+    """A file argument (``hf=``): a string or a path; None stays None."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return value
+    raise UserError(f"{what} must be a path to a file (a string or a Path), got {value!r}")
 
 
 # `memory` builds its result with MemoryResult.model_construct: the fields are llmpar's own computed
@@ -132,8 +139,13 @@ def memory(
     Keyword arguments are the CLI's common options. Raises :class:`llmpar.errors.UserError` for
     bad input.
     """
+    zero = whole(zero, "zero")
     if zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+    sp = flag(sp, "sp")
+    per_stage, inference, explain = (flag(per_stage, "per_stage", False), flag(inference, "inference", False),
+                                     flag(explain, "explain", False))
+    hf = _path(hf, "hf")
     if kv_dtype is not None and kv_dtype not in DTYPES:
         raise UserError(f"unknown kv dtype {kv_dtype!r}; choose one of: {', '.join(DTYPES)}")
     if not inference and (batch is not None or context is not None):
@@ -213,12 +225,12 @@ def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch
     from llmpar.cost import memory as M
     from llmpar.cost import params as P
 
-    b = _pos(batch, "batch") or 1
+    b = _pos(batch, "batch", MAX_BATCH) or 1
     if layout["microbatches"] is None and layout["global_batch"] is None:
         layout = dict(layout, microbatches=1)
     r: Resolved = resolve(spec, hw, settings=settings, **layout)
     par = r.parallel
-    T = _pos(context, "context") or int(par.seq)
+    T = _pos(context, "context", MAX_SEQ) or int(par.seq)
     notes = notes + [a for a in r.assumptions if "one node" in a]
     if context is None:
         notes.append(f"context defaults to min(8192, model max {spec.max_seq}) = {T}")
@@ -350,6 +362,8 @@ def step(
 
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf path/config.json")
+    dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
+                                          fraction(ep_overlap, "ep_overlap"))
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
@@ -454,10 +468,7 @@ def _collective_group(hw, gpus: int | None, per_node: int | None) -> tuple[int, 
     if gpus is None:
         gpus = hw.gpus_per_node
         notes.append(f"no --gpus: one node of {hw.name} ({gpus} GPUs)")
-    try:
-        gpus = operator.index(gpus)
-    except TypeError:
-        raise UserError(f"--gpus must be a whole number of GPUs, got {gpus!r}") from None
+    gpus = whole(gpus, "gpus")
     if gpus < 2:
         raise UserError(f"--gpus must be at least 2 for a collective, got {gpus}")
     if gpus > MAX_GPUS:
@@ -526,6 +537,7 @@ def collective(
     cannot run this group)."""
     from llmpar.cost import collectives as C
 
+    explain = flag(explain, "explain", False)
     name = C.normalize_collective(collective)
     if algorithm:
         algorithm = C.normalize_algorithm(algorithm, name)
@@ -591,6 +603,12 @@ def validate(
     tol = parse_tolerance(tolerance)
     if limit is not None:
         limit = _pos(limit, "limit")
+    if source is not None and not (isinstance(source, str) or (isinstance(source, (list, tuple))
+                                                                 and all(isinstance(x, str) for x in source))):
+        raise UserError(f"source must be a validation source name (a file stem of validation/*.yaml) or a list of "
+                        f"them, got {source!r}")
+    if progress is not None and not callable(progress):
+        raise UserError(f"progress must be a function progress(name, done, total), got {progress!r}")
     r = _validate(source, stack, limit, progress)
     result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack)
     if tol is not None:

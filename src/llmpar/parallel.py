@@ -168,6 +168,9 @@ class Settings:
             raise UserError(f"--ep-dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {self.ep_dispatcher!r}")
         if isinstance(self.recompute_modules, str):
             object.__setattr__(self, "recompute_modules", self.recompute_modules.split(","))
+        elif self.recompute_modules is not None and not isinstance(self.recompute_modules, (list, tuple)):
+            raise UserError(f"recompute_modules must be a comma-separated string or a list of module names "
+                            f"({', '.join(RECOMPUTE_MODULES)}), got {self.recompute_modules!r}")
         if self.recompute_modules is not None:
             mods = tuple(dict.fromkeys(str(m).strip() for m in self.recompute_modules if str(m).strip()))
             bad = [m for m in mods if m not in RECOMPUTE_MODULES]
@@ -231,14 +234,54 @@ MAX_TOKENS_PER_STEP = 2**40 # ~1.1e12 tokens per step (a 4M-token batch is 2^22)
 DEFAULT_MAX_BATCH_SEQUENCES = 4096
 
 
-def _pos_int(value, what: str, hi: int | None = None) -> int:
+def whole(value, what: str) -> int | None:
+    """The one rule for an integer argument of the Python API (docs/api.md): an int, a numpy
+    integer or a float with a whole value (``2.0``, as the CLI's options have always been read) is
+    that integer, None stays None; a bool, a string, ``2.5``, nan or inf is a UserError naming the
+    keyword argument (``what`` as written on the CLI, ``micro-batch`` -> ``micro_batch``). The CLI
+    passes ints, so only the API can get these messages."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or int(value) != value or value < 1:
+    if isinstance(value, (bool, np.bool_)):
+        pass
+    elif isinstance(value, (int, np.integer)):
+        return int(value)
+    elif isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise UserError(f"{what.replace('-', '_')} must be a whole number, got {value!r}")
+
+
+def flag(value, what: str, default_none: bool = True) -> bool | None:
+    """The rule for a boolean argument of the Python API: True or False (None too where it means
+    the default); ``"no"``, ``0`` or ``1`` are a UserError, not a truth value (``sp="no"`` turned
+    sequence parallelism on)."""
+    if value is None and default_none:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise UserError(f"{what} must be True or False{' (or None for the default)' if default_none else ''}, "
+                    f"got {value!r}")
+
+
+def fraction(value, what: str) -> float | None:
+    """The rule for a fraction argument of the Python API (``dp_overlap=0.5``): an int or a float,
+    None stays None; a string or a bool is a UserError (the range is checked where it is used)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise UserError(f"{what} must be a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _pos_int(value, what: str, hi: int | None = None) -> int:
+    value = whole(value, what)
+    if value is None:
+        return None
+    if value < 1:
         raise UserError(f"--{what} must be a positive integer, got {value}")
     if hi is not None and value > hi:
         raise UserError(f"--{what} {value} is beyond what llmpar models (at most {hi:,})")
-    return int(value)
+    return value
 
 
 def default_global_batch(seq: int, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> tuple[int, str | None]:
@@ -402,6 +445,8 @@ def resolve(
 ) -> Resolved:
     """Resolve the common option group into a scalar :class:`Parallel` (DESIGN.md, CLI conventions)."""
     notes: list[str] = []
+    zero = whole(zero, "zero") or 0  # its range: the layout rule "zero" (check_layout)
+    sp = flag(sp, "sp")
     tp = _pos_int(tp, "tp", MAX_GPUS) or 1
     pp = _pos_int(pp, "pp", MAX_GPUS) or 1
     cp = _pos_int(cp, "cp", MAX_GPUS) or 1

@@ -36,6 +36,15 @@ DE_GENERATIONS = 100     # differential evolution generations (fit_curve's globa
 DE_POP_PER_PARAM = 10    # its population per curve parameter
 DE_POLISH = 3            # local descents from its best members
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
+# Bounds on what is measured, checked before torch is touched (--tokens 10^30 was a torch TypeError,
+# --tokens 10^11 an allocator error): every size option (--tokens, --square, --max-dim, --tp) at most
+# 2^20, ten times the largest dimension of any model llmpar ships (megatron-gpt-1t's FFN, 102,400),
+# and the three matrices of one GEMM (A, B and the product, at --dtype's size) at most 64 GiB (the
+# default shapes' largest, llama-3-70b's LM head at 8,192 tokens, takes 4.3 GB). A GEMM within them
+# that still does not fit the device is refused when torch cannot allocate it (measure).
+MAX_DIM = 2**20
+MAX_GEMM_BYTES = 64 * 2**30
 
 
 @dataclass
@@ -96,6 +105,12 @@ def plan_shapes(plan: GemmPlan) -> list[Shape]:
     from llmpar.specs import load_hardware, load_model
 
     load_hardware(plan.hardware)  # bad names fail here, before any measurement
+    for what, vals in (("tokens", plan.tokens), ("square", plan.square), ("tp", plan.tps),
+                       ("max-dim", [plan.max_dim] if plan.max_dim else [])):
+        big = [v for v in vals if v > MAX_DIM]
+        if big:
+            raise UserError(f"--{what} {big[0]:,} is above {MAX_DIM:,} (2^20), the largest GEMM size `calibrate gemm` "
+                            "measures")
     shapes = model_shapes(load_model(plan.model), plan.tps, plan.tokens) if plan.model else []
     shapes += [Shape(f"square {s}", s, s, s) for s in plan.square]
     seen, out = set(), []
@@ -104,6 +119,11 @@ def plan_shapes(plan: GemmPlan) -> list[Shape]:
         if key in seen or (plan.max_dim and max(key) > plan.max_dim):
             continue
         seen.add(key)
+        need = (s.m * s.k + s.k * s.n + s.m * s.n) * DTYPE_BYTES.get(plan.dtype, 4)
+        if need > MAX_GEMM_BYTES:
+            raise UserError(f"GEMM {s.label} ({s.m:,} x {s.k:,} @ {s.k:,} x {s.n:,}) needs {need / 2**30:,.0f} GiB for "
+                            f"its matrices, above the {MAX_GEMM_BYTES // 2**30} GiB `calibrate gemm` allocates for one "
+                            "GEMM: lower --tokens or --square, or set --max-dim")
         out.append(s)
     if not out:
         raise UserError("no GEMM shape left to measure (raise --max-dim or give --square sizes)")
@@ -144,11 +164,19 @@ def measure(shapes: list[Shape], device: str, dtype: str, iters: int = 10, warmu
     out = []
     gen = torch.Generator(device="cpu").manual_seed(0)
     for s in shapes:
-        a = torch.randn(s.m, s.k, generator=gen).to(device=dev, dtype=tdt)
-        b = torch.randn(s.k, s.n, generator=gen).to(device=dev, dtype=tdt)
-        for _ in range(warmup):
-            torch.matmul(a, b)
-        sync()
+        try:
+            a = torch.randn(s.m, s.k, generator=gen).to(device=dev, dtype=tdt)
+            b = torch.randn(s.k, s.n, generator=gen).to(device=dev, dtype=tdt)
+            for _ in range(warmup):
+                torch.matmul(a, b)
+            sync()
+        except (MemoryError, RuntimeError) as exc:   # torch.cuda.OutOfMemoryError is a RuntimeError
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if not isinstance(exc, MemoryError) and not any(
+                    w in text.lower() for w in ("out of memory", "not enough memory", "allocate")):
+                raise   # not about the size of the request (a driver fault): not bad input
+            raise UserError(f"GEMM {s.label} ({s.m:,} x {s.k:,} @ {s.k:,} x {s.n:,}) does not fit in {dev}'s memory "
+                            f"({text[:160]}): lower --tokens or --square, or set --max-dim") from None
         t0 = time.perf_counter()
         for _ in range(iters):
             torch.matmul(a, b)

@@ -18,6 +18,7 @@ Nothing here prints; :mod:`llmpar.cli.plan_cmd` renders the :class:`PlanResult`.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -27,7 +28,8 @@ from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
-                             RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, seq_note)
+                             RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, flag,
+                             fraction, seq_note, whole)
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -264,24 +266,47 @@ def _as_specs(value, what: str) -> list[str]:
         out = []
         for k, v in value.items():
             if isinstance(v, (list, tuple, set)):
-                v = ",".join(_knob_text(x) for x in v)
+                v = ",".join(_knob_text(x, k) for x in v)
             else:
-                v = _knob_text(v)
+                v = _knob_text(v, k)
             out.append(f"{k}={v}")
         return out
-    return [str(v) for v in value]
+    if not isinstance(value, (list, tuple, set)) or not all(isinstance(v, str) for v in value):
+        example = "'tp=8,pp=4'" if what == "fix" else "['zero=0,1,3']"
+        raise UserError(f"{what} must be a string such as {example}, a list of such strings, or a dict "
+                        f"{{knob: value{'s' if what == 'allow' else ''}}}, got {value!r}")
+    return list(value)
 
 
-def _knob_text(x) -> str:
+def _knob_text(x, key: str = "") -> str:
     if isinstance(x, bool):
         return "on" if x else "off"
+    if isinstance(x, (float, np.floating)):
+        return str(whole(x, key or "value"))   # the API's rule for integers: 8.0 is 8, 8.5 and nan are refused
     return str(x)
 
 
-def _pos(value, what: str, hi: int | None = None):
+def _layout_keyword(key: str, value) -> str:
+    """A layout keyword of plan() (``tp=8``, ``sp=False``, ``recompute="full"``) as --fix text, by
+    the API's rules (docs/api.md): sp a bool, recompute and schedule a name, any other knob a whole
+    number (parallel.whole)."""
+    if key == "sp":
+        return _knob_text(flag(value, "sp"))
+    if key in ("recompute", "schedule"):
+        if not isinstance(value, str):
+            names = RECOMPUTE if key == "recompute" else SCHEDULES
+            raise UserError(f"{key} must be one of {', '.join(names)}, got {value!r}")
+        return value
+    return str(whole(value, key))
+
+
+def _pos(value, what: str, hi: int | None = None, required: bool = False):
+    if value is None and required:
+        raise UserError(f"{what.replace('-', '_')} must be a positive integer, got None")
+    value = whole(value, what)   # the API's one rule for integers (docs/api.md): 64 and 64.0, not "64" or nan
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if value < 1:
         raise UserError(f"--{what} must be a positive integer, got {value}")
     if hi is not None and value > hi:
         # bounded before any divisor search: --gpus 10^20 used to enumerate divisors up to 10^10
@@ -358,10 +383,15 @@ def plan(
     if gpus is None:
         raise UserError("--gpus is required: the number of GPUs to plan for")
     gpus = _pos(gpus, "gpus", MAX_GPUS)
-    top = _pos(top, "top")
+    top = _pos(top, "top", required=True)
     max_tp = _pos(max_tp, "max-tp")
-    explain_rank = _pos(explain_rank, "explain-rank")
+    explain_rank = _pos(explain_rank, "explain-rank", required=True)
     margin = _margin(margin)
+    pareto, keep_points = flag(pareto, "pareto", False), flag(keep_points, "keep_points", False)
+    dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
+                                          fraction(ep_overlap, "ep_overlap"))
+    if hf is not None and not isinstance(hf, (str, os.PathLike)):
+        raise UserError(f"hf must be a path to a file (a string or a Path), got {hf!r}")
     if explain_rank < 2:
         raise UserError("--explain-rank must be 2 or more (it explains why #1 beats #N)")
 
@@ -474,7 +504,7 @@ def _knob_values(fix, allow, layout) -> dict:
         if value is None:
             continue
         k = SP.knob_name(key)
-        vals = SP.parse_values(k, _knob_text(value))
+        vals = SP.parse_values(k, _layout_keyword(k, value))
         if k in fixed and fixed[k] != vals:
             raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
         fixed[k] = vals

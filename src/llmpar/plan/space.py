@@ -40,7 +40,7 @@ import numpy as np
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.errors import UserError
-from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations
+from llmpar.parallel import MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations
 from llmpar.specs.model import ModelSpec
 
 INTERLEAVED = SCHEDULES.index("interleaved")
@@ -74,6 +74,11 @@ KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_
 _KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_batch", "v": "virtual_stages",
                  "virtual-stages": "virtual_stages", "vpp": "virtual_stages", "offload": "offload_layers",
                  "offload-layers": "offload_layers"}
+# the largest value of each integer knob: the bounds `llmpar memory` and `step` apply to the same
+# options (parallel.resolve: degrees, virtual stages and layer counts at most MAX_GPUS, a micro-batch
+# at most MAX_BATCH); beyond them the knob's column would leave int64 (--virtual-stages 10^30 did)
+KNOB_MAX = {"micro_batch": MAX_BATCH, **{k: MAX_GPUS for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
+                                                               "offload_layers")}}
 _BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
@@ -117,6 +122,8 @@ def parse_values(key: str, text: str) -> tuple:
                 raise UserError(f"offload_layers={v} must be 0 or more")
             if key not in ("zero", "offload_layers") and v < 1:
                 raise UserError(f"{key}={v} must be a positive integer")
+            if key in KNOB_MAX and v > KNOB_MAX[key]:
+                raise UserError(f"{key}={v} is beyond what llmpar models (at most {KNOB_MAX[key]:,})")
             out.append(v)
     return tuple(dict.fromkeys(out))
 

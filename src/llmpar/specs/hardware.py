@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
@@ -59,6 +59,14 @@ class Accelerator(BaseModel):
     gemm: GemmEfficiency = Field(default_factory=GemmEfficiency)
     board_power: Watts | None = Field(
         None, description="maximum board power (TDP) of one GPU, W (datasheet); energy to train (llmpar.cost.training)")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_unit(cls, value: float) -> float:
+        if value < 2**30:
+            # no GPU llmpar plans for has less; a bare `memory: 80` is 80 bytes (printed as 0.0 GB)
+            raise ValueError(f"{value:g} bytes is below 1 GiB: a unit is probably missing (write e.g. '80 GiB')")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Accelerator:
@@ -177,6 +185,12 @@ class Hardware(BaseModel):
             raise ValueError("only the last tier may have domain_size: null")
         if inner != sorted(inner):
             raise ValueError("tiers must be ordered from the smallest domain to the largest")
+        for t in self.tiers[:-1]:
+            # a scale-up domain is part of a node (a PCIe switch of 2 of 8 GPUs) or whole nodes (an
+            # NVL72 rack of 18 4-GPU trays): rank placement (cost/topology.py) counts it both ways
+            if t.domain_size % self.gpus_per_node and self.gpus_per_node % t.domain_size:
+                raise ValueError(f"tier {t.name!r}: domain_size {t.domain_size} neither divides nor is a multiple of "
+                                 f"gpus_per_node ({self.gpus_per_node})")
         if self.job_domain is not None:
             domain = max(inner) if inner else 1
             if self.job_domain > domain or self.job_domain % self.gpus_per_node:

@@ -11,15 +11,28 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Upper bounds on a model's shapes: far above any real model (the shipped largest are 128 layers,
+# hidden 25,600, FFN 102,400, 160 heads, 256 experts, vocab 201,088, max_seq 163,840), low enough
+# that every count derived from them (parameters ~ layers x experts x h x f, activations ~ seq x h)
+# stays a finite number: a hidden size of 10^30 overflowed int64 in llmpar.cost and 10^11 layers
+# printed 5 x 10^11 GB per GPU. Checked for YAML specs and Hugging Face config.json alike (both
+# validate here).
+MAX_WIDTH = 2**20           # 1,048,576: hidden, ffn_hidden, head_dim, expert FFN, MLA ranks/dims
+MAX_VOCAB = 2**24           # 16,777,216 tokens
+MAX_LAYERS = 10_000         # layers, MTP modules
+MAX_HEADS = 65_536          # attention and KV heads
+MAX_EXPERTS = 65_536        # routed and shared experts, expert groups
+MAX_SEQ = 2**24             # 16,777,216 tokens: max_seq, sliding_window (the CLI's --seq bound too)
+
 
 class MoESpec(BaseModel):
     """Mixture of experts (Mixtral: 8 experts top-2; DeepSeek-V3: 256 routed top-8 + 1 shared)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
-    experts: int = Field(gt=0, description="routed experts per MoE layer")
-    top_k: int = Field(gt=0, description="routed experts each token goes through")
-    shared_experts: int = Field(0, ge=0, description="experts every token goes through")
-    expert_ffn_hidden: int = Field(gt=0, description="FFN size of one expert")
+    experts: int = Field(gt=0, le=MAX_EXPERTS, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, le=MAX_EXPERTS, description="routed experts each token goes through")
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="experts every token goes through")
+    expert_ffn_hidden: int = Field(gt=0, le=MAX_WIDTH, description="FFN size of one expert")
     dense_layers: list[int] = Field(
         default_factory=list, description="indices of layers with a dense FFN instead of experts (DeepSeek-V3: 0, 1, 2)"
     )
@@ -29,8 +42,10 @@ class MoESpec(BaseModel):
     # --moe-router-group-topk): the experts form `groups` contiguous blocks and a token's top_k
     # experts come from at most `groups_per_token` of them. What it saves is traffic, and only
     # with a dispatcher that sends a token once per destination node (stack kernels.ep_dispatcher)
-    groups: int | None = Field(None, gt=0, description="expert groups for group-limited routing (None: no limit)")
-    groups_per_token: int | None = Field(None, gt=0, description="groups one token's experts may come from")
+    groups: int | None = Field(None, gt=0, le=MAX_EXPERTS,
+                               description="expert groups for group-limited routing (None: no limit)")
+    groups_per_token: int | None = Field(None, gt=0, le=MAX_EXPERTS,
+                                         description="groups one token's experts may come from")
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -52,11 +67,11 @@ class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3, arXiv:2405.04434 §2.1)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
-    q_lora_rank: int | None = Field(None, gt=0, description="None: queries are not compressed")
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    q_lora_rank: int | None = Field(None, gt=0, le=MAX_WIDTH, description="None: queries are not compressed")
+    kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH)
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
+    v_head_dim: int = Field(gt=0, le=MAX_WIDTH)
 
 
 class ModelSpec(BaseModel):
@@ -69,20 +84,20 @@ class ModelSpec(BaseModel):
     source: str = Field("", description="where the shapes come from")
     family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox", "gpt_oss"] = "llama"
 
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int | None = Field(None, gt=0, description="GQA key/value heads; None = heads (MHA)")
-    head_dim: int | None = Field(None, gt=0, description="None = hidden / heads")
-    ffn_hidden: int = Field(gt=0, description="FFN inner size of a dense layer")
+    layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden: int = Field(gt=0, le=MAX_WIDTH)
+    heads: int = Field(gt=0, le=MAX_HEADS)
+    kv_heads: int | None = Field(None, gt=0, le=MAX_HEADS, description="GQA key/value heads; None = heads (MHA)")
+    head_dim: int | None = Field(None, gt=0, le=MAX_WIDTH, description="None = hidden / heads")
+    ffn_hidden: int = Field(gt=0, le=MAX_WIDTH, description="FFN inner size of a dense layer")
     ffn_type: Literal["gelu", "swiglu"] = Field(
         "swiglu", description="gelu: 2 matrices (h->f->h); swiglu: 3 matrices (gate, up, down)"
     )
-    vocab: int = Field(gt=0)
+    vocab: int = Field(gt=0, le=MAX_VOCAB)
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
     position: Literal["learned", "rope", "alibi"] = "rope"
-    max_seq: int = Field(gt=0)
+    max_seq: int = Field(gt=0, le=MAX_SEQ)
     linear_bias: bool = Field(False, description="biases on every linear layer (GPT-2/3, Megatron GPT)")
     qkv_bias: bool = Field(False, description="biases on the Q, K, V projections only (Qwen2)")
     attention_out_bias: bool = Field(
@@ -95,11 +110,13 @@ class ModelSpec(BaseModel):
     )
     parallel_block: bool = Field(False, description="attention and MLP in parallel from one norm (GPT-NeoX, GPT-J)")
     sliding_window: int | None = Field(
-        None, gt=0, description="tokens a query attends back to in the sliding-window (banded) layers; None = none")
+        None, gt=0, le=MAX_SEQ,
+        description="tokens a query attends back to in the sliding-window (banded) layers; None = none")
     sliding_window_share: float = Field(
         1.0, gt=0, le=1, description="share of the layers with the sliding window (gpt-oss alternates: 0.5)")
     mtp_layers: int = Field(
-        0, ge=0, description="multi-token-prediction modules trained with the model (DeepSeek-V3 §2.2; HF "
+        0, ge=0, le=MAX_LAYERS,
+        description="multi-token-prediction modules trained with the model (DeepSeek-V3 §2.2; HF "
                              "num_nextn_predict_layers): each a block like the last one, a 2h->h projection and norms, "
                              "sharing the embedding and output head, on the last pipeline stage; not in the parameter "
                              "total (DeepSeek-V3's 671B excludes its 14B MTP module)")
