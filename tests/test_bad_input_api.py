@@ -276,7 +276,6 @@ def test_domain_size_must_divide_or_be_a_multiple_of_gpus_per_node(cli, tmp_path
             assert t.domain_size % hw.gpus_per_node == 0 or hw.gpus_per_node % t.domain_size == 0, name
 
 
-@pytest.mark.xfail(strict=True, reason="registry._merge merges an empty list item by item (vacuously), so "
-                   "`tiers: []` under extends keeps the base's tiers; the fix is in specs/registry.py")
 def test_empty_tiers_under_extends_is_refused(cli, tmp_path):
+    # `tiers: []` under extends: used to merge item by item, vacuously, keeping the base's tiers
     assert_one_line_error(cli("memory", "llama-3-8b", "--hardware", _profile(tmp_path, "tiers: []\n")), "tiers")

@@ -211,13 +211,19 @@ def gemm_cmd(hardware, model, out, device, dtype, tps, tokens, square, max_dim, 
     shapes = gemm.plan_shapes(plan)                # validates model/hardware before touching torch
     reason = gemm.device_unavailable(device)
     if reason:
+        # nothing measured is not an error (the same command runs on the GPU machine later); with
+        # --json stdout still carries a document saying so, and the shapes it would have timed
         click.echo(f"llmpar: {reason}", err=True)
+        if as_json:
+            echo_json({"measured": False, "reason": reason, "device": device, "dtype": dtype, "samples": [],
+                       "planned": [{"label": sh.label, "m": sh.m, "n": sh.n, "k": sh.k} for sh in shapes],
+                       "out": None})
         return
     result = gemm.calibrate(plan, shapes, device)
     if out:
         gemm.write_profile(result, out)
     if as_json:
-        echo_json({**result.to_dict(), "out": str(out) if out else None})
+        echo_json({"measured": True, **result.to_dict(), "out": str(out) if out else None})
         return
     from rich.console import Console
     from rich.table import Table

@@ -185,6 +185,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         elif (
             isinstance(old, list)
             and isinstance(value, list)
+            and value          # an empty list replaces (and is then refused where a list may not be empty)
             and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in old + value)
         ):
             merged = {x["name"]: x for x in old}
