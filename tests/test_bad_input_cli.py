@@ -68,3 +68,15 @@ def test_calibrate_gemm_json_without_a_gpu_is_a_document(cli):
     assert res.code == 0
     doc = res.json()
     assert doc["measured"] is False and doc["samples"] == [] and doc["planned"] and "GPU" in doc["reason"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["memory", "llama-3-8b", "--hardware", "{tmp}"], "is a folder, not a YAML file"),
+    (["memory", "llama-3-8b", "--stack", "{tmp}"], "is a folder, not a YAML file"),
+    (["memory", "{tmp}/"], "is a folder"),
+    (["memory", "--hf", "{tmp}"], "is a folder; give its config.json"),
+    (["memory", "llama-3-8b", "--hardware", "/dev/null"], "not a regular file"),
+])
+def test_a_folder_is_not_a_spec_file(cli, tmp_path, args, needle):
+    # these said "file not found" for something that exists
+    assert_one_line_error(cli(*[a.replace("{tmp}", str(tmp_path)) for a in args]), needle)

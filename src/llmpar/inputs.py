@@ -28,12 +28,18 @@ def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None)
     if isinstance(model, ModelSpec):
         return model, None
     if hf is not None:
+        if not isinstance(hf, (str, Path)):
+            raise UserError(f"hf must be the path of a HF config.json, got {hf!r}")
         path = Path(hf)
+        if path.is_dir():
+            raise UserError(f"--hf: {hf} is a folder; give its config.json")
         if not path.is_file():
             raise UserError(f"--hf: file not found: {hf}")
         from llmpar.specs.hf import load_hf_config
 
         return load_hf_config(path), None
+    if not isinstance(model, (str, Path)):
+        raise UserError(f"model must be a name, a YAML path or a ModelSpec, got {model!r}")
     spec = registry.load_model(str(model))
     _, alias = registry.resolved_name(str(model)) if not registry._looks_like_path(str(model)) else (None, None)
     return spec, alias

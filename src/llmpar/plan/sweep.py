@@ -42,8 +42,8 @@ def parse_gpu_list(value) -> list[int]:
     Returns the counts ascending, without repeats."""
     if value is None:
         raise UserError("--gpus is required: the GPU counts to sweep, e.g. --gpus 256,512,1024 or 256,512,...,16384")
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        items: list = [int(value)]
+    if isinstance(value, (int, np.integer, float, np.floating)) and not isinstance(value, bool):
+        items: list = [value]     # one count; count() below takes 8 and 8.0, refuses 8.5
     elif isinstance(value, str):
         items = [x.strip() for x in value.split(",")]
         if len(items) > 1 and "" in items:
@@ -56,10 +56,18 @@ def parse_gpu_list(value) -> list[int]:
     text = ",".join(str(x) for x in items)
 
     def count(x) -> int:
-        try:
-            n = int(str(x).strip())
-        except ValueError:
-            raise UserError(f"--gpus {text}: {x!r} is not a whole number of GPUs") from None
+        from llmpar.parallel import whole
+
+        if isinstance(x, str):
+            try:
+                n = int(x.strip())
+            except ValueError:
+                raise UserError(f"--gpus {text}: {x!r} is not a whole number of GPUs") from None
+        else:
+            try:
+                n = whole(x, "gpus")    # the API's one rule for integers (parallel.py)
+            except UserError:
+                raise UserError(f"--gpus {text}: {x!r} is not a whole number of GPUs") from None
         if n < 1:
             raise UserError(f"--gpus {text}: GPU counts must be positive, got {n}")
         if n > MAX_GPUS:

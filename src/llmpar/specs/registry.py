@@ -210,6 +210,9 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
         path = Path(os.path.normpath(name))
         if folder is not None and not path.is_absolute():
             path = Path(os.path.normpath(folder / path))
+        if path.exists() and not path.is_file():
+            raise UserError(f"{what} {path} is a folder, not a YAML file" if path.is_dir()
+                            else f"{what} {path} is not a regular file")
         if not path.is_file():
             where = f" (relative to {folder}, the folder of the file that extends it)" \
                 if folder is not None and not Path(name).is_absolute() else ""
@@ -294,6 +297,10 @@ def load_model(name: str) -> ModelSpec:
         return load_hf_config(Path(name))
     if _looks_like_path(name):
         path = Path(name)
+        if path.is_dir():
+            raise UserError(f"model {name} is a folder, not a YAML file (a HF checkpoint folder: --hf its config.json)")
+        if path.exists() and not path.is_file():
+            raise UserError(f"model {name} is not a regular file")
         if not path.is_file():
             raise UserError(f"model file not found: {name}")
         data = read_yaml(path)
