@@ -80,3 +80,26 @@ def test_calibrate_gemm_json_without_a_gpu_is_a_document(cli):
 def test_a_folder_is_not_a_spec_file(cli, tmp_path, args, needle):
     # these said "file not found" for something that exists
     assert_one_line_error(cli(*[a.replace("{tmp}", str(tmp_path)) for a in args]), needle)
+
+
+@pytest.mark.parametrize("args, needle", [
+    # serving has no use for training knobs, and training none for the KV cache's dtype: refused,
+    # not ignored (the sweep found them silently dropped)
+    (["memory", "llama-3-8b", "--kv-dtype", "fp8"], "--kv-dtype is the KV cache's dtype and needs --inference"),
+    (["memory", "llama-3-8b", "--inference", "--recompute", "full"], "--recompute describes training"),
+    (["memory", "llama-3-8b", "--inference", "--global-batch", "16", "--pp", "2", "--schedule", "interleaved"],
+     "--global-batch, --schedule describe training"),
+    # memory and step refuse modules without selective recompute; plan/sweep now do the same
+    (["plan", "llama-3-8b", "--gpus", "64", "--recompute-modules", "core_attn", "--recompute", "none"],
+     "leave selective out"),
+    (["sweep", "llama-3-8b", "--gpus", "8,16", "--recompute-modules", "core_attn", "--fix", "recompute=none"],
+     "leave selective out"),
+    (["plan", "llama-3-8b", "--gpus", "64", "--fix", ""], "expected KNOB=VALUE"),
+    (["plan", "llama-3-8b", "--gpus", "64", "--fix", ","], "expected KNOB=VALUE"),
+])
+def test_options_that_do_not_apply(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)
+
+
+def test_inference_batch_still_works(cli):
+    assert cli("memory", "llama-3-8b", "--inference", "--batch", "4", "--tp", "2").code == 0

@@ -150,6 +150,19 @@ def memory(
         raise UserError(f"unknown kv dtype {kv_dtype!r}; choose one of: {', '.join(DTYPES)}")
     if not inference and (batch is not None or context is not None):
         raise UserError("--batch/--context describe serving and need --inference (training uses --micro-batch/--seq)")
+    if not inference and kv_dtype is not None:
+        raise UserError("--kv-dtype is the KV cache's dtype and needs --inference")
+    if inference:
+        # training knobs a serving layout has no use for: refused, not silently ignored
+        given = {"--recompute": recompute not in (None, "none"), "--global-batch": global_batch is not None,
+                 "--microbatches": microbatches is not None, "--micro-batch": micro_batch is not None,
+                 "--schedule": schedule is not None, "--virtual-stages": virtual_stages is not None,
+                 "--recompute-layers": recompute_layers is not None, "--offload-layers": offload_layers is not None,
+                 "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None}
+        bad = [k for k, v in given.items() if v]
+        if bad:
+            raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
+                            f"{'it' if len(bad) == 1 else 'them'} with --inference (serving uses --batch and --context)")
     hw = load_hardware_spec(hardware)
     res_bytes = parse_reserve(reserve, hw)
     layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=recompute,

@@ -423,6 +423,11 @@ def plan(
                                              defaults, notes)
     allowed = _knob_values(fix, allow, layout)
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
+    if recompute_modules is not None and "recompute" in allowed and RECOMPUTE.index("selective") not in [
+            int(x) for x in allowed["recompute"]]:
+        # memory and step refuse the same (api.memory): the modules only say what selective re-runs
+        raise UserError("--recompute-modules names what selective recompute re-runs: the recompute values held "
+                        "by --fix/--allow/--recompute leave selective out")
     if "schedule" not in allowed:
         # say which pipeline schedules were searched, and why not the others (the stack's list)
         left = [SCHEDULES[x] for x in SP.DEFAULT_SCHEDULES if SCHEDULES[x] not in settings.stack.schedules]

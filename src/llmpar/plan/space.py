@@ -138,6 +138,9 @@ def parse_assignments(specs, what: str) -> dict[str, tuple]:
             parts = [p for p in text.split(",") if p.strip()]
         else:
             parts = [text]
+        if not parts:      # --fix '' or --fix ',': nothing held is a typo, not a request
+            raise UserError(f"--{what} {text!r}: expected KNOB=VALUE" + ("S" if what == "allow" else "")
+                            + f" (e.g. --{what} " + ("tp=8,pp=16" if what == "fix" else "zero=0,1,3") + ")")
         for part in parts:
             if "=" not in part:
                 raise UserError(f"--{what} {text!r}: expected KNOB=VALUE" + ("S" if what == "allow" else "")
