@@ -273,6 +273,17 @@ def fraction(value, what: str) -> float | None:
     return float(value)
 
 
+def virtual_stages_message(v: int, layers: int, pp: int) -> str:
+    """Why ``v`` virtual stages do not split ``layers`` over ``pp`` stages: the busiest stage's
+    ceil(L/p) layers go into v equal chunks (Megatron-LM), so v must divide them. One text for
+    memory/step/plan (layout rule ``virtual_stages``) and ``llmpar bubble --layers``."""
+    per = int(stage_layers(layers, pp))
+    divs = [d for d in range(2, per + 1) if per % d == 0]
+    return (f"--virtual-stages {v} does not divide the {per} layers per pipeline stage ({layers} layers / "
+            f"pp={pp}, most-loaded stage; Megatron-LM splits a stage into v equal chunks): "
+            + (f"use one of {', '.join(map(str, divs))}" if divs else "this pp leaves no v > 1"))
+
+
 def _pos_int(value, what: str, hi: int | None = None) -> int:
     value = whole(value, what)
     if value is None:
@@ -373,11 +384,7 @@ def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
     if rule == "virtual_stages":
         if pp == 1:
             return "--virtual-stages > 1 (interleaved schedule) needs pp > 1"
-        per = int(stage_layers(model.layers, pp))
-        divs = [d for d in range(2, per + 1) if per % d == 0]
-        return (f"--virtual-stages {v} does not divide the {per} layers per pipeline stage ({model.layers} layers / "
-                f"pp={pp}, most-loaded stage; Megatron-LM splits a stage into v equal chunks): "
-                + (f"use one of {', '.join(map(str, divs))}" if divs else "this pp leaves no v > 1"))
+        return virtual_stages_message(v, model.layers, pp)
     if rule == "zero":
         return f"--zero must be 0, 1, 2 or 3, got {int(par.zero)}"
     raise AssertionError(rule)

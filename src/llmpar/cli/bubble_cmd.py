@@ -64,12 +64,10 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
         most = int(pl.stage_layers(layers, pp))
         if v > most:
             raise UserError(f"--virtual-stages {v} exceeds the {most} layers per pipeline stage ({layers} layers / pp={pp})")
-        if most % v:
-            # the layout rule memory/step apply (parallel.py, rule virtual_stages): v equal chunks per stage
-            divs = [d for d in range(2, most + 1) if most % d == 0]
-            raise UserError(f"--virtual-stages {v} does not divide the {most} layers per pipeline stage ({layers} "
-                            f"layers / pp={pp}, most-loaded stage; Megatron-LM splits a stage into v equal chunks): "
-                            + (f"use one of {', '.join(map(str, divs))}" if divs else "this pp leaves no v > 1"))
+        if most % v:   # the layout rule memory/step apply (parallel.py, rule virtual_stages)
+            from llmpar.parallel import virtual_stages_message
+
+            raise UserError(virtual_stages_message(v, layers, pp))
         stage = {"layers": layers, "most_loaded_stage_layers": most,
                  "first_stage_layers": int(pl.first_stage_layers(layers, pp)),
                  "last_stage_layers": int(pl.last_stage_layers(layers, pp))}
