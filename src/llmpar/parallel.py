@@ -277,6 +277,8 @@ def virtual_stages_message(v: int, layers: int, pp: int) -> str:
     """Why ``v`` virtual stages do not split ``layers`` over ``pp`` stages: the busiest stage's
     ceil(L/p) layers go into v equal chunks (Megatron-LM), so v must divide them. One text for
     memory/step/plan (layout rule ``virtual_stages``) and ``llmpar bubble --layers``."""
+    from llmpar.cost.pipeline import stage_layers   # cost is above parallel in the import order
+
     per = int(stage_layers(layers, pp))
     divs = [d for d in range(2, per + 1) if per % d == 0]
     return (f"--virtual-stages {v} does not divide the {per} layers per pipeline stage ({layers} layers / "
