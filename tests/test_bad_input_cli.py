@@ -103,3 +103,16 @@ def test_options_that_do_not_apply(cli, args, needle):
 
 def test_inference_batch_still_works(cli):
     assert cli("memory", "llama-3-8b", "--inference", "--batch", "4", "--tp", "2").code == 0
+
+
+def test_power_per_gpu_printed_as_given(cli):
+    # 1.5 W used to print as "2 W" (rounded to whole watts); 12,345 W keeps its separators
+    from llmpar.units import fmt_watts
+
+    assert fmt_watts(1.5) == "1.5" and fmt_watts(1275.0) == "1,275" and fmt_watts(12345.0) == "12,345"
+    res = cli("step", "llama-3-8b", "--tokens", "1T", "--power-per-gpu", "1.5")
+    assert res.code == 0 and "at 1.5 W per GPU" in res.out
+
+
+def test_offload_layers_negative_says_zero_is_allowed(cli):
+    assert_one_line_error(cli("memory", "llama-3-8b", "--offload-layers", "-1"), "0 (none) or a positive integer")

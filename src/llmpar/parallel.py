@@ -520,6 +520,8 @@ def resolve(
     if offload_layers is not None and offload_layers != 0:
         # Megatron-Core TransformerConfig (cpu_offloading): fewer layers than the model has, no
         # pipeline parallelism, no activation recomputation
+        if whole(offload_layers, "offload-layers") < 0:     # 0 is "none" (above)
+            raise UserError(f"--offload-layers must be 0 (none) or a positive integer, got {offload_layers}")
         n_off = _pos_int(offload_layers, "offload-layers", MAX_GPUS)
         if n_off >= model.layers:
             raise UserError(f"--offload-layers {n_off} must be below the model's {model.layers} layers")

@@ -178,6 +178,12 @@ def fmt_seconds(t: float, significant: int | None = None) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_watts(w: float) -> str:
+    """Power per GPU for a line of text: whole watts with thousands separators (1,275), or three
+    significant digits below 10 W (1.5)."""
+    return f"{w:,.0f}" if abs(w) >= 10 else f"{w:.3g}"
+
+
 def fmt_count(n: float) -> str:
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:

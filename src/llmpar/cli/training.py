@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from llmpar.units import fmt_watts
+
 TRAINING_KEYS = ("tokens", "pue", "gpu_hour_price", "power_per_gpu")
 
 _TRAINING_OPTIONS = [
@@ -49,7 +51,7 @@ def training_line(t: dict) -> str:
     parts = [f"{fmt_days(t['days'])} days" + (f" ({t['steps']:,} steps)" if t.get("steps") is not None else ""),
              f"{fmt_quantity(t['gpu_hours'])} GPU-hours"]
     if t["energy_mwh"] is not None:
-        parts.append(f"{fmt_quantity(t['energy_mwh'])} MWh at {t['power_per_gpu_w']:,.0f} W per GPU x PUE "
+        parts.append(f"{fmt_quantity(t['energy_mwh'])} MWh at {fmt_watts(t['power_per_gpu_w'])} W per GPU x PUE "
                      f"{t['pue']:g}")
     else:
         parts.append("energy unknown")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import UserError
+from llmpar.units import fmt_watts
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
@@ -139,7 +140,7 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
     node = hw.node_power
     if power_per_gpu_w is not None:
         power, basis = float(power_per_gpu_w), "given"
-        notes.append(f"power: {power:,.0f} W per GPU as given (--power-per-gpu)")
+        notes.append(f"power: {fmt_watts(power)} W per GPU as given (--power-per-gpu)")
     elif node is not None:
         power, basis = float(power_per_gpu_w_of(hw)), "max_node"
         share = f"{board:,.0f} W GPU board + {node / hw.gpus_per_node - board:,.0f} W node share" if board else \
