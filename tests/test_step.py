@@ -478,3 +478,18 @@ def test_bf16_boundary_layers_arrays_match_scalars():
                                              schedule=SCHEDULES.index("1f1b")),
                           Settings(dtype="fp8", stack=st), with_memory=False)["step_time_s"]
         assert float(arr[i]) == pytest.approx(float(one), rel=1e-12)
+
+
+def test_bf16_boundary_layers_gathered_in_bf16():
+    # With FP8 primary weights (megatron-core: --fp8-param-gather) ZeRO-1 gathers linear weights in
+    # 1 B; the recipe's BF16 boundary layers hold 16-bit weights, 2 B. Llama-3 8B at pp 1, dp 8:
+    # 2 layers x 218,103,808 linear params x 1 B more, of which each GPU sends 7/8 = 381,681,664 B.
+    hw, m = load_hardware("h100-sxm"), load_model("llama-3-8b")
+    st = load_stack("megatron-core").model_copy(deep=True)
+    st.kernels.fp8.bf16_layers_at_start = st.kernels.fp8.bf16_layers_at_end = 1
+    par = Parallel(tp=1, pp=1, dp=8, zero=1, micro_batch=1, microbatches=8, seq=8192)
+
+    def dp_bytes(stack):
+        return S.step_time(m, hw, par, Settings(dtype="fp8", stack=stack), with_memory=False)["comm_bytes_per_gpu"]["dp"]
+
+    assert dp_bytes(st) - dp_bytes(load_stack("megatron-core")) == pytest.approx(2 * 218_103_808 * 7 / 8, rel=1e-9)

@@ -347,7 +347,8 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f + bf_f
     t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
            + heads_b + has_emb * 2 * E.emb + pp_b + bf_b + bf_rec)
-    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
+    bf_on_mid = np.where(single, bf_first, 0) if settings.dtype == "fp8" else 0
+    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, bf_on_mid=bf_on_mid, layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
                            heads_f=heads_f, heads_b=heads_b,
                            pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
@@ -390,7 +391,10 @@ def _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params):
     if settings.dtype != "fp8" or not rec.primary_weights:
         return DTYPE_BYTES["bf16"], DTYPE_BYTES["bf16"]
     dense_fp8 = bool({"qkv", "proj", "fc1", "fc2"} & set(rec.gemms))
-    lin = ((S.n_mid - moe_on_stage) * np.asarray(shard.dense_linear, dtype=float)
+    # the recipe's BF16 boundary layers (bf16_layers_at_start/_end) hold 16-bit weights; the DP
+    # traffic is the middle stage's, which holds them only at pp = 1 (S.bf_on_mid; counted with
+    # the dense layers' linear weights, the experts' aside)
+    lin = ((S.n_mid - moe_on_stage - S.bf_on_mid) * np.asarray(shard.dense_linear, dtype=float)
            + moe_on_stage * np.asarray(shard.moe_linear, dtype=float)) if dense_fp8 else 0.0
     w_dense = 2.0 - np.where(dense_params > 0, lin / np.maximum(dense_params, 1.0), 0.0)
     w_exp = 1.0 if "experts" in rec.gemms else 2.0
