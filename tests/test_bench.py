@@ -102,3 +102,23 @@ def test_bench_gloo_two_ranks_round_trip(bench_run):
     for raw, printed in zip(ar, text.rows):
         assert raw["size_bytes"] == printed.size_bytes
         assert math.isclose(raw["in_place"]["time_us"], printed.in_place.time_us, rel_tol=5e-3)
+
+
+def test_a_timed_out_launch_stops_its_workers():
+    # `calibrate bench --launch` starts torchrun in its own session; on a timeout _kill_group stops
+    # the whole group. Killing torchrun alone left its workers running (found by the 2026-12-01
+    # sweep: four orphaned ranks still busy 35 minutes later). A shell and its background child
+    # stand in for torchrun and a worker.
+    import time
+
+    from llmpar.cli.calibrate_cmd import _kill_group
+
+    proc = subprocess.Popen(["bash", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = int(proc.stdout.readline())
+    _kill_group(proc)
+    assert proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):           # signal 0 probes the pid; give init a moment to reap it
+            os.kill(child, 0)
+            time.sleep(0.1)

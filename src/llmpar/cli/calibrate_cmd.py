@@ -98,6 +98,26 @@ def _bench_argv(sizes, collectives, iters, warmup, dtype, backend, out, no_check
     return argv
 
 
+def _kill_group(proc) -> None:
+    """Stop a process started with ``start_new_session`` and everything it started: SIGTERM to its
+    process group, 5 s to finish, then SIGKILL to whatever of the group is left."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 @calibrate.command("bench")
 @click.option("--launch", is_flag=True, help="Start torchrun on this machine (else: run as one torchrun worker).")
 @click.option("--nproc", type=click.IntRange(1, 1024), default=2, show_default=True, help="Processes with --launch.")
@@ -144,12 +164,18 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
                "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "llmpar.calibrate.bench", *argv]
+        # torchrun in its own session: on a timeout the whole group goes (torchrun and its workers);
+        # killing torchrun alone left the workers running, orphaned
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, env=env, timeout=timeout + 60, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _, stderr = proc.communicate(timeout=timeout + 60)
         except subprocess.TimeoutExpired:
-            raise UserError(f"calibrate bench: torchrun did not finish within {timeout + 60:.0f} s") from None
+            _kill_group(proc)
+            raise UserError(f"calibrate bench: torchrun did not finish within {timeout + 60:.0f} s "
+                            f"(its workers were stopped)") from None
         if proc.returncode != 0:
-            lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip() and "Warning" not in ln]
+            lines = [ln for ln in (stderr or "").splitlines() if ln.strip() and "Warning" not in ln]
             err = next((ln for ln in lines if ln.startswith("llmpar: error:")), lines[-1] if lines else "")
             raise UserError(f"calibrate bench: torchrun exited with {proc.returncode}: {err.removeprefix('llmpar: error: ')}")
     result_path = Path(out) / "bench.json"
