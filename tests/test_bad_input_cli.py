@@ -116,3 +116,16 @@ def test_power_per_gpu_printed_as_given(cli):
 
 def test_offload_layers_negative_says_zero_is_allowed(cli):
     assert_one_line_error(cli("memory", "llama-3-8b", "--offload-layers", "-1"), "0 (none) or a positive integer")
+
+
+def test_plan_json_says_why_nothing_can_run(cli):
+    # exit 1 (a check that failed, DESIGN.md), the line on stderr, and with --json a document on
+    # stdout (it used to print nothing): 405B on 8 GPUs needs 947 GB per GPU at its leanest
+    res = cli("plan", "llama-3.1-405b", "--gpus", "8", "--json")
+    assert res.code == 1 and "no layout fits" in res.err
+    doc = res.json()
+    assert doc["feasible"] is False and doc["gpus"] == 8 and doc["hardware"] == "h100-sxm"
+    assert "no layout fits" in doc["reason"] and doc["rejected"] is None
+    # every candidate breaks a layout rule: the counts per rule come along
+    doc = cli("plan", "llama-3-8b", "--gpus", "64", "--microbatches", "3", "--json").json()
+    assert doc["feasible"] is False and doc["rejected"]["batch"] > 0

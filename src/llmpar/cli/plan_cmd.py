@@ -15,7 +15,7 @@ import click
 from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
                                precision_options)
 from llmpar.cli.training import print_training, training_options
-from llmpar.errors import UserError
+from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
 from llmpar.units import fmt_seconds
 
@@ -107,7 +107,19 @@ def plan(model, **kw):
     plot_path = kw.pop("plot_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
-    result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
+    try:
+        result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
+    except CheckFailed as exc:
+        if as_json:
+            # a script reading stdout gets a document saying why, as well as exit 1 and the stderr line
+            rejected = getattr(exc, "rejected", None)
+            from llmpar.plan.search import DEFAULT_HARDWARE, DEFAULT_MODEL
+
+            echo_json({"feasible": False, "model_requested": model or kw.get("hf") or DEFAULT_MODEL,
+                       "hardware": kw.get("hardware") or DEFAULT_HARDWARE,
+                       "gpus": kw.get("gpus"), "reason": str(exc),
+                       "rejected": {k: v for k, v in rejected.items()} if rejected else None})
+        raise
     if plot_path is not None:
         from llmpar.cli import plots
 
