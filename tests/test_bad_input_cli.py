@@ -129,3 +129,16 @@ def test_plan_json_says_why_nothing_can_run(cli):
     # every candidate breaks a layout rule: the counts per rule come along
     doc = cli("plan", "llama-3-8b", "--gpus", "64", "--microbatches", "3", "--json").json()
     assert doc["feasible"] is False and doc["rejected"]["batch"] > 0
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("fixed: {per_step_s: 1e30}", "field 'fixed.per_step_s'"),
+    ("memory: {cuda_context_bytes: 100 TiB}", "field 'memory.cuda_context_bytes'"),
+    ("kernels: {launch_s_per_layer: 1e9}", "field 'kernels.launch_s_per_layer'"),
+    ("memory: {working_layers: 1e12}", "field 'memory.working_layers'"),
+])
+def test_stack_values_beyond_any_framework(cli, tmp_path, body, needle):
+    # a 1e30 typo used to print a 1e30 s step; the shipped stacks sit far inside these bounds
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: x\nextends: megatron-core\n{body}\n")
+    assert_one_line_error(cli("step", "llama-3-8b", "--stack", p), needle)

@@ -124,7 +124,7 @@ class Kernels(_Strict):
     elementwise_traffic: float = Field(
         1.0, gt=0, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
     launch_s_per_layer: SECONDS = Field(
-        0.0, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
+        0.0, le=60, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
     moe_s_per_layer: PerGenSeconds = Field(
         0.0, description="seconds per MoE layer per micro-batch (forward + backward) beyond its GEMMs and all-to-alls: "
                          "router, top-k, token permutation and the dispatcher's host synchronisation, which stop the "
@@ -209,9 +209,9 @@ class MemoryModel(_Strict):
         default_factory=lambda: ["core_attn"],
         description="with selective_recompute = modules: the submodules selective recompute re-runs (Megatron-Core "
                     "TransformerConfig.recompute_modules; default core_attn); --recompute-modules overrides")
-    activation_factor: float = Field(1.0, gt=0, description="multiplier on the saved-activation bytes (fitted)")
+    activation_factor: float = Field(1.0, gt=0, le=100, description="multiplier on the saved-activation bytes (fitted)")
     working_layers: float = Field(
-        0.0, ge=0, description="backward working set: temporaries worth this many layers' saved activations of one "
+        0.0, ge=0, le=10_000, description="backward working set: temporaries worth this many layers' saved activations of one "
                                "micro-batch, live once (not per micro-batch in flight); fitted")
     moe_probs_in_activation: bool = Field(
         False, description="the MoE routing weights scale the experts' activation output (before the down "
@@ -224,33 +224,37 @@ class MemoryModel(_Strict):
         False, description="the LM head's 16-bit output stays allocated while the fp32 loss runs (torchtitan train.py: "
                            "`pred = model(x); loss = loss_fn(pred, labels); del pred` before backward)")
     loss_parallel_fp32_copies: float = Field(
-        0.0, ge=0, description="fp32 copies of the vocab-sharded logits the loss holds beyond a fused log_softmax when "
+        0.0, ge=0, le=100, description="fp32 copies of the vocab-sharded logits the loss holds beyond a fused log_softmax when "
                                "TP > 1 (torch loss_parallel decomposes it: x - max, exp, result; torchtitan: 1)")
     main_grad_fp32: bool = Field(False, description="an fp32 main-grad buffer accumulates gradients (Megatron, nanotron)")
     accumulated_grad_fp32: bool = Field(
         False, description="under ZeRO-1 with more than one micro-batch the unsharded gradients accumulated between "
                            "gradient syncs are fp32 (FSDP2 with gradient sync off upcasts them to its reduce dtype: "
                            "FSDPParam.to_accumulated_grad_if_needed), whatever the gradient dtype")
-    grad_bucket_bytes: MEMORY_BYTES = Field(0.0, description="DDP / ZeRO gradient bucket held during reduction")
+    grad_bucket_bytes: MEMORY_BYTES = Field(0.0, le=2**40, description="DDP / ZeRO gradient bucket held during reduction")
     ddp_bucket_copy: bool = Field(
         False, description="torch DDP without gradient_as_bucket_view: its buckets hold a flat 16-bit copy of every "
                            "gradient (data parallelism > 1)")
     optimizer_step_bytes_per_param: float = Field(
-        0.0, ge=0, description="bytes per locally optimised parameter (all of them at ZeRO 0, the shard at ZeRO >= 1) "
+        0.0, ge=0, le=1_000, description="bytes per locally optimised parameter (all of them at ZeRO 0, the shard at ZeRO >= 1) "
                                "beyond the optimizer states: the optimizer step's working buffers the caching "
                                "allocator keeps reserved (torch's foreach Adam allocates sqrt(v) in fp32: 4 B; fused "
                                "optimizers: 0); fitted")
     allocator_overhead: float = Field(
         0.0, ge=0, le=1, description="reserved/allocated - 1 at the peak (caching-allocator fragmentation)")
-    cuda_context_bytes: MEMORY_BYTES = Field(0.0, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
-    nccl_bytes_per_communicator: MEMORY_BYTES = Field(0.0, description="NCCL buffers per communicator a rank is in")
+    cuda_context_bytes: MEMORY_BYTES = Field(0.0, le=2**40, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
+    nccl_bytes_per_communicator: MEMORY_BYTES = Field(0.0, le=2**40, description="NCCL buffers per communicator a rank is in")
     uncertainty: float = Field(
         0.05, ge=0, le=1, description="relative uncertainty of the peak: within it of the HBM limit the verdict is TIGHT")
 
 
+# Upper bounds above (bytes 1 TiB, a fixed cost a day per step or an hour per micro-batch, 100x
+# factors): far beyond any framework, they only stop a typo (1e30) from printing absurd numbers.
+
+
 class FixedCosts(_Strict):
-    per_step_s: SECONDS = Field(0.0, description="per step: optimizer launch, grad-norm/clipping sync, logging")
-    per_microbatch_s: SECONDS = Field(0.0, description="per micro-batch: data loading, pipeline bookkeeping")
+    per_step_s: SECONDS = Field(0.0, le=86_400, description="per step: optimizer launch, grad-norm/clipping sync, logging")
+    per_microbatch_s: SECONDS = Field(0.0, le=3_600, description="per micro-batch: data loading, pipeline bookkeeping")
 
 
 class Stack(_Strict):
