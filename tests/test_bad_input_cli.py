@@ -142,3 +142,11 @@ def test_stack_values_beyond_any_framework(cli, tmp_path, body, needle):
     p = tmp_path / "s.yaml"
     p.write_text(f"name: x\nextends: megatron-core\n{body}\n")
     assert_one_line_error(cli("step", "llama-3-8b", "--stack", p), needle)
+
+
+def test_empty_calibrate_options_are_typos(cli):
+    from conftest import REPO
+
+    log = REPO / "tests" / "fixtures" / "nccl" / "current_allgather_4r2n.txt"
+    assert_one_line_error(cli("calibrate", "fit", log, "--algorithm", ""), "unknown algorithm ''")
+    assert_one_line_error(cli("calibrate", "parse", log, "--gpu", ""), "--gpu is empty")

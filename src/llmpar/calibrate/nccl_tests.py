@@ -62,6 +62,8 @@ def _check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in overrides.items() if v is not None}
     if "collective" in out:
         out["collective"] = normalize_collective(out["collective"])
+    if "gpu" in out and not str(out["gpu"]).strip():
+        raise UserError("--gpu is empty: give the GPU's name (e.g. H100), or leave the option out")
     for key in ("ranks", "nodes"):
         if key in out and (not isinstance(out[key], int) or out[key] < 1):
             raise UserError(f"--{key} must be a positive integer, got {out[key]!r}")
