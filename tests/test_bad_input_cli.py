@@ -150,3 +150,62 @@ def test_empty_calibrate_options_are_typos(cli):
     log = REPO / "tests" / "fixtures" / "nccl" / "current_allgather_4r2n.txt"
     assert_one_line_error(cli("calibrate", "fit", log, "--algorithm", ""), "unknown algorithm ''")
     assert_one_line_error(cli("calibrate", "parse", log, "--gpu", ""), "--gpu is empty")
+
+
+# --- second sweep (2026-12-01) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, needle", [
+    ("gpu: {memory_bandwidth: 1e-30 TB/s}", "outside 1 GB/s .. 1 PB/s"),
+    ("gpu: {peak_flops: {bf16: 1e30 TFLOPS}}", "outside 1 GFLOP/s .. 1 EFLOP/s"),
+    ("gpu: {memory: 1e30 GiB}", "above 1 TiB per GPU"),
+    ("node_power: 1e30 kW", "field 'node_power'"),
+    # H100's 16-bit peak is 989 TFLOP/s: an FP8 peak below it made fp8 slower than bf16, silently
+    ("gpu: {peak_flops: {fp8: 100 TFLOPS}}", "below the 16-bit peak 989"),
+    ("tiers:\n  - {name: nvlink, bandwidth: 1e-20 GB/s}", "field 'tiers.0.bandwidth'"),
+])
+def test_hardware_values_beyond_any_gpu(cli, tmp_path, body, needle):
+    p = tmp_path / "h.yaml"
+    p.write_text(f"name: x\nextends: h100-sxm\n{body}\n")
+    assert_one_line_error(cli("memory", "llama-3-8b", "--hardware", p), needle)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["memory", "--params", "1e300"], "outside 1 .. 1e15 parameters"),
+    (["memory", "--params", "1e-9"], "outside 1 .. 1e15 parameters"),
+])
+def test_params_bounds(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)
+
+
+def test_bf16_boundary_layers_bounded_and_not_counted_twice(cli, tmp_path):
+    # 2^63 overflowed numpy (a traceback); at pp 1 the first and last N layers overlap once
+    # N > L/2: every layer is BF16, so the weights equal the all-BF16 run's (they fell below it)
+    p = tmp_path / "s.yaml"
+    p.write_text("name: x\nextends: megatron-core\nkernels: {fp8: {bf16_layers_at_start: 9223372036854775807}}\n")
+    assert_one_line_error(cli("step", "llama-3-8b", "--gpus", "8", "--dtype", "fp8", "--stack", p),
+                          "bf16_layers_at_start")
+    bf16 = cli("memory", "llama-3-8b", "--gpus", "8", "--stack", "deepspeed", "--json").json()
+    for n in (16, 20, 200):
+        p.write_text(f"name: x\nextends: deepspeed\nkernels: {{fp8: {{bf16_layers_at_start: {n}, "
+                     f"bf16_layers_at_end: {n}}}}}\n")
+        fp8 = cli("memory", "llama-3-8b", "--gpus", "8", "--dtype", "fp8", "--stack", p, "--json").json()
+        assert fp8["memory"]["weights_bytes"] == pytest.approx(bf16["memory"]["weights_bytes"], rel=1e-12), n
+
+
+def test_calibrate_runs_folds_and_train(cli):
+    from conftest import REPO
+
+    table = REPO / "validation" / "megatron-core-h100-2024.yaml"
+    assert_one_line_error(cli("calibrate", "runs", table, "--folds", "1"), "--folds 1 cannot cross-validate")
+    assert_one_line_error(cli("calibrate", "runs", table, "--check", "--folds", "3"), "--check fits nothing")
+    # two --train selectors must both hold (click kept only the last): with gpus<=100 and
+    # gpus<=200 the fit set is gpus<=100's, so the same runs are held out as with it alone
+    one = cli("calibrate", "runs", table, "--train", "gpus<=100", "--fit", "kernels.gemm_efficiency",
+              "--folds", "0", "--json").json()
+    both = cli("calibrate", "runs", table, "--train", "gpus<=100", "--train", "gpus<=200",
+               "--fit", "kernels.gemm_efficiency", "--folds", "0", "--json").json()
+    assert both["held_out"]["runs"] == one["held_out"]["runs"]
+    everything = cli("calibrate", "runs", table, "--train", "gpus<=100000", "--fit", "kernels.gemm_efficiency",
+                     "--folds", "50", "--json").json()
+    assert any("nothing is held out" in n for n in everything["notes"])
+    assert any("--folds 50" in n for n in everything["notes"])

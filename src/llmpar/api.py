@@ -206,6 +206,8 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
 
     zero = layout["zero"]
     count = parse_count(params, "--params")
+    if not 1.0 <= count <= 1e15:     # a quadrillion parameters: far beyond any model, short of a typo's 1e300
+        raise UserError(f"--params {params} is outside 1 .. 1e15 parameters")
     text = str(params).strip()
     M.check_convention(settings, zero)
     stub = _bare_spec(count, text, layout["tp"], layout["pp"], layout["seq"])

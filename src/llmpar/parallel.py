@@ -549,9 +549,11 @@ def resolve(
     else:
         target, capped = default_global_batch(seq, default_batch_tokens)
         m = max(1, round(target / per_step))
+        raised = (f" (raised from ~{default_batch_tokens:,} tokens: one sequence per micro-batch of each of the "
+                  f"dp={dp} replicas is {per_step * seq:,} tokens)" if target < per_step else "")
         notes.append(
             f"no --global-batch/--microbatches: assumed ~{default_batch_tokens:,} tokens per step "
-            f"-> {m * per_step} sequences, m={m} micro-batches"
+            f"-> {m * per_step} sequences ({m * per_step * seq:,} tokens), m={m} micro-batches{raised}"
         )
         if capped:
             notes.append(capped)

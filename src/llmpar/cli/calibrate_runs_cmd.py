@@ -135,8 +135,9 @@ def _out_path(text: str) -> Path:
 @click.option("--only", "only_sel", multiple=True, metavar="KEY=V",
               help="Use only the runs this selects (repeatable): hardware=NAME, model=NAME, dtype=NAME or KEY<=N "
                    "as --train; e.g. --only hardware=h100-sxm --only dtype=bf16.")
-@click.option("--train", "train_sel", metavar="KEY<=N",
-              help="Fit on the runs this selects (e.g. gpus<=16); predict the others as held out.")
+@click.option("--train", "train_sel", metavar="KEY<=N", multiple=True,
+              help="Fit on the runs this selects (e.g. gpus<=16; repeatable: all must hold); predict the others "
+                   "as held out.")
 @click.option("--drop-slower-than", "healthy", type=click.FloatRange(0, 1, min_open=True),
               help="Leave out of the fit runs slower than this fraction of their configuration's best (e.g. 0.5).")
 @click.option("--check", is_flag=True, help="Report the stack's error on the runs; fit nothing.")
@@ -174,9 +175,18 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         raise UserError("--check fits nothing: drop --fit")
     if check and (train_sel or healthy):
         raise UserError("--check fits nothing: --train and --drop-slower-than choose what a fit uses")
+    folds_given = click.get_current_context().get_parameter_source("folds") != click.core.ParameterSource.DEFAULT
+    if check and folds_given and folds:
+        raise UserError("--check fits nothing: --folds sets the cross-validation of a fit")
+    if folds == 1:
+        raise UserError("--folds 1 cannot cross-validate (one fold holds everything out): 0 (none) or at least 2")
     if out is not None:
         out = _out_path(out)
-    train = run_selector(train_sel) if train_sel else None
+    if train_sel:
+        sels = [run_selector(t) for t in train_sel]
+        train = (lambda r: all(sel(r) for sel in sels))   # noqa: E731  (every --train must hold)
+    else:
+        train = None
     if stack is not None:
         from llmpar.specs import load_stack
 
@@ -226,6 +236,11 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
 
         plots.save(plots.calibrate_runs_figure(result), plot_path)
     notes = read.notes + result.notes + ([n for n in held.notes if n not in result.notes] if held is not None else [])
+    if train is not None and held is None:
+        notes.append("--train " + " --train ".join(train_sel) + " selects every run: nothing is held out")
+    k = result.summary.get("folds")
+    if not check and folds_given and k is not None and k != folds:
+        notes.append(f"--folds {folds}: {k} folds, one per (model, GPUs) configuration of the fitted runs at most")
     if out is not None:
         name = out_name or out.stem
         try:

@@ -155,11 +155,12 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         # the FP8 recipe's BF16 boundary layers keep no FP8 copies (Megatron-Core
         # --first-last-layers-bf16): the model's first ones on stage 0, its last ones on stage p-1
         # (cost/pipeline.py bf16_boundary_layers; DualPipe's device 0 holds both end stages)
-        n_s = np.where(is_first, np.minimum(rec8.bf16_layers_at_start, model.layers), 0)
-        n_e = np.where(is_last, np.minimum(rec8.bf16_layers_at_end, model.layers), 0)
-        first_bf, last_bf = bf16_boundary_layers(model.layers, p, rec8.bf16_layers_at_start, rec8.bf16_layers_at_end)
-        n_s = np.minimum(n_s, np.where(p == 1, rec8.bf16_layers_at_start, first_bf))
-        n_e = np.minimum(n_e, np.where(p == 1, rec8.bf16_layers_at_end, last_bf))
+        start, end = rec8.bf16_layers_at_start, rec8.bf16_layers_at_end
+        first_bf, last_bf = bf16_boundary_layers(model.layers, p, start, end)
+        # pp = 1: the first `start` layers and the last ones up to the model's layers (no layer
+        # counted twice when start + end exceeds them); pp > 1: what each end stage holds
+        n_s = np.where(is_first, np.where(p == 1, min(start, model.layers), first_bf), 0)
+        n_e = np.where(is_last, np.where(p == 1, min(end, model.layers - min(start, model.layers)), last_bf), 0)
         d_s = np.asarray(_dense_in_span(model, 0, n_s))
         d_e = np.asarray(_dense_in_span(model, model.layers - n_e, n_e))
         lin_ne = lin_ne - (d_s + d_e) * np.asarray(shard.dense_linear) - (n_s - d_s + n_e - d_e) * np.asarray(

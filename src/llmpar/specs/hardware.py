@@ -58,7 +58,7 @@ class Accelerator(BaseModel):
     peak_flops: dict[str, Flops] = Field(description="dense peak FLOP/s per dtype: bf16, fp16, fp8, tf32, fp32")
     gemm: GemmEfficiency = Field(default_factory=GemmEfficiency)
     board_power: Watts | None = Field(
-        None, description="maximum board power (TDP) of one GPU, W (datasheet); energy to train (llmpar.cost.training)")
+        None, le=1e5, description="maximum board power (TDP) of one GPU, W (datasheet); energy to train (llmpar.cost.training)")
 
     @field_validator("memory")
     @classmethod
@@ -66,6 +66,8 @@ class Accelerator(BaseModel):
         if value < 2**30:
             # no GPU llmpar plans for has less; a bare `memory: 80` is 80 bytes (printed as 0.0 GB)
             raise ValueError(f"{value:g} bytes is below 1 GiB: a unit is probably missing (write e.g. '80 GiB')")
+        if value > 2**40:
+            raise ValueError(f"{value:g} bytes is above 1 TiB per GPU: check the unit")
         return value
 
     @model_validator(mode="after")
@@ -75,6 +77,17 @@ class Accelerator(BaseModel):
             raise ValueError(f"peak_flops has unknown dtype(s) {sorted(unknown)}; known: {', '.join(DTYPES)}")
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise ValueError("peak_flops needs at least bf16 or fp16")
+        # bounds far beyond any GPU (1 GFLOP/s .. 1 EFLOP/s, 1 GB/s .. 1 PB/s): a unit typo is one
+        # line, not a step of 1e30 s
+        for k, v in self.peak_flops.items():
+            if not 1e9 <= v <= 1e18:
+                raise ValueError(f"peak_flops.{k} {v:g} FLOP/s is outside 1 GFLOP/s .. 1 EFLOP/s: check the unit")
+        if not 1e9 <= self.memory_bandwidth <= 1e15:
+            raise ValueError(f"memory_bandwidth {self.memory_bandwidth:g} B/s is outside 1 GB/s .. 1 PB/s: check the unit")
+        half = self.peak_flops.get("bf16") or self.peak_flops.get("fp16")
+        if "fp8" in self.peak_flops and self.peak_flops["fp8"] < half:
+            raise ValueError(f"peak_flops.fp8 {self.peak_flops['fp8'] / 1e12:g} TFLOP/s is below the 16-bit peak "
+                             f"{half / 1e12:g}: FP8 tensor cores run at least at the 16-bit rate")
         return self
 
     def peak(self, dtype: str) -> float:
@@ -117,8 +130,9 @@ class Tier(BaseModel):
     name: str
     kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
     domain_size: int | None = Field(None, gt=0)
-    bandwidth: Bandwidth = Field(description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
-    latency: Seconds = Field(description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
+    bandwidth: Bandwidth = Field(ge=1e6, le=1e15,
+                                 description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
+    latency: Seconds = Field(le=1.0, description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
     in_network_reduction: bool = Field(False, description="NVLS (NVSwitch SHARP) or IB SHARP available")
     efficiency: float = Field(0.9, gt=0, le=1, description="achieved/line-rate bandwidth for large messages")
     # --- optional refinements of the collective model (llmpar.cost.collectives; docs/collectives.md).
@@ -169,7 +183,7 @@ class Hardware(BaseModel):
         None, description="CPU-GPU link per GPU and direction (PCIe, NVLink-C2C): prices activation offloading "
                           "(--offload-layers); None: offloading is refused")
     node_power: Watts | None = Field(
-        None, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
+        None, le=1e6, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
                           "NVSwitches, fans, PSU losses): its share per GPU is node_power / gpus_per_node "
                           "(llmpar.cost.training)")
     gpu_hour_price: float | None = Field(
