@@ -209,3 +209,11 @@ def test_calibrate_runs_folds_and_train(cli):
                      "--folds", "50", "--json").json()
     assert any("nothing is held out" in n for n in everything["notes"])
     assert any("--folds 50" in n for n in everything["notes"])
+
+
+@pytest.mark.parametrize("value", ['""', ".", "..", "null"])
+def test_extends_that_names_nothing(cli, tmp_path, value):
+    # `extends: ""` was read as no extends (then "field 'gpu': Field required"); '.'/'..' as a name
+    p = tmp_path / "h.yaml"
+    p.write_text(f"name: x\nextends: {value}\n")
+    assert_one_line_error(cli("hardware", "show", p), "names no hardware")

@@ -226,6 +226,9 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
         raise UserError(f"{what} 'extends' loops through {path}")
     data = read_yaml(path)
     base = data.get("extends")
+    if "extends" in data and (base is None or not str(base).strip() or str(base).strip() in (".", "..")):
+        raise UserError(f"{path}: extends {base!r} names no {what}: give a shipped name or a YAML file, "
+                        f"or leave extends out")
     if base:
         try:
             base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),), path.parent)
