@@ -217,3 +217,10 @@ def test_extends_that_names_nothing(cli, tmp_path, value):
     p = tmp_path / "h.yaml"
     p.write_text(f"name: x\nextends: {value}\n")
     assert_one_line_error(cli("hardware", "show", p), "names no hardware")
+
+
+def test_inference_refuses_optimizer_convention_sp(cli):
+    # byte-identical output with and without them before: serving has no optimizer state
+    assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--optimizer", "sgd"), "--optimizer describes")
+    assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--no-sp", "--convention", "megatron"),
+                          "--convention, --sp/--no-sp describe training")
