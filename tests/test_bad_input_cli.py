@@ -131,19 +131,6 @@ def test_plan_json_says_why_nothing_can_run(cli):
     assert doc["feasible"] is False and doc["rejected"]["batch"] > 0
 
 
-@pytest.mark.parametrize("body, needle", [
-    ("fixed: {per_step_s: 1e30}", "field 'fixed.per_step_s'"),
-    ("memory: {cuda_context_bytes: 100 TiB}", "field 'memory.cuda_context_bytes'"),
-    ("kernels: {launch_s_per_layer: 1e9}", "field 'kernels.launch_s_per_layer'"),
-    ("memory: {working_layers: 1e12}", "field 'memory.working_layers'"),
-])
-def test_stack_values_beyond_any_framework(cli, tmp_path, body, needle):
-    # a 1e30 typo used to print a 1e30 s step; the shipped stacks sit far inside these bounds
-    p = tmp_path / "s.yaml"
-    p.write_text(f"name: x\nextends: megatron-core\n{body}\n")
-    assert_one_line_error(cli("step", "llama-3-8b", "--stack", p), needle)
-
-
 def test_empty_calibrate_options_are_typos(cli):
     from conftest import REPO
 
@@ -154,19 +141,25 @@ def test_empty_calibrate_options_are_typos(cli):
 
 # --- second sweep (2026-12-01) -------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, needle", [
-    ("gpu: {memory_bandwidth: 1e-30 TB/s}", "outside 1 GB/s .. 1 PB/s"),
-    ("gpu: {peak_flops: {bf16: 1e30 TFLOPS}}", "outside 1 GFLOP/s .. 1 EFLOP/s"),
-    ("gpu: {memory: 1e30 GiB}", "above 1 TiB per GPU"),
-    ("node_power: 1e30 kW", "field 'node_power'"),
+@pytest.mark.parametrize("option, base, body, needle", [
+    # stacks: a 1e30 typo used to print a 1e30 s step; the shipped stacks sit far inside the bounds
+    ("--stack", "megatron-core", "fixed: {per_step_s: 1e30}", "field 'fixed.per_step_s'"),
+    ("--stack", "megatron-core", "memory: {cuda_context_bytes: 100 TiB}", "field 'memory.cuda_context_bytes'"),
+    ("--stack", "megatron-core", "kernels: {launch_s_per_layer: 1e9}", "field 'kernels.launch_s_per_layer'"),
+    ("--stack", "megatron-core", "memory: {working_layers: 1e12}", "field 'memory.working_layers'"),
+    # hardware (second sweep)
+    ("--hardware", "h100-sxm", "gpu: {memory_bandwidth: 1e-30 TB/s}", "outside 1 GB/s .. 1 PB/s"),
+    ("--hardware", "h100-sxm", "gpu: {peak_flops: {bf16: 1e30 TFLOPS}}", "outside 1 GFLOP/s .. 1 EFLOP/s"),
+    ("--hardware", "h100-sxm", "gpu: {memory: 1e30 GiB}", "above 1 TiB per GPU"),
+    ("--hardware", "h100-sxm", "node_power: 1e30 kW", "field 'node_power'"),
     # H100's 16-bit peak is 989 TFLOP/s: an FP8 peak below it made fp8 slower than bf16, silently
-    ("gpu: {peak_flops: {fp8: 100 TFLOPS}}", "below the 16-bit peak 989"),
-    ("tiers:\n  - {name: nvlink, bandwidth: 1e-20 GB/s}", "field 'tiers.0.bandwidth'"),
+    ("--hardware", "h100-sxm", "gpu: {peak_flops: {fp8: 100 TFLOPS}}", "below the 16-bit peak 989"),
+    ("--hardware", "h100-sxm", "tiers:\n  - {name: nvlink, bandwidth: 1e-20 GB/s}", "field 'tiers.0.bandwidth'"),
 ])
-def test_hardware_values_beyond_any_gpu(cli, tmp_path, body, needle):
-    p = tmp_path / "h.yaml"
-    p.write_text(f"name: x\nextends: h100-sxm\n{body}\n")
-    assert_one_line_error(cli("memory", "llama-3-8b", "--hardware", p), needle)
+def test_spec_values_beyond_any_framework_or_gpu(cli, tmp_path, option, base, body, needle):
+    p = tmp_path / "spec.yaml"
+    p.write_text(f"name: x\nextends: {base}\n{body}\n")
+    assert_one_line_error(cli("memory", "llama-3-8b", option, p), needle)
 
 
 @pytest.mark.parametrize("args, needle", [

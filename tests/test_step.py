@@ -34,10 +34,10 @@ TINY = ModelSpec(name="tiny-gpt", family="gpt", layers=4, hidden=1024, heads=8, 
                  vocab=8192, max_seq=2048, norm="layernorm", position="learned", tied_embeddings=True)
 
 
-def ideal_hw():
-    """An A100 with every inefficiency removed: GEMMs at peak, memory and links (almost) free.
-    Then step time = FLOPs / peak exactly, which we can derive by hand."""
-    hw = load_hardware("a100-80gb").model_copy(deep=True)
+def ideal_hw(profile: str = "a100-80gb"):
+    """An A100 (or ``profile``) with every inefficiency removed: GEMMs at peak, memory and links
+    (almost) free. Then step time = FLOPs / peak exactly, which we can derive by hand."""
+    hw = load_hardware(profile).model_copy(deep=True)
     hw.gpu.gemm.max_efficiency = 1.0
     hw.gpu.gemm.half_dim = 0.0
     hw.gpu.gemm.half_flops = 0.0
@@ -406,16 +406,8 @@ def test_fp8_primary_weights_are_gathered_in_fp8(cli):
 
 
 def _ideal_h100():
-    """An H100 with every inefficiency removed (as ideal_hw): BF16 GEMMs at 989, FP8 at 1979 TFLOP/s."""
-    hw = load_hardware("h100-sxm").model_copy(deep=True)
-    hw.gpu.gemm.max_efficiency = 1.0
-    hw.gpu.gemm.half_dim = 0.0
-    hw.gpu.gemm.half_flops = 0.0
-    hw.gpu.memory_bandwidth = 1e30
-    for t in hw.tiers:
-        t.bandwidth = 1e30
-        t.latency = 0.0
-    return hw
+    """ideal_hw on an H100: BF16 GEMMs at 989, FP8 at 1979 TFLOP/s."""
+    return ideal_hw("h100-sxm")
 
 
 def _ideal_fp8(start, end):
