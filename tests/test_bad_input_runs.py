@@ -254,3 +254,17 @@ def test_a_memory_figure_beyond_any_gpu_is_an_implausible_size(cli, tmp_path):
     # a plausible figure in the same spelling is read: 6.1e1 GiB = 61 GiB
     f.write_text("model,hardware,gpus,seq,global_batch,peak_reserved_gib\nllama-3-8b,h100-sxm,8,8192,64,6.1e1\n")
     assert read_runs([f]).runs[0].peak_reserved_bytes == 61 * 2**30
+
+
+def test_relative_extends_of_a_symlinked_file_follows_its_target(tmp_path, monkeypatch):
+    # a/h1.yaml says `extends: ../b/h2.yaml`; a link to it from elsewhere still finds b/h2.yaml
+    # (the path is relative to where the file's contents live, not to where the link sits)
+    from llmpar.specs import load_hardware
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "h2.yaml").write_text("name: base\nextends: h100-sxm\ngpus_per_node: 4\n")
+    (tmp_path / "a" / "h1.yaml").write_text("name: h1\nextends: ../b/h2.yaml\n")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "a" / "h1.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert load_hardware("link.yaml").gpus_per_node == 4

@@ -231,7 +231,9 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
                         f"or leave extends out")
     if base:
         try:
-            base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),), path.parent)
+            # relative to the folder the file's contents live in (a symlinked file: its target's)
+            folder = Path(path).resolve().parent if Path(path).is_symlink() else path.parent
+            base_dict, _ = _spec_dict(kind, str(base), seen + (str(path),), folder)
         except UserError as exc:   # say which file's `extends` led there
             if str(path) in str(exc):
                 raise
