@@ -215,5 +215,12 @@ def test_extends_that_names_nothing(cli, tmp_path, value):
 def test_inference_refuses_optimizer_convention_sp(cli):
     # byte-identical output with and without them before: serving has no optimizer state
     assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--optimizer", "sgd"), "--optimizer describes")
-    assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--no-sp", "--convention", "megatron"),
-                          "--convention, --sp/--no-sp describe training")
+    assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--convention", "megatron"),
+                          "--convention describes training")
+    assert_one_line_error(cli("memory", "llama-3-8b", "--inference", "--no-sp"), "--sp/--no-sp describes training")
+    # the Python API refuses sp= the same way (its default is None, so a given value shows)
+    import llmpar
+    from llmpar.errors import UserError
+
+    with pytest.raises(UserError, match="--sp/--no-sp describes training"):
+        llmpar.memory("llama-3-8b", inference=True, sp=False)

@@ -158,7 +158,8 @@ def memory(
                  "--microbatches": microbatches is not None, "--micro-batch": micro_batch is not None,
                  "--schedule": schedule is not None, "--virtual-stages": virtual_stages is not None,
                  "--recompute-layers": recompute_layers is not None, "--offload-layers": offload_layers is not None,
-                 "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None}
+                 "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None,
+                 "--sp/--no-sp": sp is not None}
         bad = [k for k, v in given.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
