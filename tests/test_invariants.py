@@ -310,8 +310,17 @@ def test_recompute_full_le_selective_le_none(case):
     recompute saves."""
     model, hw, s, par = case
     act = [[r["activations_bytes"] for r in stages(model, hw, par.replace(recompute=rc), s)] for rc in range(3)]
+    # torchtitan's op-level SAC is not a subset of what a run without recompute saves: it keeps
+    # w2's output, the local partial sums, whole on every TP rank (cost/activations.py
+    # torchtitan_op_sac_terms), which no-recompute never holds. With TP > 1 and a small FFN that
+    # alone can exceed the sequence-parallel no-recompute set (hidden 64, FFN 32, tp 8: SAC ~2.75h +
+    # 0.25f per token against 2h + 0.75f), so "selective <= none" is checked where it holds by
+    # construction: the other policies, and torchtitan-op without TP.
+    subset = s.stack.memory.selective_recompute != "torchtitan-op" or int(par.tp) == 1
     for i in range(int(par.pp)):
-        assert close_le(act[FULL][i], act[SELECTIVE][i]) and close_le(act[SELECTIVE][i], act[NONE][i]), i
+        assert close_le(act[FULL][i], act[SELECTIVE][i]), i
+        if subset:
+            assert close_le(act[SELECTIVE][i], act[NONE][i]), i
 
 
 def _replicated_over_tp(model: ModelSpec) -> int:
