@@ -66,6 +66,15 @@ _OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd"
                                                 "adam-bf16": 20.0}.items()}
 
 
+def _layer_gemms(model: ModelSpec, par: Parallel, moe: bool, causal):
+    """(attention-core GEMMs, linear GEMMs) of one layer and micro-batch after the TP/CP/EP split
+    (cost/flops.py ``layer_gemms``)."""
+    gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
+                              etp=par.expert_tp, causal=causal)
+    core = [g for g in gemms if g[0] in flops.ATTENTION_CORE]
+    return core, [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
+
+
 def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, moe: bool):
     """Per layer, per micro-batch, one GPU: forward time of the linear GEMMs, forward and backward
     time of the attention core, and the FP8 cast bytes forward and backward (cost/compute.py)."""
@@ -73,10 +82,7 @@ def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settin
     att = stack.kernels.attention
     skip = att.causal_skip and settings.attention == "flash"
     causal = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
-    gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
-                              etp=par.expert_tp, causal=causal)
-    core = [g for g in gemms if g[0] in flops.ATTENTION_CORE]
-    linear = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
+    core, linear = _layer_gemms(model, par, moe, causal)
     g_lin, cast_f, cast_b = compute.linear_gemms_time(hw, stack, settings.dtype, linear)
     core_f, core_b = compute.attention_core_time(hw, stack, settings.dtype, core)
     # what selective recompute re-runs under the stack's policy (flops.selective_fractions): the
@@ -203,14 +209,12 @@ def _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cas
     if settings.dtype != "fp8" or not (rec8.bf16_layers_at_start or rec8.bf16_layers_at_end):
         return 0.0, 0.0, 0.0
 
-    def bf16_linear(moe):
-        gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
-                                  etp=par.expert_tp, causal=flops.CAUSAL_FULL)
-        lin = [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
-        return compute.linear_gemms_time(hw, settings.stack, "bf16", lin)[0]
+    def bf16_linear(moe):   # the linear GEMMs do not depend on the causal mask
+        linear = _layer_gemms(model, par, moe, flops.CAUSAL_FULL)[1]
+        return compute.linear_gemms_time(hw, settings.stack, "bf16", linear)[0]
 
     dense = bf16_linear(False)
-    g16 = (1 - frac_moe) * dense + frac_moe * (bf16_linear(True) if model.moe is not None else dense)
+    (g16,) = _mix(frac_moe, (dense,), (bf16_linear(True) if model.moe is not None else dense,))
     d = g16 - g_lin
     f = d - t_cast_f
     return f, 2.0 * d - t_cast_b, np.where(rec == REC_FULL, rec_full * f, 0.0)
