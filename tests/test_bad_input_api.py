@@ -279,3 +279,24 @@ def test_domain_size_must_divide_or_be_a_multiple_of_gpus_per_node(cli, tmp_path
 def test_empty_tiers_under_extends_is_refused(cli, tmp_path):
     # `tiers: []` under extends: used to merge item by item, vacuously, keeping the base's tiers
     assert_one_line_error(cli("memory", "llama-3-8b", "--hardware", _profile(tmp_path, "tiers: []\n")), "tiers")
+
+
+@pytest.mark.parametrize("knob", [{"optimizer": "adam"}, {"optimizer": "sgd"}, {"convention": "llmpar"},
+                                  {"convention": "megatron"}])
+def test_memory_inference_refuses_optimizer_and_convention(knob):
+    """Serving keeps no optimizer state: a given optimizer or convention is refused with
+    inference=True, even when it names the training default (the API takes None as "not given")."""
+    with pytest.raises(UserError, match=f"--{next(iter(knob))}"):
+        llmpar.memory("llama-3-8b", inference=True, batch=1, context=1024, **knob)
+
+
+def test_memory_training_defaults_unchanged_by_none():
+    """optimizer=None and convention=None are Adam and llmpar's convention for training: the same
+    bytes as stating them. Model states at ZeRO-0 under megatron-core: 2 B bf16 weights + 4 B fp32
+    gradients (grad_reduce_dtype fp32) + 12 B Adam (fp32 master, m, v) = 18 B per parameter."""
+    a = llmpar.memory("llama-3-8b", tp=1, dp=1, seq=1024)
+    b = llmpar.memory("llama-3-8b", tp=1, dp=1, seq=1024, optimizer="adam", convention="llmpar")
+    assert a.memory == b.memory
+    assert a.settings.optimizer == "adam" and a.settings.convention == "llmpar"
+    states = a.memory["weights_bytes"] + a.memory["gradients_bytes"] + a.memory["optimizer_bytes"]
+    assert states == pytest.approx(18 * a.params_per_gpu, rel=1e-12)

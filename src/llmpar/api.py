@@ -117,9 +117,9 @@ def memory(
     offload_layers: int | None = None,
     recompute_modules: str | list | None = None,
     dtype: str = "bf16",
-    optimizer: str = "adam",
+    optimizer: str | None = None,
     grad_dtype: str | None = None,
-    convention: str = "llmpar",
+    convention: str | None = None,
     attention: str | None = None,
     reserve: str | float | None = None,
     params: str | float | None = None,
@@ -159,11 +159,15 @@ def memory(
                  "--schedule": schedule is not None, "--virtual-stages": virtual_stages is not None,
                  "--recompute-layers": recompute_layers is not None, "--offload-layers": offload_layers is not None,
                  "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None,
-                 "--sp/--no-sp": sp is not None}
+                 "--sp/--no-sp": sp is not None, "--optimizer": optimizer is not None,
+                 "--convention": convention is not None}
         bad = [k for k, v in given.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
                             f"{'it' if len(bad) == 1 else 'them'} with --inference (serving uses --batch and --context)")
+    # None = not given: training takes Adam and llmpar's convention; serving keeps no optimizer state
+    optimizer = "adam" if optimizer is None else optimizer
+    convention = "llmpar" if convention is None else convention
     hw = load_hardware_spec(hardware)
     res_bytes = parse_reserve(reserve, hw)
     layout = dict(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, recompute=recompute,

@@ -46,18 +46,12 @@ def memory(model, **kw):
 
             raise UserError("--plot draws the per-stage training memory: leave out --inference/--params")
         kw["per_stage"] = True
-    if kw.get("inference"):
-        # training-only options the API cannot tell from their defaults (they default to a value,
-        # not None): refused when given, as the API refuses --sp, --recompute and the others
-        ctx = click.get_current_context()
-        given = [f"--{name.replace('_', '-')}" for name in ("optimizer", "convention")
-                 if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
-        if given:
-            from llmpar.errors import UserError
-
-            raise UserError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} training; drop "
-                            f"{'it' if len(given) == 1 else 'them'} with --inference (serving keeps no optimizer "
-                            f"state)")
+    # --optimizer and --convention left at their defaults reach the API as None (not given), so the
+    # API, not the CLI, refuses them with --inference, as it refuses --sp, --recompute and the others
+    ctx = click.get_current_context()
+    for name in ("optimizer", "convention"):
+        if ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
+            kw[name] = None
     result = api.memory(model, explain=out["explain"], **kw)
     if plot_path is not None:
         from llmpar.cli import plots
