@@ -130,19 +130,22 @@ def test_explain_terms_add_up_to_the_components_for_every_stack(stack):
     assert allocated == pytest.approx(r.memory["allocated_bytes"], rel=1e-9)
 
 
-def test_megatron_core_keeps_no_expert_outputs_for_the_routing_weights():
+def test_megatron_core_keeps_no_expert_outputs_for_the_routing_weights(tmp_path):
     # Megatron-Core's grouped experts scale the SwiGLU output by the routing weights
     # (experts.py: weighted_bias_swiglu_impl) and the combine unpermutes without probs, so no copy of
-    # the experts' outputs is saved; hai-llm (the weights at the combine, as DeepSeek-V3's inference
-    # code applies them) keeps k 16-bit copies of the hidden vector per token: Qwen3-30B-A3B (k = 8,
-    # h = 2048), b = 1, s = 4096, one MoE layer: 2 x 8 x 2048 x 4096 = 134,217,728 B more.
-    from llmpar.specs import load_model
+    # the experts' outputs is saved; a stack that applies the weights at the combine (as
+    # DeepSeek-V3's inference code does: memory.moe_probs_in_activation false) keeps k 16-bit copies
+    # of the hidden vector per token: Qwen3-30B-A3B (k = 8, h = 2048), b = 1, s = 4096, one MoE
+    # layer: 2 x 8 x 2048 x 4096 = 134,217,728 B more.
+    from llmpar.specs import load_model, load_stack
 
+    combine = tmp_path / "combine.yaml"
+    combine.write_text("name: combine\nextends: megatron-core\nmemory: {moe_probs_in_activation: false}\n")
     qwen = load_model("qwen3-30b-a3b")
     par = Parallel(seq=4096)
     total = {}
-    for st in ("megatron-core", "hai-llm"):
-        terms = M.stack_activation_terms(qwen, True, Settings(stack=st))
+    for st in ("megatron-core", str(combine)):
+        terms = M.stack_activation_terms(qwen, True, Settings(stack=load_stack(st)))
         total[st] = sum(M.term_bytes(x, par) for x in terms)
-        assert (M.EXPERT_OUTPUTS_TERM in {t.name for t in terms}) == (st == "hai-llm")
-    assert total["hai-llm"] - total["megatron-core"] == 134_217_728
+        assert (M.EXPERT_OUTPUTS_TERM in {t.name for t in terms}) == (st == str(combine))
+    assert total[str(combine)] - total["megatron-core"] == 134_217_728

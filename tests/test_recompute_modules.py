@@ -104,14 +104,15 @@ def test_cli_and_runs_rules(cli, tmp_path):
     assert res.code == 2 and "recompute: selective" in res.err
 
 
-def test_deepseek_caches_the_moe_swiglu_input_in_fp8_by_hand():
+def test_deepseek_caches_the_moe_swiglu_input_in_fp8_by_hand(tmp_path):
     # DeepSeek-V3 §3.3.3: the MoE SwiGLU's inputs are cached in FP8 with 1x128-tile scaling. Per
     # token the routed experts' gate and up outputs are 2 x k x f_e = 2 x 8 x 2048 = 32,768
     # elements: 2 B each under megatron-core (65,536 B), 1 + 4/128 = 1.03125 B each under hai-llm
     # (33,792 B); at b = 1, s = 4096, tp = 1 that is 268,435,456 vs 138,412,032 B per MoE layer.
-    # Only under --dtype fp8; every other term is the same, except that hai-llm keeps the experts'
-    # outputs for the routing weights' gradient (memory.moe_probs_in_activation false; megatron-core
-    # folds the weights into the activation): 2 x k x h = 2 x 8 x 7168 B per token, 469,762,048 B.
+    # Only under --dtype fp8; every other term is the same. Both apply the routing weights in the
+    # activation (memory.moe_probs_in_activation true), so neither keeps the experts' outputs; a
+    # stack that applies them at the combine keeps them for the weights' gradient:
+    # 2 x k x h = 2 x 8 x 7168 B per token, 469,762,048 B per MoE layer.
     m = load_model("deepseek-v3")
     par = Parallel(tp=1, pp=1, dp=1, micro_batch=1, seq=4096)
     name = "experts gate and up outputs (SwiGLU input)"
@@ -122,6 +123,10 @@ def test_deepseek_caches_the_moe_swiglu_input_in_fp8_by_hand():
 
     mc, hai = terms("megatron-core", "fp8"), terms("hai-llm", "fp8")
     assert mc[name] == 268_435_456 and hai[name] == 138_412_032
-    assert hai.pop(A.EXPERT_OUTPUTS_TERM) == 469_762_048 and A.EXPERT_OUTPUTS_TERM not in mc
+    assert A.EXPERT_OUTPUTS_TERM not in mc and A.EXPERT_OUTPUTS_TERM not in hai
     assert {k: v for k, v in mc.items() if k != name} == {k: v for k, v in hai.items() if k != name}
     assert terms("hai-llm", "bf16")[name] == 268_435_456
+    combine = tmp_path / "combine.yaml"
+    combine.write_text("name: combine\nextends: hai-llm\nmemory: {moe_probs_in_activation: false}\n")
+    kept = terms(str(combine), "fp8")
+    assert kept.pop(A.EXPERT_OUTPUTS_TERM) == 469_762_048 and kept == hai
