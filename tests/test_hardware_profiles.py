@@ -13,7 +13,8 @@ import pytest
 
 from llmpar.specs.registry import data_dir, load_hardware, shipped_names
 
-EXPECTED = {"a100-80gb", "a100-40gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm-roce", "h100-96gb"}
+EXPECTED = {"a100-80gb", "a100-40gb", "h100-sxm", "h200", "h800", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm-roce", "h100-96gb",
+            "mi300x", "mi325x"}
 
 
 def test_all_shipped_profiles_load():
@@ -39,6 +40,8 @@ def test_all_shipped_profiles_load():
         ("gb200-nvl72", 900, 50, 72, 4),    # 4 GPUs per tray, 72-GPU NVLink domain
         ("gb300-nvl72", 900, 100, 72, 4),   # the same rack; one ConnectX-8 800 Gb/s per GPU
         ("h100-sxm-roce", 450, 50, 8, 8),   # Llama 3: 400 Gbps RoCE per GPU
+        ("mi300x", 448, 50, 8, 8),          # 7 Infinity Fabric links x 128 GB/s bidir = 896 / 2; Azure ND MI300X v5 400 Gb/s per GPU
+        ("mi325x", 448, 50, 8, 8),          # the same baseboard (extends mi300x)
     ],
 )
 def test_interconnect_numbers(name, nvlink_per_dir_GBps, nic_share_GBps, domain, per_node):

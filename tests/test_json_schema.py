@@ -88,7 +88,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "memory --params": MEMORY,
     "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]") + under("detail.", (
         "stage_forward_s", "stage_backward_s", "critical_stage_layers", "model_flops_per_step",
-        "hardware_flops_per_step", "peak_flops", "generation")),
+        "hardware_flops_per_step", "peak_flops", "generation", "attention_efficiency[]",
+        "gemm_max_efficiency")),
     "plan": (
         "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
         *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),

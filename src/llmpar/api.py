@@ -24,8 +24,8 @@ import os
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
-from llmpar.inputs import (load_hardware_spec, load_model_spec, make_settings, moe_cost_note, parse_reserve, stack_note,
-                           stack_support_note)
+from llmpar.inputs import (generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note,
+                           parse_reserve, stack_note, stack_support_note)
 from llmpar.parallel import (DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction,
                              resolve, whole)
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
@@ -376,6 +376,7 @@ def step(
     ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``, ``power_per_gpu``: days, GPU-hours, energy
     and cost to train that budget on this layout (:func:`llmpar.cost.training.estimate`).
     Raises :class:`llmpar.errors.UserError` for bad input."""
+    from llmpar.cost import compute
     from llmpar.cost import training as TR
     from llmpar.cost.pipeline import check_schedule
     from llmpar.cost.step import step_time
@@ -402,9 +403,9 @@ def step(
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
-    moe_note = moe_cost_note(spec, hw, settings)
-    if moe_note:
-        notes.append(moe_note)
+    for note in (generation_note(hw, settings), moe_cost_note(spec, hw, settings)):
+        if note:
+            notes.append(note)
     full = float(out["mfu_full_attention"])
     if out["mfu_convention"] == "causal":
         notes.append(f"MFU counts attention causally (half of s²: what a causal model needs, never more than the "
@@ -423,6 +424,9 @@ def step(
         "hardware_flops_per_step": float(out["hardware_flops_per_step"]),
         "peak_flops": hw.gpu.peak(settings.dtype),
         "generation": hw.gpu.generation,
+        # the fused attention kernel's fractions as priced: the stack's, capped at the GPU's MAMF
+        "attention_efficiency": [float(e) for e in compute.attention_efficiency(hw, settings.stack)],
+        "gemm_max_efficiency": hw.gpu.gemm.max_efficiency,
         "parts": {k: float(v) for k, v in out["parts"].items()},
     }
     numbers = step_numbers(out)

@@ -143,5 +143,27 @@ def moe_cost_note(model: ModelSpec, hw, settings: Settings) -> str | None:
             "(docs/stacks.md, limits)")
 
 
-__all__ = ["load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve", "stack_note",
-           "stack_support_note"]
+def generation_note(hw, settings: Settings) -> str | None:
+    """A warning when the stack states per-generation kernel values for other GPU generations but
+    none for this one: the time then rests on the stack's defaults, priors fitted on no GPU of this
+    kind (the attention fractions are capped at the GPU's MAMF: cost/compute.attention_efficiency)."""
+    from llmpar.specs.stack import per_gen
+
+    k, gen = settings.stack.kernels, hw.gpu.generation
+    fields = {"kernels.gemm_efficiency": k.gemm_efficiency,
+              "kernels.attention.forward_efficiency": k.attention.forward_efficiency,
+              "kernels.attention.backward_efficiency": k.attention.backward_efficiency}
+    if settings.dtype == "fp8":
+        fields["kernels.fp8.gemm_efficiency"] = k.fp8.gemm_efficiency
+    missing = [name for name, v in fields.items()
+               if isinstance(v, dict) and set(v) - {"default"} and (gen or "default") not in v]
+    if not missing:
+        return None
+    vals = ", ".join(f"{name.split('.', 1)[1]} {per_gen(fields[name], None):g}" for name in missing)
+    return (f"stack {settings.stack.name} states values for other GPU generations but none for {gen or 'this GPU'} "
+            f"({hw.name}): its defaults apply ({vals}), priors not fitted on this GPU; `llmpar calibrate runs` "
+            "fits them to your runs (docs/stacks.md)")
+
+
+__all__ = ["generation_note", "load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve",
+           "stack_note", "stack_support_note"]

@@ -80,6 +80,7 @@ def explain_terms(r) -> list[_Term]:
     from llmpar.specs.stack import per_gen
 
     att = st.kernels.attention
+    e_att, hw_gemm_max = r.detail["attention_efficiency"], r.detail["gemm_max_efficiency"]
     fp8 = r.settings.dtype == "fp8"
     return [
         _Term("compute", "linear GEMMs, one layer fwd", p["linear_forward_s"], "sum 2mnk / (peak x eff(m,n,k) x g)",
@@ -91,8 +92,8 @@ def explain_terms(r) -> list[_Term]:
         _Term("compute", "attention core, one layer fwd / bwd", p["attention_core_forward_s"],
               "F / (peak_bf16 x e_fwd); bwd 2.5 F / (peak x e_bwd)" if att.kernel != "eager" else "batched GEMMs on the curve",
               f"{att.kernel} kernel, causal skip {'on' if att.causal_skip else 'off'}, bwd {f(p['attention_core_backward_s'])}"
-              + (f", e_fwd {per_gen(att.forward_efficiency, gen):g}, e_bwd {per_gen(att.backward_efficiency, gen):g}"
-                 if att.kernel != "eager" else ""),
+              + (f", e_fwd {e_att[0]:g}, e_bwd {e_att[1]:g} (the stack's kernels.attention values, at most the "
+                 f"GPU's MAMF {hw_gemm_max:g})" if att.kernel != "eager" else ""),
               "cost/compute.attention_core_time; Dao 2023 §3; Shah 2024"),
         *([_Term("compute", "FP8 recipe's BF16 layers, critical stage", p["bf16_layers_extra_s"],
                  "per micro-batch: n_bf16 x (GEMMs at bf16 - at fp8 - casts), fwd + 2 x bwd",

@@ -116,9 +116,21 @@ def attention_core_time(hw: Hardware, stack, dtype: str, core_gemms):
         return t, 2.0 * t
     flops = sum(2.0 * m * n * k * c for _, m, n, k, c in core_gemms)
     peak = hw.gpu.peak("bf16" if dtype == "fp8" else dtype)
-    fwd = flops / (peak * per_gen(att.forward_efficiency, hw.gpu.generation))
-    bwd = 2.5 * flops / (peak * per_gen(att.backward_efficiency, hw.gpu.generation))
-    return fwd, bwd
+    e_fwd, e_bwd = attention_efficiency(hw, stack)
+    return flops / (peak * e_fwd), 2.5 * flops / (peak * e_bwd)
+
+
+def attention_efficiency(hw: Hardware, stack):
+    """The fused attention kernel's achieved fractions of the dense peak, (forward, backward): the
+    stack's value for this GPU generation, capped at the GPU's best measured GEMM fraction
+    (``gpu.gemm.max_efficiency``, MAMF). A fused kernel runs its QK^T and PV products on the same
+    matrix units as a GEMM, with softmax work between them, so it cannot beat the best plain GEMM
+    (FlashAttention-3 reaches 740 of H100's 989 TFLOP/s forward, below its MAMF 794.5: Shah et al.
+    2024 §4.1; ml-engineering MAMF table). The cap binds where a stack's value, often a default,
+    exceeds a GPU's MAMF: among the shipped profiles only MI300X/MI325X (0.511/0.600 against the
+    0.6 forward default)."""
+    att, gen, cap = stack.kernels.attention, hw.gpu.generation, hw.gpu.gemm.max_efficiency
+    return min(per_gen(att.forward_efficiency, gen), cap), min(per_gen(att.backward_efficiency, gen), cap)
 
 
 def memory_bound_time(hw: Hardware, nbytes):

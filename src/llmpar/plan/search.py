@@ -413,9 +413,9 @@ def plan(
                                     stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
-    moe_note = inputs.moe_cost_note(spec_model, hw, settings)
-    if moe_note:
-        notes.append(moe_note)
+    for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings)):
+        if note:
+            notes.append(note)
     if convention == "deepspeed":
         check_convention(settings, 2)   # its optimizer rule; ZeRO stages are masked per candidate
 

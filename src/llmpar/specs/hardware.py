@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
+from llmpar.specs.stack import GENERATIONS
 
 Bytes = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size"))]
 Bandwidth = Annotated[float, BeforeValidator(lambda v: parse_per_direction_bandwidth(v))]
@@ -47,7 +48,7 @@ class GemmEfficiency(BaseModel):
 class Accelerator(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
-    generation: Literal["volta", "ampere", "hopper", "blackwell"] | None = Field(
+    generation: Literal[GENERATIONS] | None = Field(   # the names a stack keys its per-generation values by
         None, description="GPU architecture; selects a stack's per-generation values (None: the stacks' defaults)")
     sms: int | None = Field(
         None, gt=0, description="streaming multiprocessors (whitepaper); prices SMs a stack's overlapped "

@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from llmpar.units import parse_bytes, parse_seconds
 
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell", "cdna3")   # cdna3: AMD MI300X/MI325X
 ATTENTION_KERNELS = ("flash-2", "flash-3", "cudnn", "sdpa", "eager")
 FP8_GEMMS = ("qkv", "proj", "fc1", "fc2", "experts", "lm_head")
 MEMORY_BYTES = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size", allow_zero=True))]
