@@ -10,8 +10,7 @@ loaded back, then `calibrate check` of the same log (exactly what tests/test_cal
 ::test_fit_then_check_real_log does). |error| of time, out-of-place. The wall time of each fit is
 printed to stderr (a figure, never a failure).
 
-The MI300X logs are fitted from the stand-in profile of tests/test_calibrate_check.py (no AMD
-profile ships); it is repeated here so that this script does not import the tests.
+The MI300X logs are fitted from the shipped mi300x profile (hardware/mi300x.yaml).
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ SHARED = REPO.parent / "shared"
 LOGS = SHARED / "validation" / "nccl-logs"
 PUBLIC = SHARED / "validation" / "public.yaml"
 
-MI300X_STANDIN = REPO / "tests" / "fixtures" / "hardware" / "mi300x-standin.yaml"   # docs/calibration.md, footnote 1
-BASE_FOR_GPU = {"A100": "a100-80gb", "H100": "h100-sxm", "H200": "h200", "GB200": "gb200-nvl72", "MI300X": "standin"}
+BASE_FOR_GPU = {"A100": "a100-80gb", "H100": "h100-sxm", "H200": "h200", "GB200": "gb200-nvl72", "MI300X": "mi300x"}
 
 
 def _azure_log(tmp: Path) -> Path:
@@ -66,8 +64,7 @@ def rows() -> list[dict]:
         for e in yaml.safe_load((LOGS / "index.yaml").read_text())["logs"]:
             gpu = next(k for k in ("GB200", "A100", "H100", "H200", "MI300X") if k in e["gpu_model"])
             base = BASE_FOR_GPU[gpu]
-            cases.append((e["file"][:2], LOGS / e["file"], str(MI300X_STANDIN) if base == "standin" else base,
-                          "MI300X stand-in" if base == "standin" else base))
+            cases.append((e["file"][:2], LOGS / e["file"], base, base))
         if PUBLIC.is_file():
             cases.append(("Azure", _azure_log(tmp), "a100-80gb", "a100-80gb"))
         for label, path, base, base_label in cases:

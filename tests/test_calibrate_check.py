@@ -241,10 +241,9 @@ def test_shipped_a100_matches_azure_sweep(cli, tmp_path):
     assert res.json()["summary"]["median_abs_error_ge_64MB"] <= 0.15
 
 
-# The profile each real log is fitted from (DESIGN.md: specs are data; no AMD profile ships, so the
-# MI300X logs use a stand-in in tests/fixtures: 7 xGMI links x 64 GB/s per direction, no NVLS, RoCE).
-MI300X_STANDIN = Path(__file__).parent / "fixtures" / "hardware" / "mi300x-standin.yaml"
-BASE_FOR_GPU = {"A100": "a100-80gb", "H100": "h100-sxm", "H200": "h200", "GB200": "gb200-nvl72", "MI300X": "standin"}
+# The shipped profile each real log is fitted from (the MI300X logs: hardware/mi300x.yaml; until it
+# shipped, 2026-12-01, a stand-in fixture).
+BASE_FOR_GPU = {"A100": "a100-80gb", "H100": "h100-sxm", "H200": "h200", "GB200": "gb200-nvl72", "MI300X": "mi300x"}
 
 
 def _real_logs():
@@ -263,8 +262,6 @@ def test_fit_then_check_real_log(name, base, tmp_path):
     path = LOGS / name
     if not path.is_file():
         pytest.skip(f"{name} not present")
-    if base == "standin":
-        base = str(MI300X_STANDIN)
     logs = parse_files([path])
     res = F.fit(logs, base)
     out = F.write_profile(res, tmp_path / "cluster.yaml")
@@ -286,7 +283,7 @@ def log11():
     if not (LOGS / LOG_11).is_file():
         pytest.skip(f"{LOG_11} not present")
     logs = parse_files([LOGS / LOG_11])
-    return logs, str(MI300X_STANDIN), F.fit(logs, str(MI300X_STANDIN)).files[0]["after"]["median_abs_error_ge_1MB"]
+    return logs, "mi300x", F.fit(logs, "mi300x").files[0]["after"]["median_abs_error_ge_1MB"]
 
 
 @pytest.mark.parametrize("change", ["data", "seed"])
