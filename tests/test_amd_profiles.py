@@ -91,3 +91,10 @@ def test_the_step_says_when_a_stack_has_no_values_for_the_gpu():
     r = llmpar.step("llama-3-8b", hardware="mi300x", gpus=8, tp=1, global_batch=16, seq=4096)
     assert any(a.startswith("stack megatron-core states values for other GPU generations") for a in r.assumptions)
     assert r.detail["attention_efficiency"] == [pytest.approx(668.4 / 1307.4, rel=2e-3), 0.45]
+
+
+def test_plan_on_mi300x_says_the_stack_has_no_values_for_it():
+    # the planner prices every candidate with the same defaults, and says so once
+    r = llmpar.plan("llama-3-8b", hardware="mi300x", gpus=8, global_batch=16, seq=4096)
+    notes = [a for a in r.assumptions if "none for cdna3 (mi300x)" in a]
+    assert len(notes) == 1 and "priors not fitted on this GPU" in notes[0]
