@@ -286,13 +286,15 @@ def log11():
     return logs, "mi300x", F.fit(logs, "mi300x").files[0]["after"]["median_abs_error_ge_1MB"]
 
 
-@pytest.mark.parametrize("change", ["data", "seed"])
+@pytest.mark.parametrize("change", ["data", "seed+1", "seed+3", "seed+22"])
 def test_real_log_fit_is_robust(log11, change, monkeypatch):
     # Issue 9: log 11 fitted to 2.3 % on one machine and 5.6 % on another - two basins of the
     # objective, and the old search found one or the other depending on the last bits of the data.
     # Moving every measured time by 1e-9 (relative), or seeding the global search differently (a
     # far larger change than another machine's rounding), must land within 0.5 percentage point of
-    # the same answer (over six seeds the medians span 2.28 - 2.36 %) and well inside 5 %.
+    # the same answer and well inside 5 %. From the shipped mi300x profile, 32 seeds all gave
+    # 2.35 % (2.35-2.36); with 300 generations seeds +3 and +22 (among 5 of 32) fell into a second
+    # basin at 2.92 %, which is why they are among the seeds tried here.
     logs, base, ref = log11
     assert ref < 0.03
     if change == "data":
@@ -305,6 +307,6 @@ def test_real_log_fit_is_robust(log11, change, monkeypatch):
 
         monkeypatch.setattr(F, "place", moved)
     else:
-        monkeypatch.setattr(F, "RANDOM_SEED", F.RANDOM_SEED + 1)
+        monkeypatch.setattr(F, "RANDOM_SEED", F.RANDOM_SEED + int(change.split("+")[1]))
     got = F.fit(logs, base).files[0]["after"]["median_abs_error_ge_1MB"]
     assert got == pytest.approx(ref, abs=0.005)
