@@ -25,8 +25,10 @@ def test_every_shipped_stack_loads_names_its_sources_and_zero_stages():
 
 
 def test_per_generation_values_resolve_by_the_hardware_generation():
-    # megatron-core's GEMM fraction: ampere 0.8586 (megatron-2022's A100 fit), hopper 0.7429 (33
-    # H100/H800 rows), blackwell 0.836 (8 dense B200/GB200 rows), default 0.85 (the prior)
+    # megatron-core's GEMM fraction: ampere 0.8586 (megatron-2022's A100 fit: scripts/fit_stacks.py
+    # megatron-2022), hopper 0.7429 (33 H100 rows: fit_stacks.py megatron-core), blackwell 0.836 (8
+    # dense B200/GB200 rows: fit_stacks.py megatron-core-blackwell), default 0.85 (the prior); the
+    # values are the YAML's, stated here so a refit shows up as a changed test
     st = load_stack("megatron-core")
     assert per_gen(st.kernels.gemm_efficiency, load_hardware("a100-80gb").gpu.generation) == 0.8586
     assert per_gen(st.kernels.gemm_efficiency, load_hardware("h100-sxm").gpu.generation) == 0.7429
