@@ -351,8 +351,6 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
 
 
 def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
-    from llmpar.cost.pipeline import stage_layers
-
     tp, pp, dp, cp, ep, v = (int(x) for x in (par.tp, par.pp, par.dp, par.cp, par.ep, par.virtual_stages))
     seq = int(par.seq)
     if rule == "tp_heads":

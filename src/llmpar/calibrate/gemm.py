@@ -36,7 +36,6 @@ DE_GENERATIONS = 100     # differential evolution generations (fit_curve's globa
 DE_POP_PER_PARAM = 10    # its population per curve parameter
 DE_POLISH = 3            # local descents from its best members
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
 # Bounds on what is measured, checked before torch is touched (--tokens 10^30 was a torch TypeError,
 # --tokens 10^11 an allocator error): every size option (--tokens, --square, --max-dim, --tp) at most
 # 2^20, ten times the largest dimension of any model llmpar ships (megatron-gpt-1t's FFN, 102,400),
@@ -102,6 +101,7 @@ def model_shapes(model, tps: list[int], tokens: list[int]) -> list[Shape]:
 
 def plan_shapes(plan: GemmPlan) -> list[Shape]:
     """Shapes to measure: the model's (deduplicated) and the squares, within ``max_dim``."""
+    from llmpar.cost.states import DTYPE_BYTES
     from llmpar.specs import load_hardware, load_model
 
     load_hardware(plan.hardware)  # bad names fail here, before any measurement
@@ -119,7 +119,7 @@ def plan_shapes(plan: GemmPlan) -> list[Shape]:
         if key in seen or (plan.max_dim and max(key) > plan.max_dim):
             continue
         seen.add(key)
-        need = (s.m * s.k + s.k * s.n + s.m * s.n) * DTYPE_BYTES.get(plan.dtype, 4)
+        need = (s.m * s.k + s.k * s.n + s.m * s.n) * DTYPE_BYTES.get(plan.dtype, 4.0)
         if need > MAX_GEMM_BYTES:
             raise UserError(f"GEMM {s.label} ({s.m:,} x {s.k:,} @ {s.k:,} x {s.n:,}) needs {need / 2**30:,.0f} GiB for "
                             f"its matrices, above the {MAX_GEMM_BYTES // 2**30} GiB `calibrate gemm` allocates for one "

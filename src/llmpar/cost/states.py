@@ -57,6 +57,7 @@ OPTIMIZER_DOC = {
     "sgd": "fp32 master 4 + momentum 4", "adam-8bit": "fp32 master 4 + 8-bit m 1 + 8-bit v 1",
     "adam-bf16": "fp32 master 4 + bf16 m 2 + bf16 v 2",
 }
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0, "tf32": 4.0}   # bytes per element (tf32 is stored as fp32)
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0}   # fp8 training keeps bf16 primary weights (TE)
 FP8_CACHE_BYTES = 2.0      # TE fp8 copy of each linear weight + its transpose (Hopper TN-only fp8 GEMMs)
 INFERENCE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}  # serving fp8 checkpoints store 1 B/param

@@ -39,14 +39,13 @@ import numpy as np
 
 from llmpar.cost import comm, compute, flops, memory, pipeline
 from llmpar.cost import params as P
-from llmpar.cost.states import FP8_TILE_BYTES
+from llmpar.cost.states import DTYPE_BYTES, FP8_TILE_BYTES
 from llmpar.cost.topology import dims_placement
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import per_gen
 
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0}
 REC_NONE, REC_SELECTIVE, REC_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 DUALPIPE = SCHEDULES.index("dualpipe")
 

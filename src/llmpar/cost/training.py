@@ -129,9 +129,8 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
     ``training`` in `plan`, `step` and `sweep` rows.
     """
     pue_value = 1.0 if pue is None else float(pue)
-    if tokens_per_step is not None and np.any(np.asarray(tokens) < np.asarray(tokens_per_step)):
-        small = float(np.min(np.asarray(tokens_per_step, dtype=float)))
-        raise UserError(f"--tokens {tokens:,.6g} is less than one step's {small:,.0f} tokens (global batch x seq): "
+    if tokens_per_step is not None and tokens < tokens_per_step:
+        raise UserError(f"--tokens {tokens:,.6g} is less than one step's {tokens_per_step:,.0f} tokens (global batch x seq): "
                         f"a token budget covers whole steps")
     t = train_time_s(tokens, tokens_per_s)
     hours = gpu_hours(gpus, t)
