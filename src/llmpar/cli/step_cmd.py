@@ -77,6 +77,7 @@ def explain_terms(r) -> list[_Term]:
     head = "+ head" if p["has_head"] else ""
     st = r.settings.stack
     gen = r.detail.get("generation")
+    from llmpar.cost.pipeline import fp8_bf16_layers
     from llmpar.specs.stack import per_gen
 
     att = st.kernels.attention
@@ -99,7 +100,7 @@ def explain_terms(r) -> list[_Term]:
                  "per micro-batch: n_bf16 x (GEMMs at bf16 - at fp8 - casts), fwd + 2 x bwd",
                  f"first {st.kernels.fp8.bf16_layers_at_start} / last {st.kernels.fp8.bf16_layers_at_end} layers in "
                  f"BF16 (kernels.fp8.bf16_layers_at_start/_end)", "cost/step._bf16_layer_extra, cost/pipeline.bf16_boundary_layers")]
-          if fp8 and (st.kernels.fp8.bf16_layers_at_start or st.kernels.fp8.bf16_layers_at_end) else []),
+          if any(fp8_bf16_layers(r.settings)) else []),
         _Term("compute", "element-wise, one layer fwd", p["elementwise_forward_s"], "bytes / (HBM x eff)",
               fmt_bytes(p["elementwise_forward_bytes"]), "cost/compute.layer_elementwise_bytes (Korthikanti 2022 §4.1 ops)"),
         _Term("compute", "critical stage", b["compute"], f"m x (L_stage x (fwd + 2 fwd) {head})",

@@ -46,7 +46,7 @@ from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by a
 from llmpar.cost.inflight import *  # noqa: F401,F403
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost import params as P
-from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, full_recompute_fraction, offload_kept_share
+from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, fp8_bf16_layers, full_recompute_fraction, offload_kept_share
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
@@ -150,12 +150,11 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     ex = nm * np.asarray(shard.experts)
     lin_ne = nd * np.asarray(shard.dense_linear) + nm * np.asarray(shard.moe_linear)
     lin_ex = nm * np.asarray(shard.experts_linear)
-    rec8 = settings.stack.kernels.fp8
-    if prec.fp8_cache and (rec8.bf16_layers_at_start or rec8.bf16_layers_at_end):
+    start, end = fp8_bf16_layers(settings)
+    if prec.fp8_cache and (start or end):
         # the FP8 recipe's BF16 boundary layers keep no FP8 copies (Megatron-Core
         # --first-last-layers-bf16): the model's first ones on stage 0, its last ones on stage p-1
         # (cost/pipeline.py bf16_boundary_layers; DualPipe's device 0 holds both end stages)
-        start, end = rec8.bf16_layers_at_start, rec8.bf16_layers_at_end
         first_bf, last_bf = bf16_boundary_layers(model.layers, p, start, end)
         # pp = 1: the first `start` layers and the last ones up to the model's layers (no layer
         # counted twice when start + end exceeds them); pp > 1: what each end stage holds

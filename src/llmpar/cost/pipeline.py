@@ -145,6 +145,16 @@ def full_recompute_fraction(layers, pp, virtual_stages, recompute_layers):
     return _out(np.where(n > 0, np.minimum(n / np.maximum(per_chunk, 1.0), 1.0), 1.0))
 
 
+def fp8_bf16_layers(settings) -> tuple[int, int]:
+    """(start, end): the layers the stack's FP8 recipe keeps in BF16 at the model's start and end
+    (kernels.fp8.bf16_layers_at_start / _at_end; Megatron-Core --first-last-layers-bf16) when the
+    run is ``--dtype fp8``, else (0, 0)."""
+    if settings.dtype != "fp8":
+        return 0, 0
+    rec8 = settings.stack.kernels.fp8
+    return rec8.bf16_layers_at_start, rec8.bf16_layers_at_end
+
+
 def bf16_boundary_layers(layers, pp, start, end):
     """(first stage's, last stage's) transformer layers that run in BF16 under an FP8 recipe with
     ``start`` / ``end`` boundary layers: the first ``start`` layers of the model sit on stage 0

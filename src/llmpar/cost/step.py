@@ -204,8 +204,7 @@ def _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cas
     those layers), against the FP8 layer the other terms price: its linear GEMMs at the BF16 rate
     instead of the FP8 one, without the FP8 casts. Forward, backward (2x the GEMMs; the output
     gradient's cast) and what full recompute re-runs of the forward. (0, 0, 0) without such layers."""
-    rec8 = settings.stack.kernels.fp8
-    if settings.dtype != "fp8" or not (rec8.bf16_layers_at_start or rec8.bf16_layers_at_end):
+    if not any(pipeline.fp8_bf16_layers(settings)):
         return 0.0, 0.0, 0.0
 
     def bf16_linear(moe):   # the linear GEMMs do not depend on the causal mask
@@ -319,10 +318,7 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     ends = E.head_f + E.head_b + D * (E.mtp_f + E.mtp_b)
     # FP8 recipes that keep the first / last layers in BF16 (kernels.fp8.bf16_layers_at_start/_end):
     # those layers' extra time lands on the end stages (_bf16_layer_extra, bf16_boundary_layers)
-    rec8 = settings.stack.kernels.fp8
-    has_bf = settings.dtype == "fp8" and bool(rec8.bf16_layers_at_start or rec8.bf16_layers_at_end)
-    bf_first, bf_last = (pipeline.bf16_boundary_layers(model.layers, par.pp, rec8.bf16_layers_at_start,
-                                                       rec8.bf16_layers_at_end) if has_bf else (0, 0))
+    bf_first, bf_last = pipeline.bf16_boundary_layers(model.layers, par.pp, *pipeline.fp8_bf16_layers(settings))
     bf_layer = L.bf_f + L.bf_b + L.bf_rec
     t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0) + bf_first * bf_layer
     t_mid = n_mid * per_layer
@@ -331,7 +327,7 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     layers = np.where(last_wins, n_last, np.where(t_mid >= t_first, n_mid, n_first))
     has_head = np.where(single, 1.0, np.where(last_wins, 1.0, 0.0))
     has_emb = np.where(single | ((t_first > t_mid) & (t_first > t_last)), 1.0, 0.0)
-    bf_n = np.where(last_wins & ~single, bf_last, np.where(has_emb > 0, bf_first, 0.0)) if has_bf else 0.0
+    bf_n = np.where(last_wins & ~single, bf_last, np.where(has_emb > 0, bf_first, 0.0))
     # DualPipe (DeepSeek-V3 §3.2.1, Fig. 5): device i holds stages i and p-1-i and runs m/2
     # micro-batches through each, so it paces the step at (t_i + t_{p-1-i}) / 2 per micro-batch;
     # device 0 pairs the two end stages (embedding and head), the others two full middle stages
@@ -341,8 +337,7 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
         layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
         has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
         has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
-        if has_bf:
-            bf_n = np.where(dual, np.where(pair_wins, (bf_first + bf_last) / 2.0, 0.0), bf_n)
+        bf_n = np.where(dual, np.where(pair_wins, (bf_first + bf_last) / 2.0, 0.0), bf_n)
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
     # hides the stack's overlap.pp of it behind the next micro-batch's compute.
@@ -353,8 +348,7 @@ def _critical_stage(model, hw, par, settings, place, e, L, C, E):
     t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f + bf_f
     t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
            + heads_b + has_emb * 2 * E.emb + pp_b + bf_b + bf_rec)
-    bf_on_mid = np.where(single, bf_first, 0) if has_bf else 0
-    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, bf_on_mid=bf_on_mid, layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
+    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, bf_on_mid=np.where(single, bf_first, 0), layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
                            heads_f=heads_f, heads_b=heads_b,
                            pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
