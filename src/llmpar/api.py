@@ -20,7 +20,6 @@ The numbers come from :mod:`llmpar.cost` through :mod:`llmpar.parallel` (resolut
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
@@ -44,7 +43,7 @@ def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None) -
     ``config.json`` path (or ``hf=`` one), or a loaded :class:`ModelSpec` (returned as is)."""
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or hf= a config.json")
-    return load_model_spec(model, _path(hf, "hf"))[0]
+    return load_model_spec(model, hf)[0]
 
 
 def load_hardware(hardware: str | Hardware = "h100-sxm") -> Hardware:
@@ -76,17 +75,6 @@ def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
 def _int_or_none(x) -> int | None:
     x = float(x)
     return None if x == float("inf") else int(x)
-
-
-def _pos(value, what, hi: int | None = None):
-    return _pos_int(value, what, hi)   # the API's one rule for integers (parallel.whole), then the bounds
-
-
-def _path(value, what: str):
-    """A file argument (``hf=``): a string or a path; None stays None."""
-    if value is None or isinstance(value, (str, os.PathLike)):
-        return value
-    raise UserError(f"{what} must be a path to a file (a string or a Path), got {value!r}")
 
 
 # `memory` builds its result with MemoryResult.model_construct: the fields are llmpar's own computed
@@ -145,7 +133,6 @@ def memory(
     sp = flag(sp, "sp")
     per_stage, inference, explain = (flag(per_stage, "per_stage", False), flag(inference, "inference", False),
                                      flag(explain, "explain", False))
-    hf = _path(hf, "hf")
     if kv_dtype is not None and kv_dtype not in DTYPES:
         raise UserError(f"unknown kv dtype {kv_dtype!r}; choose one of: {', '.join(DTYPES)}")
     if not inference and (batch is not None or context is not None):
@@ -245,12 +232,12 @@ def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch
     from llmpar.cost import memory as M
     from llmpar.cost import params as P
 
-    b = _pos(batch, "batch", MAX_BATCH) or 1
+    b = _pos_int(batch, "batch", MAX_BATCH) or 1
     if layout["microbatches"] is None and layout["global_batch"] is None:
         layout = dict(layout, microbatches=1)
     r: Resolved = resolve(spec, hw, settings=settings, **layout)
     par = r.parallel
-    T = _pos(context, "context", MAX_SEQ) or int(par.seq)
+    T = _pos_int(context, "context", MAX_SEQ) or int(par.seq)
     notes = notes + [a for a in r.assumptions if "one node" in a]
     if context is None:
         notes.append(f"context defaults to min(8192, model max {spec.max_seq}) = {T}")
@@ -626,7 +613,7 @@ def validate(
 
     tol = parse_tolerance(tolerance)
     if limit is not None:
-        limit = _pos(limit, "limit")
+        limit = _pos_int(limit, "limit")
     if source is not None and not (isinstance(source, str) or (isinstance(source, (list, tuple))
                                                                  and all(isinstance(x, str) for x in source))):
         raise UserError(f"source must be a validation source name (a file stem of validation/*.yaml) or a list of "

@@ -9,10 +9,11 @@ CLI all start here, so a name means the same thing everywhere. Nothing here comp
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from llmpar.errors import UserError
-from llmpar.parallel import Settings
+from llmpar.parallel import SCHEDULES, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.units import parse_bytes
@@ -28,8 +29,8 @@ def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None)
     if isinstance(model, ModelSpec):
         return model, None
     if hf is not None:
-        if not isinstance(hf, (str, Path)):
-            raise UserError(f"hf must be the path of a HF config.json, got {hf!r}")
+        if not isinstance(hf, (str, os.PathLike)):   # the one check of an hf= argument (API and CLI)
+            raise UserError(f"hf must be the path of a HF config.json (a string or a Path), got {hf!r}")
         path = Path(hf)
         if path.is_dir():
             raise UserError(f"--hf: {hf} is a folder; give its config.json")
@@ -111,8 +112,6 @@ def stack_support_note(settings: Settings, par) -> str | None:
     """A warning when a layout uses a ZeRO stage or pipeline schedule the stack's framework does not
     implement (its ``zero_stages`` / ``schedules``, which the planner and calibrate runs search
     within): the result is priced with llmpar's generic rules for it, not that framework's."""
-    from llmpar.parallel import SCHEDULES
-
     st = settings.stack
     missing = []
     zero, sched = int(par.zero), SCHEDULES[int(par.schedule)]

@@ -25,7 +25,7 @@ import numpy as np
 
 from llmpar.errors import UserError
 from llmpar.specs.hardware import Hardware
-from llmpar.specs.model import ModelSpec
+from llmpar.specs.model import MAX_SEQ, ModelSpec   # MAX_SEQ: tokens per sequence, one bound for specs and options
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
@@ -225,7 +225,6 @@ class Resolved:
 # Bounds on what llmpar models (issue 9, item 7): beyond them a formula is asked about a machine or a
 # job that does not exist, and integer products would leave int64. One line says so (exit 2).
 MAX_GPUS = 2**22            # 4,194,304 GPUs (a 1,048,576-GPU cluster is 4x below it)
-MAX_SEQ = 2**24             # 16,777,216 tokens per sequence
 MAX_BATCH = 2**32           # sequences per step, micro-batches per step, sequences per micro-batch
 MAX_TOKENS_PER_STEP = 2**40 # ~1.1e12 tokens per step (a 4M-token batch is 2^22)
 # The default batch (DESIGN.md: 4,194,304 tokens / seq sequences) is capped at this many sequences

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from llmpar.calibrate.runs_io import SETTING_KEYS, MeasuredRun
+from llmpar.calibrate.runs_io import CONVENTIONS, SETTING_KEYS, MeasuredRun
 from llmpar.cost.flops import step_time_at_rate
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES as SCHEDULE_NAMES   # every schedule: a stack's `schedules` narrows it
@@ -74,7 +74,6 @@ FP8_DEFAULT = ("kernels.fp8.gemm_efficiency",)
 MEMORY_DEFAULT = ("memory.activation_factor", "memory.allocator_overhead")
 PRIOR_WEIGHT = 0.05      # residual units per prior-scale of departure from the base value
 SOFT_L1_SCALE = 0.05     # log-error beyond which the loss grows linearly (one odd run is one run)
-CONVENTIONS = ("full", "causal", "hardware")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 
 

@@ -28,6 +28,7 @@ from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
+CONVENTIONS = ("full", "causal", "hardware")   # how a run's tflops_per_gpu / mfu count FLOPs (docs/runs-format.md)
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
 LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
                "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
@@ -296,7 +297,7 @@ def _read_row(row: dict[str, Any], where: str, ctx: _Ctx) -> tuple[dict, dict, d
         elif key in ("row", "note", "citation"):
             meta[key] = str(value)
         elif key == "convention":
-            meta["convention"] = _choice(str(value).strip(), ("full", "causal", "hardware"), where, key)
+            meta["convention"] = _choice(str(value).strip(), CONVENTIONS, where, key)
         elif key == "mfu_peak_dtype":
             meta["mfu_peak_dtype"] = _choice(str(value).strip(), DTYPES, where, key)
         elif key == "memory_stage":
@@ -734,7 +735,7 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
             file_defaults["convention"] = head["flops_convention"]
         # a bad file-wide default is the header's fault: say so there, not at the first row
         for key, names in (("memory_stage", MEMORY_STAGES), ("mfu_peak_dtype", DTYPES),
-                           ("convention", ("full", "causal", "hardware"))):
+                           ("convention", CONVENTIONS)):
             if key in file_defaults:
                 _choice(str(file_defaults[key]).strip(), names, f"{name}: top level",
                         "flops_convention" if key == "convention" else key)

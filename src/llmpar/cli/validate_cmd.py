@@ -25,11 +25,12 @@ def _render(result, con) -> None:
             con.print(f"note: {n}", highlight=False)
         if src.runs > report.BIG_SOURCE:
             t = Table(title=f"{src.runs} runs by model and GPU count (--json lists every row)")
+            cells_by_gpus = report.by_gpus(rows)
             for h in report.BY_GPUS_HEADERS:
                 # model names carry their variant (llm-foundry's mpt-125m-s65536): never cut them
                 t.add_column(h, justify="left" if h == "model" else "right", no_wrap=h == "model",
-                             min_width=max((len(c[0]) for c in report.by_gpus(rows)), default=5) if h == "model" else None)
-            for cells in report.by_gpus(rows):
+                             min_width=max((len(c[0]) for c in cells_by_gpus), default=5) if h == "model" else None)
+            for cells in cells_by_gpus:
                 t.add_row(*cells)
         else:
             t = Table(title=f"published vs llmpar ({report.LEGEND})")

@@ -18,7 +18,6 @@ Nothing here prints; :mod:`llmpar.cli.plan_cmd` renders the :class:`PlanResult`.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -390,8 +389,6 @@ def plan(
     pareto, keep_points = flag(pareto, "pareto", False), flag(keep_points, "keep_points", False)
     dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
                                           fraction(ep_overlap, "ep_overlap"))
-    if hf is not None and not isinstance(hf, (str, os.PathLike)):
-        raise UserError(f"hf must be a path to a file (a string or a Path), got {hf!r}")
     if explain_rank < 2:
         raise UserError("--explain-rank must be 2 or more (it explains why #1 beats #N)")
 

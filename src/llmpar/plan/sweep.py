@@ -26,7 +26,7 @@ import numpy as np
 
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import MAX_GPUS
+from llmpar.parallel import MAX_GPUS, whole
 from llmpar.results import SweepResult, SweepRow
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
@@ -56,8 +56,6 @@ def parse_gpu_list(value) -> list[int]:
     text = ",".join(str(x) for x in items)
 
     def count(x) -> int:
-        from llmpar.parallel import whole
-
         if isinstance(x, str):
             try:
                 n = int(x.strip())

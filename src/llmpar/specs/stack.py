@@ -18,6 +18,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
 GENERATIONS = ("volta", "ampere", "hopper", "blackwell", "cdna3")   # cdna3: AMD MI300X/MI325X
@@ -93,11 +94,11 @@ class Fp8Recipe(_Strict):
                            "before the down projections) moves FP8 with one fp32 scale per 128 elements; the "
                            "combines stay 16-bit (DeepSeek-V3 §3.3.3; DeepEP's FP8 dispatch)")
     bf16_layers_at_start: int = Field(
-        0, ge=0, le=10_000, description="the first N transformer layers run every GEMM in BF16 under --dtype fp8 (Megatron-Core "
+        0, ge=0, le=MAX_LAYERS, description="the first N transformer layers run every GEMM in BF16 under --dtype fp8 (Megatron-Core "
                              "--first-last-layers-bf16 with --num-layers-at-start-in-bf16; Megatron-Bridge's "
                              "bf16_with_fp8_current_scaling_mixed sets 1, its performance scripts 0)")
     bf16_layers_at_end: int = Field(
-        0, ge=0, le=10_000, description="the same for the last N layers (--num-layers-at-end-in-bf16)")
+        0, ge=0, le=MAX_LAYERS, description="the same for the last N layers (--num-layers-at-end-in-bf16)")
     cache_swiglu_input_fp8: bool = Field(
         False, description="the routed experts' SwiGLU input (the gate and up outputs) is saved for the backward in "
                            "FP8 with one fp32 scale per 128 elements (1.03 B per element instead of 2; DeepSeek-V3 "
