@@ -292,7 +292,8 @@ def _pos_int(value, what: str, hi: int | None = None) -> int:
     if value < 1:
         raise UserError(f"--{what} must be a positive integer, got {value}")
     if hi is not None and value > hi:
-        raise UserError(f"--{what} {value} is beyond what llmpar models (at most {hi:,})")
+        # bounded before any divisor search: --gpus 10^20 used to enumerate divisors up to 10^10
+        raise UserError(f"--{what} {value:,} is beyond what llmpar models (at most {hi:,})")
     return value
 
 

@@ -28,7 +28,7 @@ from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
                              RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, flag,
-                             fraction, seq_note, whole)
+                             _pos_int, fraction, seq_note, whole)
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -302,15 +302,8 @@ def _layout_keyword(key: str, value) -> str:
 def _pos(value, what: str, hi: int | None = None, required: bool = False):
     if value is None and required:
         raise UserError(f"{what.replace('-', '_')} must be a positive integer, got None")
-    value = whole(value, what)   # the API's one rule for integers (docs/api.md): 64 and 64.0, not "64" or nan
-    if value is None:
-        return None
-    if value < 1:
-        raise UserError(f"--{what} must be a positive integer, got {value}")
-    if hi is not None and value > hi:
-        # bounded before any divisor search: --gpus 10^20 used to enumerate divisors up to 10^10
-        raise UserError(f"--{what} {value:,} is beyond what llmpar models (at most {hi:,})")
-    return int(value)
+    value = _pos_int(value, what, hi)   # the API's one rule for integers (parallel.whole), then the bounds
+    return None if value is None else int(value)
 
 
 def plan(
