@@ -134,6 +134,11 @@ def _finite(text: str, where: str, what: str) -> float:
     return v
 
 
+def _positive_int(v) -> bool:
+    """A JSON/YAML value that is a whole number >= 1 (a bool is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
 def _memory(text: str, scale: float, where: str, what: str) -> float:
     """A memory figure of a log line in bytes; beyond any GPU's memory it is refused (wrong unit?)."""
     v = _finite(text, where, what) * scale
@@ -213,13 +218,12 @@ def _megatron_layout(args: dict[str, Any], where: str, notes: list[str],
         out["recompute"] = "none"
     v = args.get("virtual_pipeline_model_parallel_size")
     per_stage = args.get("num_layers_per_virtual_pipeline_stage")
-    if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+    if v is not None and not _positive_int(v):
         notes.append(f"{at('virtual_pipeline_model_parallel_size')}: virtual_pipeline_model_parallel_size={v} is not "
                      f"a positive number of model "
                      f"chunks: virtual stages not set")
         v = None
-    if v is None and per_stage is not None and not (isinstance(per_stage, int) and not isinstance(per_stage, bool)
-                                                    and per_stage > 0):
+    if v is None and per_stage is not None and not _positive_int(per_stage):
         notes.append(f"{at('num_layers_per_virtual_pipeline_stage')}: num_layers_per_virtual_pipeline_stage="
                      f"{per_stage} is not a positive layer count: "
                      f"virtual stages not set")
