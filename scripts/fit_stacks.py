@@ -11,141 +11,34 @@ this script:
     python scripts/fit_stacks.py torchtitan-compile # H100: the 16 torchtitan benchmark rows run with torch.compile
     python scripts/fit_stacks.py torchtitan         # H100: the 2 rows without compile (Tables 1 and 3, "FSDP")
 
-It takes a few minutes per stack (every fold refits). Nothing here is used at run time.
+It takes a few minutes per stack (every fold refits). The plans (sources, parameters, priors,
+folds) are llmpar.validate.fit_plans.PLANS, where `llmpar validate` finds them too.
+
+    python scripts/fit_stacks.py --loso             # every source refitted out: validation/loso-fits.json
+
+refits every plan once per source it was fitted on, without that source (about 5 minutes), and
+writes the record `llmpar validate` predicts each source with (docs/validation.md,
+"Leave-one-source-out"). Run it after any change to a stack's fitted values or a fitted source.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from llmpar.calibrate import runs as R
-from llmpar.calibrate.runs_io import read_runs
-from llmpar.specs import load_stack
+from llmpar.validate import fit_plans as FP
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANS = {
-    "megatron-core": dict(
-        # not deepseek-v3-h800: DeepSeek's run is HAI-LLM's (stacks/hai-llm.yaml), which inherits these
-        # values; fitting them on it made that row in-sample and pulled 7 constants by up to 0.02
-        files=["megatron-core-h100-2024", "nemo-2407-h100-fp8", "nemo-long-context-h100-fp8", "llama3-405b-table4"],
-        parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency", "kernels.attention.forward_efficiency",
-                    "kernels.attention.backward_efficiency", "overlap.tp", "overlap.dp", "fixed.per_step_s"],
-        priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75,
-                "kernels.attention.forward_efficiency": 0.6, "kernels.attention.backward_efficiency": 0.45,
-                "overlap.tp": 0.8, "overlap.dp": 0.5, "fixed.per_step_s": 0.0},
-        folds=10),
-    # Blackwell: the per-generation values only (the overlap and fixed values stay the Hopper fit's);
-    # fitted on the dense rows; the MoE rows are reported, not fitted (grouped GEMMs and the EP
-    # all-to-all are the least-validated parts of the model)
-    "megatron-core-blackwell": dict(
-        stack="megatron-core", files=["nemo-2511-b200", "nemo-2511-gb200"],
-        train=lambda r: not r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),
-        parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency"],
-        priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75}, folds=20),
-    # Blackwell MoE: one launch-cost constant, on the 6 MoE rows of the same tables, with the dense
-    # fit's GEMM fractions; fit_runs folds over (model, GPUs, hardware) configurations, so 6 requested
-    # are 5 (the two 256-GPU DeepSeek-V3 GB200 rows are one). GB200 rows are placed in 64-GPU rack
-    # segments (hardware/gb200-nvl72.yaml job_domain). The constant is per local expert
-    # (kernels.moe_s_per_local_expert: TE GroupedLinear launches a GEMM per expert on the GPU), chosen
-    # by the leave-one-configuration-out error over the same constant per MoE layer
-    # (kernels.moe_s_per_layer, 4.6 ms): 11.6 % median / 14.1 % mean / 24.5 % max against
-    # 26.8 % / 39.5 % / 118.6 % (in-sample 8.6 % against 22.0 % median)
-    "megatron-core-blackwell-moe": dict(
-        stack="megatron-core", files=["nemo-2511-b200", "nemo-2511-gb200"],
-        train=lambda r: r.model.startswith(("deepseek", "qwen", "nemo-qwen", "mixtral")),
-        parameters=["kernels.moe_s_per_local_expert"],
-        priors={"kernels.moe_s_per_layer": 0.0, "kernels.moe_s_per_local_expert": 0.0}, folds=6),
-    "megatron-2022": dict(files=["narayanan2021-table1", "korthikanti2022-table5"],
-                          parameters=["kernels.gemm_efficiency"], priors={"kernels.gemm_efficiency": 0.852},
-                          folds=14),   # 14 (model, GPUs) configurations: leave-one-configuration-out
-    # nanotron: fit on 1-2 nodes only, on every run of them (the soft-L1 loss keeps a slow run from
-    # dominating). An earlier plan left out runs slower than half their cell's best as "environment
-    # pathologies"; they were mostly many small micro-batches under TP/PP, a per-micro-batch cost
-    # (fixed.per_microbatch_s) and blocking p2p (overlap.pp) the model can learn, and leaving them
-    # out hid exactly what the planner needs to avoid. Chosen over the plan without the two new
-    # parameters and over one with memory.activation_factor by the 4-fold cross-validation on the
-    # 1-2 node runs (speed mean 58.3 % vs 58.6 % / 58.9 %, memory median 9.9 % vs 10.1 % / 10.9 %),
-    # not by the held-out runs. memory.optimizer_step_bytes_per_param (bytes per locally optimised
-    # parameter: ZeRO-1 runs measured ~4 B/param less than ZeRO-0 beyond the optimizer states)
-    # was added the same way: cross-validated memory 9.9 % -> 8.8 %, speed 12.0 % -> 11.2 %.
-    # Those comparisons were made while calibrate runs still searched the interleaved schedule for
-    # the playbook's PP runs (which state none); with nanotron's own 1F1B (stack `schedules`) the
-    # same plan gives 11.3 % speed / 7.5 % memory cross-validated. kernels.zero_gather_s_per_tensor_rank
-    # (nanotron's ZeRO-1 gather loops over DP rank x parameter tensor: distributed.py
-    # all_gather_coalesced) was added after the held-out runs showed ZeRO-1 45-145 ms slower than
-    # ZeRO-0 at 128-256 GPUs and the source showed why; its value is fitted here on 1-2 nodes only
-    # (6.5 us; cross-validated speed 11.3 % -> 11.2 %; held out: regret 19.5 % -> 5.0 %,
-    # fastest quarter 14.3 % -> 10.3 %).
-    "nanotron": dict(files=["playbook-nanotron-h100"], train=R.run_selector("gpus<=16"),
-                     parameters=["kernels.gemm_efficiency", "kernels.launch_s_per_layer",
-                                 "overlap.tp", "overlap.dp", "overlap.pp",
-                                 "network.scale_out_efficiency", "network.scale_out_latency",
-                                 "fixed.per_microbatch_s", "kernels.zero_gather_s_per_tensor_rank",
-                                 "memory.working_layers",
-                                 "memory.allocator_overhead", "memory.optimizer_step_bytes_per_param"],
-                     priors={"kernels.gemm_efficiency": 0.85, "kernels.launch_s_per_layer": 100e-6, "overlap.tp": 0.3,
-                             "overlap.dp": 0.5, "overlap.pp": 0.0, "network.scale_out_efficiency": 1.0,
-                             "network.scale_out_latency": 1.0, "fixed.per_microbatch_s": 0.0,
-                             "kernels.zero_gather_s_per_tensor_rank": 5e-6,
-                             "memory.working_layers": 0.0, "memory.allocator_overhead": 0.176,
-                             "memory.optimizer_step_bytes_per_param": 0.0},
-                     folds=5),
-    # torchtitan's published benchmark (docs/performance.md at d4c86e3): 16 rows ran with
-    # torch.compile (torchtitan-compile), 2 without (Table 1 and 3 "FSDP": torchtitan's default).
-    # The two sets of rows are two files (validation/torchtitan-h100-2024.yaml, eager;
-    # torchtitan-compile-h100-2024.yaml), each naming its stack.
-    # Folds: one per configuration (fit_runs folds over (model, GPUs) configurations: 4 here, so
-    # leave-one-configuration-out). Speed only: fitting memory.working_layers and
-    # memory.allocator_overhead as well gave working_layers 0 and allocator_overhead 0.50 at 39.8 %
-    # median memory error in-sample and FITS agreement 0.75 -> 0.50 (the misfit is structural: see
-    # docs/stacks.md, limits), so the memory values stay the sourced priors.
-    # overlap.zero3_prefetch is not among calibrate/runs.py's PARAMETERS: it stays the estimate.
-    # SDPA's own forward/backward fractions are fitted too: without them the long-sequence rows
-    # (Tables 2 and 6, 32K-256K tokens) came out +15...+70 % fast while the GEMM fraction sank to
-    # 0.58 to pay for it (14.5 % leave-one-configuration-out); with them 3.9 %. Fitting overlap.cp
-    # instead moved nothing (< 0.1 point).
-    "torchtitan-compile": dict(
-        files=["torchtitan-compile-h100-2024"],
-        parameters=["kernels.gemm_efficiency", "kernels.fp8.gemm_efficiency",
-                    "kernels.attention.forward_efficiency", "kernels.attention.backward_efficiency"],
-        priors={"kernels.gemm_efficiency": 0.85, "kernels.fp8.gemm_efficiency": 0.75,
-                "kernels.attention.forward_efficiency": 0.35, "kernels.attention.backward_efficiency": 0.30},
-        folds=16),
-    # DeepSpeed ZeRO-3 (2021) on Megatron's GPT: the 6 ZeRO-3 rows of Narayanan 2021 Table 2. The
-    # GEMM fraction is megatron-2022's (same model code and kernels, fitted on other rows); only
-    # what the ZeRO-3 engine changes is fitted: the effective cross-node bandwidth its gathers and
-    # reduce-scatters reach and how much of them hides behind compute. 6 folds = leave-one-row-out.
-    "megatron-deepspeed-2021": dict(
-        files=["narayanan2021-table2-zero3"],
-        parameters=["network.scale_out_efficiency", "overlap.zero3_prefetch"],
-        priors={"network.scale_out_efficiency": 1.0, "overlap.zero3_prefetch": 0.8}, folds=6),
-    # the eager default: the GEMM, FP8 and memory values are torchtitan-compile's fit (compile leaves
-    # the GEMMs to cuBLAS and the allocator alone); only what compile changes is fitted here, on the
-    # two rows that ran without it
-    "torchtitan": dict(
-        files=["torchtitan-h100-2024"],
-        parameters=["kernels.elementwise_traffic"], priors={"kernels.elementwise_traffic": 2.0}, folds=2),
-}
+PLANS = FP.PLANS
 
 
 def main(name: str) -> None:
-    plan = PLANS[name]
-    read = read_runs([ROOT / "validation" / f"{f}.yaml" for f in plan["files"]])
-    runs = [r for r in read.runs if plan.get("select", lambda r: True)(r)]
-    # start from the priors the recorded fit started from (not the fitted values the stack ships
-    # now), so that running this again reproduces the recorded values and errors
-    base = load_stack(plan.get("stack", name))
-    generation = {"megatron-core-blackwell": "blackwell", "megatron-core-blackwell-moe": "blackwell",
-                  "megatron-2022": None}.get(name, "hopper")
-    base = R.stack_with(base, plan["priors"], generation)
-    fit, held = R.fit_and_hold_out(runs, base, train=plan.get("train"),
-                                   healthy=plan.get("healthy"), parameters=plan["parameters"], models=read.models,
-                                   folds=plan["folds"])
-    out = {"stack": plan.get("stack", name), "generation": fit.generation, "runs_fitted": len(fit.runs),
+    fit, held = FP.run_plan(name)
+    out = {"stack": FP.plan_stack(name), "generation": fit.generation, "runs_fitted": len(fit.runs),
            # 4 decimals, or 4 significant digits below 0.01 (per-expert seconds)
            "parameters": {k: round(v["after"], 4) if abs(v["after"]) >= 0.01 else float(f"{v['after']:.4g}")
                           for k, v in fit.parameters.items()},
@@ -155,5 +48,24 @@ def main(name: str) -> None:
     print(json.dumps(out, indent=1, default=lambda x: float(x) if isinstance(x, np.floating) else str(x)))
 
 
+def loso() -> None:
+    held = {}
+    for src in FP.fitted_sources():
+        held[src] = FP.leave_one_source_out(src, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    record = {"scheme": "leave-one-source-out",
+              "generated_by": "python scripts/fit_stacks.py --loso",
+              "date": datetime.date.today().isoformat(),
+              "about": "for each source some stack was fitted on (llmpar.validate.fit_plans."
+                       "leave_one_source_out): scheme 'source': values = every plan that used it refitted "
+                       "without it, {stack: {generation: {parameter: value}}}; scheme 'configurations' (the "
+                       "source is its plan's only one): values = the full fit, folds = each k-fold's held-out "
+                       "(model, GPUs, hardware) configurations and the values fitted without them",
+              "fingerprint": FP.fingerprint(), "held_out": held}
+    out = ROOT / "validation" / FP.LOSO_FILE
+    out.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "megatron-core")
+    arg = sys.argv[1] if len(sys.argv) > 1 else "megatron-core"
+    loso() if arg == "--loso" else main(arg)

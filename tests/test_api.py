@@ -220,7 +220,7 @@ def test_collective_sweep_is_the_cli_json(cli):
 def test_validate_is_the_cli_json(cli):
     r = llmpar.validate("korthikanti2022-table5", limit=2)
     got = _same_as_cli(cli, r, "validate", "--source", "korthikanti2022-table5", "--limit", "2")
-    assert set(got) == {"rows", "groups", "sources"} and got["rows"]
+    assert set(got) == {"cross_validation", "rows", "groups", "sources"} and got["rows"]
     assert {g["source"] for g in got["groups"]} == {"korthikanti2022-table5"}
 
 

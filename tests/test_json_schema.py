@@ -34,6 +34,12 @@ MEMORY_COMPONENTS = tuple(f"memory.{k}" for k in (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes",
     "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes"))
 COMMON = ("model", "hardware", "gpus") + PARALLEL      # DESIGN.md: every layout result carries these
+# how far off a figure may be (llmpar.evidence; docs/json.md, Intervals)
+EVIDENCE = tuple(f"evidence.{k}" for k in ("class", "used_class", "rows", "sources", "extrapolated"))
+SPEED_INTERVAL = tuple(f"interval.{k}" for k in ("level", "step_time_s[]", "tokens_per_s[]", "mfu[]", *EVIDENCE))
+MEMORY_INTERVAL = ("level", "total_bytes[]", "may_not_fit", *EVIDENCE)
+PLAUSIBILITY = tuple(f"plausibility.{k}" for k in ("best_published_mfu", "best_source", "class", "rows",
+                                                    "above_published"))
 
 MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
     "model_requested", "mode", "params_total", "params_per_gpu",
@@ -41,6 +47,7 @@ MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
     "bytes_per_param.fp8_weight_cache", "bytes_per_param.convention", "bytes_per_param.gradients_fp32_accumulated",
     "model_states_bytes", "activation_bytes_per_layer", "capacity_bytes", "usable_bytes", "fits", "verdict",
     "margin_bytes", "uncertainty", "communicators", "max_micro_batch", "most_loaded_stage", "assumptions[]")
+TRAINING_MEMORY = MEMORY + tuple(f"interval.{k}" for k in MEMORY_INTERVAL)
 
 STEP_FIGURES = COMMON + SETTINGS + (
     "tokens_per_step", "step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu",
@@ -48,7 +55,8 @@ STEP_FIGURES = COMMON + SETTINGS + (
     *(f"breakdown_s.{k}" for k in ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer",
                                    "fixed")),
     *(f"comm_bytes_per_gpu.{k}" for k in ("tp", "pp", "dp", "cp", "ep")),
-    *MEMORY_COMPONENTS, "memory.capacity_bytes", "memory.fits", "memory.max_micro_batch", "memory.params_per_gpu")
+    *MEMORY_COMPONENTS, "memory.capacity_bytes", "memory.fits", "memory.max_micro_batch", "memory.params_per_gpu",
+    *SPEED_INTERVAL, *PLAUSIBILITY)
 
 STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "gemm_forward_s", "linear_forward_s", "attention_core_forward_s", "attention_core_backward_s",
@@ -76,9 +84,14 @@ def under(prefix: str, keys) -> tuple[str, ...]:
     return tuple(f"{prefix}{k}" for k in keys)
 
 
+CV_FIGURES = ("median_abs_error", "mean_abs_error", "signed_median_error", "optimistic_share", "interval_coverage")
+CV_BLOCK = ("rows", "sources", *CV_FIGURES, *under("rows_pooled.", CV_FIGURES),
+            *under("rows_by_scheme.", ("source", "configurations", "none")), "per_stack.*", "per_source.*")
+
+
 SCHEMA: dict[str, tuple[str, ...]] = {
-    "memory": MEMORY,
-    "memory --per-stage --explain": MEMORY + under("stages[].", (
+    "memory": TRAINING_MEMORY,
+    "memory --per-stage --explain": TRAINING_MEMORY + under("stages[].", (
         "stage", "layers", "params_per_gpu", "weights_bytes", "gradients_bytes", "optimizer_bytes",
         "activations_bytes", "buffers_bytes", "in_flight", "allocated_bytes", "reserved_bytes", "runtime_bytes",
         "total_bytes")) + under("terms[].", ("component", "name", "bytes", "formula", "values", "source")),
@@ -86,7 +99,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "bytes_per_param.convention", "bytes_per_param.gradients_fp32_accumulated")) + (
         "inference.batch", "inference.context", "inference.kv_dtype"),
     "memory --params": MEMORY,
-    "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]") + under("detail.", (
+    "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]")
+    + tuple(f"memory.interval.{k}" for k in MEMORY_INTERVAL) + under("detail.", (
         "stage_forward_s", "stage_backward_s", "critical_stage_layers", "model_flops_per_step",
         "hardware_flops_per_step", "peak_flops", "generation", "attention_efficiency[]",
         "gemm_max_efficiency")),
@@ -94,7 +108,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
         *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
-                          "margin")),
+                          "margin", "recommended", "within_error", "robust_band", "rank_tolerance")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "schedule",
                                    "convention", "memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",
@@ -166,7 +180,10 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                                               "recompute_layers", "offload_layers"))))),
     "validate": (
         *under("rows[].", ("source", "row", "location", "stack", "status", "searched[]", "fits", "metric", "unit",
-                           "published", "predicted", "error", "convention",
+                           "published", "predicted", "error", "convention", "evidence_class[]", "measured_mfu",
+                           "tokens_per_gpu_per_step", "cv_predicted", "cv_error", "cv_scheme", "cv_residual",
+                           "cv_covered", "cv_interval.ratio[]",
+                           *(f"cv_interval.{k}" for k in ("class", "used_class", "rows", "sources", "extrapolated")),
                            *under("config.", ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero",
                                               "recompute", "micro_batch", "global_batch", "microbatches", "seq",
                                               "virtual_stages", "schedule", "sp", "recompute_layers",
@@ -174,6 +191,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                                               "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")))),
         *under("groups[].", ("source", "metric", "stack", "rows", "mean_abs_error", "max_abs_error",
                              "median_abs_error")),
+        *under("cross_validation.", ("scheme", "level", "weighting", "error", "missing_sources[]", *CV_BLOCK,
+                                     *under("memory.", ("error", *CV_BLOCK)))),
         *under("sources[].", ("name", "citation", "url", "about", "hardware", "metric", "convention",
                               "flops_convention", "file_stack", "stack", "stack_fitted_on[]", "stack_calibration.*",
                               "runs", "notes[]", "left_out"))),
@@ -184,7 +203,8 @@ OPEN = {
     "hardware": ("[].peak_tflops",), "stacks show": ("profile",), "calibrate parse": ("files[].inferred",),
     "calibrate fit": ("profile", "fits[].before", "fits[].after"),
     "calibrate runs --check": ("parameters", "summary.before.regret.per_configuration"),
-    "validate": ("sources[].stack_calibration",),
+    "validate": ("sources[].stack_calibration", "cross_validation.per_stack", "cross_validation.per_source",
+                 "cross_validation.memory.per_stack", "cross_validation.memory.per_source"),
 }
 
 

@@ -51,6 +51,11 @@ def gpt3_megatron_2021():
                 fix="cp=1,zero=0", allow=["schedule=1f1b,interleaved"], top=20, dp_overlap=0, tp_overlap=0)
 
 
+def plan_margin0_gpt3_2021():
+    return plan("gpt3-175b", hardware="a100-80gb", gpus=1024, global_batch=1536, convention="megatron",
+                fix="cp=1,zero=0", allow=["schedule=1f1b,interleaved"], top=1, dp_overlap=0, tp_overlap=0, margin=0)
+
+
 # ------------------------------------------------------------------------ one cost model
 
 def _step_of(row, model, hardware):
@@ -224,11 +229,16 @@ def test_llama405b_8k_without_cp_matches_llama3(p405_no_cp):
     # BF16 MFU 38-43 %. In the same space the planner must land on tp=8 and pp >= 8 with an MFU
     # in a believable band: llmpar's defaults assume TP overlap (0.8) and half-hidden DP traffic
     # (docs/time-model.md), which lifts MFU above Llama 3's 38-43 %; 35-55 %.
-    best = p405_no_cp.best
-    assert best.parallel.tp == 8
-    assert best.parallel.pp >= 8
-    assert 0.35 <= best.mfu <= 0.55
-    assert best.parallel.zero < 3            # 405B fits with ZeRO-1 at pp=16: nothing forces ZeRO-3
+    # By predicted time alone (--margin 0) that holds; by default the planner recommends a layout
+    # that fits with the stack's 10 % memory margin (docs/planner.md): every faster layout here is
+    # TIGHT, so #1 pays ~14 % for its headroom (MFU 34.8 %) - still tp 8, pp >= 8, ZeRO-1.
+    pure = plan("llama-3.1-405b", gpus=16384, seq=8192, tokens_per_batch=TOKENS_16M, cp=1, margin=0, top=1).best
+    for best, lo in ((pure, 0.35), (p405_no_cp.best, 0.30)):
+        assert best.parallel.tp == 8
+        assert best.parallel.pp >= 8
+        assert lo <= best.mfu <= 0.55
+        assert best.parallel.zero < 3            # 405B fits with ZeRO-1 at pp=16: nothing forces ZeRO-3
+    assert pure.memory["verdict"] == "tight" and p405_no_cp.best.memory["verdict"] == "fits"
 
 
 def test_llama405b_8k_default_space_tp_pp_in_range(p405):
@@ -269,11 +279,13 @@ def test_gpt3_tp_inside_node_pp_8_to_16(gpt3_megatron_2021):
     assert tp8 and tp8[0].step_time_s <= 1.05 * r.best.step_time_s
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cost model: TP=8 all-reduce traffic on A100 NVLink (exposed) outweighs its smaller GEMM "
-    "shards, so tp=4 x pp=16 edges out Megatron's tp=8 x pp=8 by ~2 %; reported to the lead"))
 def test_gpt3_megatron_2021_picks_tp8(gpt3_megatron_2021):
+    # Megatron's own layout (tp 8). By predicted time alone tp=4 x pp=16 edges it out by ~2 %
+    # (TP=8 all-reduce traffic on A100 NVLink outweighs its smaller GEMM shards); the recommending
+    # default ranks the layouts within 2 % of the fastest by robustness (docs/planner.md), and there
+    # tp 8 wins. --margin 0 keeps the pure ranking:
     assert gpt3_megatron_2021.best.parallel.tp == 8
+    assert plan_margin0_gpt3_2021().best.parallel.tp == 4
 
 
 def test_tp_never_leaves_the_node(gpt3):

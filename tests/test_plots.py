@@ -64,7 +64,10 @@ def test_plan_figure_has_every_feasible_point_the_frontier_and_the_winner():
     frontier = [ln for ln in ax.get_lines() if ln.get_label().startswith("frontier")][0]
     n_front = int(np.count_nonzero(r.points["frontier"]))
     assert len(frontier.get_xdata()) == n_front
-    assert min(frontier.get_ydata()) == pytest.approx(r.best.step_time_s)
+    # the frontier starts at the fastest layout; #1 is the recommended one, within the planner's rank
+    # tolerance of it (docs/planner.md, Ranking under uncertainty)
+    assert min(frontier.get_ydata()) == pytest.approx(float(np.min(r.points["step_time_s"])))
+    assert r.best.step_time_s <= min(frontier.get_ydata()) * (1 + r.space.rank_tolerance) + 1e-12
 
 
 def test_plan_cli_writes_png_and_keeps_json_clean(cli, tmp_path):

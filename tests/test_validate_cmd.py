@@ -162,8 +162,12 @@ def test_markdown_one_section_per_source(cli, tmp_path):
     assert res.code == 0, res.err
     page = out.read_text()
     sections = [ln for ln in page.splitlines() if ln.startswith("## ")]
-    assert sections[0] == "## Summary"
-    assert len(sections) == 3 and sections[1].startswith("## Korthikanti") and sections[2].startswith("## Narayanan")
+    # the fixed text's one section (how the honest figures are made), then the leave-one-source-out
+    # figures lead (issue 23), the in-sample summary follows, labelled
+    assert sections[0].startswith("## Leave-one-source-out and intervals: how")
+    assert sections[1] == "## Leave-one-source-out (the honest figures)"
+    assert sections[2].startswith("## Summary (as shipped: in-sample")
+    assert len(sections) == 5 and sections[3].startswith("## Korthikanti") and sections[4].startswith("## Narayanan")
     assert "| Table 5, 22B, full recompute |" in page and "1.42 s" in page
     assert "fitted on" in page and "megatron-2022" in page            # what the stack was fitted on
     assert "llmpar validate --markdown --out docs/validation.md" in page

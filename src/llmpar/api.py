@@ -283,7 +283,12 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
     prec = M.bytes_per_param(settings, layout["zero"], par.microbatches)
+    from llmpar import evidence as EV
+
+    interval = EV.memory_json(EV.query("memory", settings, hw, spec, par), float(out["total_bytes"]),
+                              float(out["capacity_bytes"]))
     return MemoryResult.model_construct(
+        interval=interval,
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="training",
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
         memory={k: float(out[k]) for k in MEMORY_COMPONENTS},
@@ -354,6 +359,7 @@ def step(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
+    interval_level=None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -362,7 +368,9 @@ def step(
     :class:`llmpar.parallel.Settings`), ``rank_order`` the rank order, innermost first.
     ``tokens`` (``"15T"``), ``pue``, ``gpu_hour_price``, ``power_per_gpu``: days, GPU-hours, energy
     and cost to train that budget on this layout (:func:`llmpar.cost.training.estimate`).
+    ``interval_level`` (default 0.8): the level of the result's ``interval`` (:mod:`llmpar.evidence`).
     Raises :class:`llmpar.errors.UserError` for bad input."""
+    from llmpar import evidence as EV
     from llmpar.cost import compute
     from llmpar.cost import training as TR
     from llmpar.cost.pipeline import check_schedule
@@ -373,6 +381,7 @@ def step(
     dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
                                           fraction(ep_overlap, "ep_overlap"))
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
+    level = EV.level_value(interval_level)
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
@@ -422,10 +431,20 @@ def step(
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=numbers["tokens_per_s"], gpus=int(par.gpus),
                                tokens_per_step=int(par.tokens_per_step), pue=train_in["pue"],
                                gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+    iv = EV.query("speed", settings, hw, spec, par, level)
+    interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"], training)
+    if mem.interval is not None and level != EV.DEFAULT_LEVEL:
+        mem.interval = EV.memory_json(EV.query("memory", settings, hw, spec, par, level),
+                                      float(mem.memory["total_bytes"]), float(mem.capacity_bytes))
+    plaus = EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype)
+    if plaus and plaus["above_published"]:
+        notes.append(f"implausible: MFU {numbers['mfu_full_attention'] * 100:.1f} % (attention in full) is above "
+                     f"the best published run of its class ({plaus['class']}: {plaus['best_published_mfu'] * 100:.1f} "
+                     f"%, {plaus['best_source']}) even at the low end of its interval")
     return StepResult(
         model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
         **numbers,
-        memory=mem, detail=detail, assumptions=notes, training=training,
+        memory=mem, detail=detail, assumptions=notes, training=training, interval=interval, plausibility=plaus,
     )
 
 
@@ -621,7 +640,8 @@ def validate(
     if progress is not None and not callable(progress):
         raise UserError(f"progress must be a function progress(name, done, total), got {progress!r}")
     r = _validate(source, stack, limit, progress)
-    result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack)
+    result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack,
+                            cross_validation=r.cross_validation)
     if tol is not None:
         bad = result.over_tolerance(tol)
         if bad:

@@ -100,6 +100,8 @@ class MemoryResult(Result):
     stages: list[dict] | None = None
     terms: list[Any] | None = None
     inference: dict[str, Any] | None = None
+    # training mode: the total's interval from published peaks (llmpar.evidence.memory_json)
+    interval: dict[str, Any] | None = None
 
     @property
     def gpus(self) -> int:
@@ -154,6 +156,8 @@ class MemoryResult(Result):
             "most_loaded_stage": self.most_loaded_stage,
             "assumptions": list(self.assumptions),
         }
+        if self.interval is not None:
+            out["interval"] = dict(self.interval)
         if self.inference is not None:
             out["inference"] = dict(self.inference)
         if self.stages is not None:
@@ -194,6 +198,10 @@ class StepFigures(Result):
     mfu_convention: str
     breakdown_s: dict[str, float]
     comm_bytes_per_gpu: dict[str, float]
+    # how far off the figures may be (llmpar.evidence.speed_json): bounds, level, evidence class
+    interval: dict[str, Any] | None = None
+    # the prediction against the best published MFU of its class (llmpar.evidence.plausibility)
+    plausibility: dict[str, Any] | None = None
 
     @property
     def gpus(self) -> int:
@@ -214,6 +222,8 @@ class StepFigures(Result):
             "comm_bytes_per_gpu": dict(self.comm_bytes_per_gpu),
             "memory": memory,
             "fits": fits,
+            "interval": self.interval,
+            "plausibility": self.plausibility,
         }
 
 
@@ -229,7 +239,8 @@ class StepResult(StepFigures):
     def to_dict(self) -> dict[str, Any]:
         mem = self.memory
         memory = {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
-                  "max_micro_batch": mem.max_micro_batch, "params_per_gpu": num(mem.params_per_gpu)}
+                  "max_micro_batch": mem.max_micro_batch, "params_per_gpu": num(mem.params_per_gpu),
+                  **({"interval": dict(mem.interval)} if mem.interval is not None else {})}
         return {
             "model_requested": self.model_requested,
             **self.step_json(memory, mem.fits),
@@ -279,6 +290,10 @@ class SpaceSummary(Result):
     search_s: float = 0.0      # enumeration + evaluation + ranking (no spec loading)
     tight: int = 0             # feasible candidates whose verdict is TIGHT (within the stack's memory.uncertainty)
     margin: float = 0.0        # --margin: a candidate fits when total * (1 + margin) <= HBM
+    recommended: bool = False  # no --margin: TIGHT ranked last, the band within rank_tolerance by robustness
+    within_error: int = 0      # feasible layouts other than #1 whose intervals overlap #1's
+    robust_band: int = 0       # candidates within rank_tolerance of the fastest recommendable one
+    rank_tolerance: float = 0.0
 
 
 class Comparison(Result):
@@ -390,7 +405,20 @@ class SweepRow(Result):
             "scaling_efficiency": self.scaling_efficiency,
             "scaling_reference_gpus": self.scaling_reference_gpus,
             "training": dict(self.training) if self.training is not None else None,
+            "interval": self.interval(),
         }
+
+    def interval(self) -> dict[str, Any] | None:
+        """Plan #1's interval, with days, GPU-hours, energy and cost scaled as its step time."""
+        if self.plan is None or self.plan.interval is None:
+            return None
+        iv = dict(self.plan.interval)
+        lo, hi = (x / self.plan.step_time_s for x in iv["step_time_s"])
+        for k in ("days", "gpu_hours", "energy_mwh", "cost"):
+            v = (self.training or {}).get(k)
+            if v is not None:
+                iv[k] = [float(v) * lo, float(v) * hi]
+        return iv
 
 
 class SweepResult(Result):
@@ -480,15 +508,18 @@ class CollectiveSweepResult(_CollectiveGroup):
 
 class ValidateResult(Result):
     """What `llmpar validate` computed: published vs predicted per row, and per group
-    (source, metric, stack) the mean and max absolute error. JSON keys: rows, groups, sources."""
+    (source, metric, stack) the mean and max absolute error, and the leave-one-source-out figures
+    (``cross_validation``; None under ``stack``). JSON keys: cross_validation, rows, groups, sources."""
 
     rows: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     sources: list[dict[str, Any]]
     stack: str | None = None       # the stack every row was evaluated under, when one was asked for
+    cross_validation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "groups": self.groups, "sources": self.sources}
+        return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
+                "sources": self.sources}
 
     def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
         """The groups whose mean absolute error exceeds ``tolerance`` (a fraction)."""

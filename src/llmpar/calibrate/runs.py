@@ -632,6 +632,8 @@ class RunsFit:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # what resolving the runs noted (prepare)
     base_path: str | None = None   # the base stack's file, when it was given as one (absolute)
+    # each cross-validation fold: the configurations it held out and the values fitted without them
+    fold_values: list[dict[str, Any]] = field(default_factory=list)
 
     def extends(self, out_dir: str | None = None) -> str:
         """What the written stack's ``extends:`` says: the base's name when it is a shipped stack;
@@ -773,6 +775,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     cv_fits = np.zeros(len(runs), dtype=bool)
     cv_a, cv_r = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
     cv_a0, cv_r0 = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
+    fold_values: list[dict[str, Any]] = []
     for f in range(k):
         held = {key for j, key in enumerate(keys) if j % k == f}
         test = np.array([c in held for c in cfg])
@@ -782,6 +785,8 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         cv_t[test], cv_fits[test] = pf.step_time_s[test], pf.fits[test]
         cv_m[test], cv_a[test], cv_r[test] = pf.memory_bytes[test], pf.allocated_bytes[test], pf.reserved_bytes[test]
         cv_a0[test], cv_r0[test] = pf.first_allocated_bytes[test], pf.first_reserved_bytes[test]
+        fold_values.append({"configurations": sorted([list(c) for c in held], key=str),
+                            "values": {n: float(v) for n, v in zip(names, xf)}})
         tick(f"fold {f + 1}/{k}", 3 + f, steps)
     summ = {"before": _summary(runs, pred0, t_meas, m_meas), "after_in_sample": _summary(runs, pred1, t_meas, m_meas),
             "folds": k}
@@ -791,7 +796,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
         summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
     return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,
-                   files or [], notes, base_path)
+                   files or [], notes, base_path, fold_values)
 
 
 # ------------------------------------------------------------------- fit small, predict big

@@ -246,6 +246,12 @@ def _explain_lines(c, fmt, unit) -> list[str]:
         what = "step time" if c.objective == "time" else "memory per GPU"
         lines = [f"#1 and #{o.rank} tie exactly on {what}: ranked by the other objective, then the simpler layout"]
         show = (lambda v: fmt_seconds(v)) if c.objective == "time" else (lambda v: f"{fmt(v)} {unit}")  # noqa: E731
+    elif c.objective == "time" and c.margin < 0:
+        pct = -c.margin / w.step_time_s * 100 if w.step_time_s else 0.0
+        lines = [f"why #1 ranks above #{o.rank}: it is {fmt_seconds(-c.margin)} slower per step ({pct:.1f} %), within "
+                 "the planner's rank tolerance, and the more robust layout (no offload, no CP, fewer parallel "
+                 "dimensions); --margin 0 ranks by predicted time alone"]
+        show = lambda v: fmt_seconds(v)  # noqa: E731
     elif c.objective == "time":
         pct = c.margin / w.step_time_s * 100 if w.step_time_s else 0.0
         lines = [f"why #1 beats #{o.rank}: {fmt_seconds(c.margin)} faster per step ({pct:.1f} %)"]
@@ -304,8 +310,12 @@ def render(r, units: str = "gb") -> None:
     con.print(R.header("settings", pairs))
     R.print_assumptions(con, r.assumptions)
     con.print()
-    con.print(_rows_table(r.plans, fmt, unit, f"Top {len(r.plans)} layouts by {r.objective} "
+    order = ("recommended first: near-ties by robustness, TIGHT last" if r.space.recommended and r.objective == "time"
+             else f"by {r.objective}, TIGHT last" if r.space.recommended else f"by {r.objective}")
+    con.print(_rows_table(r.plans, fmt, unit, f"Top {len(r.plans)} layouts{',' * order.startswith('rec')} {order} "
                                               f"(memory in {unit}; step time per iteration)"))
+    if r.best.interval:
+        con.print("#1" + R.interval_line(r.best.interval, r.best.step_time_s)[1:], highlight=False)
     ties = [(p.rank, equivalent_texts(p)) for p in r.plans if p.equivalent]
     if ties:
         con.print("exact ties (same step time and same memory) share a row; each also runs as:", highlight=False)

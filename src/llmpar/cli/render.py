@@ -157,3 +157,27 @@ def simple_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: s
     for r in rows:
         table.add_row(*[str(x) for x in r])
     return table
+
+
+def interval_text(interval: dict[str, Any]) -> str:
+    """``80 %; 34 rows from 4 sources of megatron-core · hopper · ...`` or, for a class no
+    published run belongs to, ``80 %; extrapolated: no published run of this class (...)``."""
+    ev = interval["evidence"]
+    pct = f"{interval['level'] * 100:.0f} %"
+    if not ev["extrapolated"]:
+        return f"{pct}; {ev['rows']} rows from {ev['sources']} source{'s' * (ev['sources'] != 1)} of {ev['class']}"
+    if not ev["rows"]:
+        return f"{pct}; extrapolated: no published run of this class ({ev['class']}) nor of any class above it"
+    return (f"{pct}; extrapolated: no published run of this class ({ev['class']}); from {ev['rows']} rows of "
+            f"{ev['used_class']}, widened")
+
+
+def interval_line(interval: dict[str, Any], step_time_s: float) -> str:
+    """The line under a step-time figure: its bounds for time, throughput and MFU, and the evidence."""
+    from llmpar.units import fmt_seconds
+
+    lo, hi = interval["step_time_s"]
+    t_lo, t_hi = interval["tokens_per_s"]
+    m_lo, m_hi = interval["mfu"]
+    return (f"  {fmt_seconds(step_time_s)} ({fmt_seconds(lo)}-{fmt_seconds(hi)}), {t_lo:,.0f}-{t_hi:,.0f} tokens/s, "
+            f"MFU {m_lo * 100:.1f}-{m_hi * 100:.1f} % ({interval_text(interval)})")

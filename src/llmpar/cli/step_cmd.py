@@ -164,6 +164,8 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
         f"MFU [bold]{r.mfu * 100:.1f} %[/bold] ({r.mfu_convention} attention FLOPs)  ·  HFU {r.hfu * 100:.1f} %",
         highlight=False,
     )
+    if r.interval:
+        con.print(R.interval_line(r.interval, r.step_time_s), highlight=False)
     rows = []
     for key, value in r.breakdown_s.items():
         note = _NOTES[key]

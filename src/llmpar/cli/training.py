@@ -20,6 +20,9 @@ _TRAINING_OPTIONS = [
     click.option("--power-per-gpu", default=None, metavar="W",
                  help="Average power per GPU including its node share, e.g. 900W (default: the profile's "
                       "maximum node power / GPUs per node: an upper bound)."),
+    click.option("--interval-level", default=None, metavar="P",
+                 help="Level of the intervals printed beside every time, throughput, MFU, day and cost figure, "
+                      "e.g. 80% or 0.9 (default 80 %; docs/validation.md, Intervals)."),
 ]
 
 

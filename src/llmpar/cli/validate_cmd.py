@@ -59,6 +59,28 @@ def _render(result, con) -> None:
 
         con = Console(width=160, highlight=False)
     con.print(t)
+    cv = result.cross_validation
+    if cv:
+        for kind in ("speed", "memory"):
+            cells = report.cv_rows(cv, result, kind)
+            if not cells:
+                continue
+            t = Table(title=f"Leave-one-source-out, {kind} (the honest figures; errors: predicted "
+                            f"{'throughput' if kind == 'speed' else 'peak'} / measured - 1)")
+            for h in report.CV_HEADERS:
+                t.add_column(h, justify="left" if h in ("source", "stack", "scheme") else "right",
+                             no_wrap=h in ("source", "stack"))
+            for c in cells:
+                t.add_row(*c)
+            con.print(t)
+        for line in report.cv_headline(cv):
+            con.print(line, highlight=False)
+        if cv.get("missing_sources"):
+            con.print(f"no leave-one-source-out record for {', '.join(cv['missing_sources'])}: "
+                      "run python scripts/fit_stacks.py --loso", highlight=False)
+    elif result.stack:
+        con.print(f"no leave-one-source-out figures under --stack {result.stack}: the record is of the "
+                  "sources' own stacks", highlight=False)
 
 
 @click.command("validate")

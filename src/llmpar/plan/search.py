@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
@@ -73,6 +74,40 @@ def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
     return np.lexsort(keys)
 
 
+# Layouts within this fraction of the fastest recommendable one's step time are ranked by how
+# robust they are, not by their predicted time: fewer moving parts first (no activation offload,
+# no context parallelism, fewer parallel dimensions > 1), then the faster. 2 % is below every
+# published source's leave-one-source-out median error (docs/validation.md) and above the 0.2-0.9 %
+# margins the planner used to present as wins (issue 23); docs/planner.md, "Ranking under uncertainty".
+RANK_TOLERANCE = 0.02
+
+
+def robust_order(order: np.ndarray, t, total, par: Parallel, tight, tolerance: float = RANK_TOLERANCE
+                 ) -> tuple[np.ndarray, int]:
+    """``order`` (best time first, exact ties adjacent) re-ranked for a recommendation: TIGHT
+    candidates (``tight``: within the stack's memory uncertainty of the HBM) after every other
+    one; among the others, those within ``tolerance`` of the fastest by robustness (no offload,
+    cp 1, fewer parallel dimensions > 1), then time. Exact ties move together, ranked by their
+    first (simplest) member. Returns (order, size of that band)."""
+    tight = np.broadcast_to(np.asarray(tight, dtype=bool), np.shape(t))
+    ok = order[~tight[order]]
+    demoted = order[tight[order]]
+    if ok.size == 0:
+        return order, 0
+    n_band = int(np.count_nonzero(t[ok] <= t[ok[0]] * (1.0 + tolerance)))
+    band = ok[:n_band]
+    groups = _tie_groups(band, t, total)
+    heads = np.array([band[a] for a in groups.starts[:-1]])
+
+    def each(x):
+        return np.broadcast_to(np.asarray(x), np.shape(t))[heads]
+
+    dims = sum((each(getattr(par, k)) > 1).astype(int) for k in ("tp", "pp", "cp", "ep"))
+    rank = np.lexsort((t[heads], dims, each(par.cp) > 1, each(par.offload_layers) > 0))
+    moved = np.concatenate([band[groups.starts[g]:groups.starts[g + 1]] for g in rank])
+    return np.concatenate([moved, ok[n_band:], demoted]), n_band
+
+
 # Two layouts tie when their step times and their memory agree to this relative tolerance: the same
 # numbers up to floating-point rounding of different but equivalent formula paths.
 TIE_RTOL = 1e-12
@@ -107,7 +142,8 @@ def _tie_groups(order: np.ndarray, t, mem) -> _TieGroups:
     return _TieGroups(order, t, mem)
 
 
-def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
+def _row(rank, model, hw, settings, par, out, mem, i, group=None, evidence=None) -> PlanRow:
+    """Row ``i`` of the candidates; ``evidence``: (interval, plausibility base) of the plan's class."""
     f = lambda x: float(np.asarray(x)[i])  # noqa: E731
     max_b = float(mem["max_micro_batch"][i])
     memory = {k: f(mem[k]) for k in MEMORY_COMPONENTS}
@@ -115,9 +151,16 @@ def _row(rank, model, hw, settings, par, out, mem, i, group=None) -> PlanRow:
                    "max_micro_batch": None if max_b == float("inf") else int(max_b),
                    "params_per_gpu": num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i]),
                    "verdict": str(verdict_name(int(np.asarray(mem["verdict_code"])[i])))})
+    numbers = step_numbers(out, i)
+    interval = plaus = None
+    if evidence is not None:
+        iv, base = evidence
+        interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"])
+        if base is not None:
+            plaus = {**base, "above_published": bool(numbers["mfu_full_attention"] / iv.hi > base["best_published_mfu"])}
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
-        **step_numbers(out, i),
+        **numbers, interval=interval, plausibility=plaus,
         memory=memory, equivalent=[par.take(int(j)) for j in (group if group is not None else ())[1:]],
     )
 
@@ -175,13 +218,17 @@ def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
 
 def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, objective: str = "time",
            top: int = 10, pareto: bool = False, explain_rank: int = 2, units: str = "gb",
-           margin: float = 0.0, keep_points: bool = False) -> dict[str, Any]:
+           margin: float | None = None, keep_points: bool = False, level: float = EV.DEFAULT_LEVEL
+           ) -> dict[str, Any]:
     """Enumerate, evaluate through ``llmpar.cost`` and rank (see the module doc).
 
     ``margin``: a candidate is feasible when total * (1 + margin) <= HBM
     (:func:`llmpar.cost.runtime.fits_with_margin`, the rule ``llmpar memory`` states); 0 keeps
-    every candidate whose total fits. Feasible candidates whose verdict is TIGHT (within the
-    stack's memory.uncertainty of the HBM) are counted in ``space.tight``.
+    every candidate whose total fits and ranks by the objective alone. None (the default) keeps
+    them too, but recommends (:func:`robust_order`): TIGHT candidates (within the stack's
+    memory.uncertainty of the HBM; counted in ``space.tight``) are listed after every other one,
+    and with the time objective the candidates within RANK_TOLERANCE of the fastest are ranked
+    by robustness. ``level``: the intervals' level (:mod:`llmpar.evidence`).
 
     Returns a dict with plans (one row per group of exact ties), pareto, comparison, space
     (SpaceSummary). Raises CheckFailed (exit 1) when no layout passes the divisibility/batch/schedule
@@ -195,12 +242,12 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     if cand.size == 0:
         raise _nothing_valid(cand, spec, model)
     mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
-    fits = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin), dtype=bool)
+    fits = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin or 0.0), dtype=bool)
     n_fit = int(np.count_nonzero(fits))
     rejected = dict(cand.rejected)
     rejected["memory"] = cand.size - n_fit
     if n_fit == 0:
-        raise _nothing_fits(model, mem, cand.par, units, margin)
+        raise _nothing_fits(model, mem, cand.par, units, margin or 0.0)
     idx = np.flatnonzero(fits)
     par = SP.subset(cand.par, idx)
     mem = _pick(mem, idx)
@@ -208,10 +255,28 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     t = np.asarray(out["step_time_s"], dtype=float)
     total = np.asarray(mem["total_bytes"], dtype=float)
     order = _order(objective, t, total, par)
+    n_band = 0
+    if margin is None:
+        tight = np.asarray(mem["verdict_code"]) == 1
+        if objective == "time":
+            order, n_band = robust_order(order, t, total, par, tight)
+        else:
+            order = np.concatenate([order[~np.broadcast_to(tight, t.shape)[order]],
+                                    order[np.broadcast_to(tight, t.shape)[order]]])
     groups = _tie_groups(order, t, total)   # one row per group of exact ties
+    # the plan's evidence class: one interval for every candidate (the class depends on the stack,
+    # the GPU, the model, the dtype, the GPU count and the sequence, all fixed in one plan)
+    iv = EV.interval(EV.shipped_residuals(), "speed", EV.evidence_class(
+        settings.stack.name, hw.gpu.generation, model.is_moe, settings.dtype, spec.gpus, spec.seq), level)
+    base = EV.plausibility(0.0, iv, hw.gpu.generation, model.is_moe, settings.dtype)
+    if base is not None:
+        base.pop("above_published")
+    t1 = float(t[order[0]])
+    # layouts whose intervals overlap #1's: t * lo <= t1 * hi (one class: the same ratio bounds)
+    within = int(np.count_nonzero(t * iv.lo <= t1 * iv.hi)) - 1
 
     def row(r):
-        return _row(r + 1, model, hw, settings, par, out, mem, int(groups[r][0]), groups[r])
+        return _row(r + 1, model, hw, settings, par, out, mem, int(groups[r][0]), groups[r], (iv, base))
 
     rows = [row(r) for r in range(min(top, len(groups)))]
     comparison = None
@@ -239,11 +304,15 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
         rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), groups.sizes())
-        frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i)) for i in by_time[keep]]
+        frontier = [_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i), None, (iv, base))
+                    for i in by_time[keep]]
     n_tight = int(np.count_nonzero(np.asarray(mem["verdict_code"]) == 1))   # mem is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
-                           step_evaluated=n_fit, search_s=time.perf_counter() - t0, tight=n_tight, margin=margin)
+                           step_evaluated=n_fit, search_s=time.perf_counter() - t0, tight=n_tight,
+                           margin=margin or 0.0, recommended=margin is None, within_error=within,
+                           robust_band=n_band, rank_tolerance=RANK_TOLERANCE)
     return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary, "points": points,
+            "interval": iv,
             "capacity_bytes": float(np.asarray(mem["capacity_bytes"]).flat[0]),
             "reserved_bytes": float(np.asarray(mem["reserved_bytes"]).flat[0])}
 
@@ -341,8 +410,9 @@ def plan(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
-    margin: float = 0.0,
+    margin: float | None = None,
     keep_points: bool = False,
+    interval_level=None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -359,7 +429,10 @@ def plan(
     ``power_per_gpu``: days, GPU-hours, energy and cost to train that budget with plan #1
     (:func:`llmpar.cost.training.estimate`), in ``PlanResult.training``. ``margin``: keep only
     candidates whose total memory * (1 + margin) fits the HBM (e.g. the stack's
-    memory.uncertainty, 0.05, drops every TIGHT one); ``space.tight`` counts the TIGHT ones kept.
+    memory.uncertainty, 0.05, drops every TIGHT one) and rank by the objective alone; not given,
+    TIGHT candidates are listed after the others and near-ties go to the more robust layout
+    (:func:`search`, docs/planner.md); ``space.tight`` counts the TIGHT ones kept.
+    ``interval_level`` (default 0.8): the level of every row's ``interval`` (:mod:`llmpar.evidence`).
     """
     from llmpar.cost import training as TR
     from llmpar.cost.memory import check_convention
@@ -379,6 +452,7 @@ def plan(
     max_tp = _pos(max_tp, "max-tp")
     explain_rank = _pos(explain_rank, "explain-rank", required=True)
     margin = _margin(margin)
+    level = EV.level_value(interval_level)
     pareto, keep_points = flag(pareto, "pareto", False), flag(keep_points, "keep_points", False)
     dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
                                           fraction(ep_overlap, "ep_overlap"))
@@ -434,7 +508,8 @@ def plan(
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
                         microbatches=microbatches, offload=offload or "offload_layers" in allowed)
     found = search(spec_model, hw, settings, spec, reserve=reserve_bytes, objective=objective, top=top,
-                   pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points)
+                   pareto=pareto, explain_rank=explain_rank, units=units, margin=margin, keep_points=keep_points,
+                   level=level)
     if (support := inputs.stack_support_note(settings, found["plans"][0].parallel)) is not None:
         notes.append("plan #1: " + support)   # a --fix/--allow outside the framework's stages or schedules
     best_off = int(found["plans"][0].parallel.offload_layers)
@@ -443,12 +518,15 @@ def plan(
                      f"({hw.host_bandwidth / 1e9:g} GB/s per GPU and direction, the raw link rate, with no contention "
                      "among the GPUs of a node copying at once: the copy time is a lower bound); --fix offload_layers=0 "
                      "ranks without offloading (docs/planner.md)")
+    best = found["plans"][0]
+    notes.extend(evidence_notes(found["interval"], best, found["space"], gpus, global_batch * seq))
     training = None
     if train_in["tokens"] is not None:
-        best = found["plans"][0]
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=gpus,
                                tokens_per_step=global_batch * seq, pue=train_in["pue"],
                                gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+        training["interval"] = EV.speed_json(found["interval"], best.step_time_s, best.tokens_per_s, best.mfu,
+                                             training)
     return PlanResult(
         model=spec_model.name, model_requested=alias, hardware=hw.name, gpus=gpus, seq=seq, global_batch=global_batch,
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],
@@ -456,6 +534,35 @@ def plan(
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
         pareto=found["pareto"], comparison=found["comparison"], training=training, points=found["points"],
     )
+
+
+def evidence_notes(iv, best: PlanRow, space: SpaceSummary, gpus: int, tokens_per_step: int) -> list[str]:
+    """What the plan's evidence says about its #1: how many layouts are within model error, an
+    MFU above every published run of its class, a batch below every published run's tokens per GPU."""
+    out = []
+    ev = iv.evidence()
+    band = f"{iv.level * 100:.0f} %"
+    if space.within_error:
+        out.append(f"{space.within_error:,} other layout{'s' * (space.within_error != 1)} within model error of #1 "
+                   f"(their {band} intervals overlap #1's: step time x {iv.lo:.2f}-{iv.hi:.2f}, from "
+                   f"{ev['rows']} published rows of {ev['used_class']}"
+                   + (", extrapolated)" if ev["extrapolated"] else ")"))
+    if space.recommended and space.robust_band > 1:
+        out.append(f"{space.robust_band:,} layouts within {space.rank_tolerance * 100:g} % of the fastest are ranked by "
+                   "robustness (no offload, no CP, fewer parallel dimensions), then time; TIGHT layouts are listed "
+                   "after every other one (--margin 0 ranks by predicted time alone)")
+    p = best.plausibility
+    if p and p.get("above_published"):
+        out.append(f"implausible: plan #1's MFU {best.mfu_full_attention * 100:.1f} % (attention in full) is above the "
+                   f"best published run of its class ({p['class']}: {p['best_published_mfu'] * 100:.1f} %, "
+                   f"{p['best_source']}) even at the low end of its interval: treat its time as optimistic")
+    floor = EV.min_published_tokens_per_gpu()
+    per_gpu = tokens_per_step / gpus
+    if floor is not None and per_gpu < floor:
+        out.append(f"batch: {per_gpu:,.0f} tokens per GPU per step is below every published run (the fewest: "
+                   f"{floor:,.0f}); the figures are extrapolated there - --tokens-per-batch "
+                   f"{int(floor * gpus):,} or more matches the published runs")
+    return out
 
 
 def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defaults, notes) -> tuple[int, int, int | None]:
@@ -511,10 +618,10 @@ def _knob_values(fix, allow, layout) -> dict:
     return allowed
 
 
-def _margin(value) -> float:
-    """--margin as a fraction in [0, 1): 0.1 or "10%"."""
+def _margin(value) -> float | None:
+    """--margin as a fraction in [0, 1): 0.1 or "10%"; None (not given): the recommending default."""
     if value is None:
-        return 0.0
+        return None
     text = str(value).strip()
     try:
         m = float(text[:-1]) / 100 if text.endswith("%") else float(text)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import UserError, suggest
+from llmpar.evidence import evidence_class
 
 DEFAULT_STACK = "megatron-core"
 SPEED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
@@ -109,9 +110,11 @@ class ValidationResult:
     groups: list[dict[str, Any]]
     sources: list[SourceResult]
     stack: str | None                # --stack, when every row was evaluated under it
+    cross_validation: dict[str, Any] | None = None   # crossval.summary (None under --stack)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "groups": self.groups, "sources": [s.as_dict() for s in self.sources]}
+        return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
+                "sources": [s.as_dict() for s in self.sources]}
 
     def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
         return [g for g in self.groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tolerance]
@@ -218,6 +221,7 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
     judge_fits = any(r.status != "ok" for r in read.runs)   # the file lists runs that did not complete
     peaks: dict[tuple[str, str], float] = {}
     rows: list[dict[str, Any]] = []
+    group_of = {int(i): g for g in groups for i in np.unique(g.index)}
     for i, r in enumerate(runs):
         pick = pred.pick[i]
         lay = r.layout
@@ -238,7 +242,9 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                   **{k: lay.get(k) for k in ("grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")}}
         base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
                 "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
-                "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i])}
+                "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i]),
+                "evidence_class": list(evidence_class(stk.name, group_of[i].hw.gpu.generation, group_of[i].model.is_moe,
+                                                      config["dtype"], gpus, config["seq"]))}
         metric = _speed_metric(r) if r.status == "ok" else None
         if metric is not None and math.isfinite(t_meas[i]):
             t = float(pred.step_time_s[i])
@@ -256,9 +262,18 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
                     peaks[key] = float(load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype))
                 predicted = float(flops_utilization(flops, t, gpus, peaks[key]))
             published = float(getattr(r, metric))
+            own_peak = (str(r.hardware), config["dtype"])
+            if own_peak not in peaks:
+                peaks[own_peak] = float(load_hardware(r.hardware).gpu.peak(config["dtype"]))
             rows.append({**base, "metric": metric, "unit": METRICS[metric][1], "published": published,
                          "predicted": predicted, "error": predicted / published - 1.0,
-                         "convention": _convention(metric, r.convention, r.mfu_peak_dtype)})
+                         "convention": _convention(metric, r.convention, r.mfu_peak_dtype),
+                         # the run's measured MFU as `llmpar step` states one (model FLOPs, attention in
+                         # full, against the peak of the run's dtype) and its tokens per GPU per step:
+                         # what the planner's plausibility checks compare with (llmpar.evidence)
+                         "measured_mfu": float(flops_utilization(pred.model_flops[i], t_meas[i], gpus,
+                                                                 peaks[own_peak])),
+                         "tokens_per_gpu_per_step": float(pred.tokens_per_step[i] / gpus)})
         if r.status == "ok":
             for metric in MEMORY_METRICS:
                 published = getattr(r, metric)
@@ -313,11 +328,14 @@ def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def validate(source: str | list[str] | None = None, stack: str | None = None, limit: int | None = None,
-             progress: Callable[[str, int, int], None] | None = None) -> ValidationResult:
+             progress: Callable[[str, int, int], None] | None = None, cross_validate: bool = True,
+             level: float = 0.8) -> ValidationResult:
     """Evaluate the shipped sources (all, or ``source``) under their stacks (or ``stack``).
 
     ``limit``: only the first N runs of each source. ``progress(name, done, total)`` is called
-    before each source and once at the end."""
+    before each source and once at the end. ``cross_validate`` (file stacks only): also predict
+    each source leave-one-source-out and give every row its interval at ``level``
+    (:mod:`llmpar.validate.crossval`); the result's ``cross_validation`` summarises them."""
     stack_obj = None
     if stack is not None:
         from llmpar.specs import load_stack
@@ -334,8 +352,58 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
         if progress:
             progress(name, n, len(names))
         src, src_rows = evaluate_source(name, stack_obj, limit)
+        if stack_obj is None and cross_validate:
+            _cross_validate(name, src, src_rows, limit)
         sources.append(src)
         rows.extend(src_rows)
     if progress:
         progress("", len(names), len(names))
-    return ValidationResult(rows, group_rows(rows), sources, stack)
+    cv = None
+    if stack_obj is None and cross_validate:
+        from llmpar.validate import crossval
+
+        from llmpar.evidence import shipped_residuals
+
+        evaluated = set(names)
+        crossval.attach(rows, level, [r for r in shipped_residuals() if r.source not in evaluated])
+        cv = crossval.summary(rows, level)
+        cv["missing_sources"] = sorted({r["source"] for r in rows if r.get("cv_missing")})
+    return ValidationResult(rows, group_rows(rows), sources, stack, cv)
+
+
+def _cross_validate(name: str, src: SourceResult, rows: list[dict[str, Any]], limit: int | None) -> None:
+    """Give ``rows`` (one source's, evaluated as shipped) their leave-one-source-out prediction:
+    ``cv_predicted``, ``cv_error`` (in the row's metric), ``cv_residual`` (ln measured/predicted)
+    and ``cv_scheme``: "source" (every constant fitted on the source refitted without it),
+    "configurations" (the source is its stack's only one: the fit's k-fold over configurations,
+    or the full fit for rows it did not use), "none" (nothing was fitted on the source: out of
+    sample as it stands). A fitted source the record lacks gets ``cv_missing`` and no figure."""
+    from llmpar.specs import load_stack
+    from llmpar.validate import crossval, fit_plans
+
+    judged = [r for r in rows if crossval.kind_of(r["metric"])]
+    if not judged:
+        return
+    scheme, evals = "none", [(None, rows)]
+    if name in fit_plans.fitted_sources():
+        record = fit_plans.load_record()
+        held = (record or {}).get("held_out", {}).get(name)
+        if not held or src.stack not in held.get("values", {}):
+            for r in judged:
+                r["cv_missing"] = True
+            return
+        scheme = held.get("scheme", "source")
+        stk = fit_plans.apply_values(load_stack(src.stack), held["values"][src.stack])
+        evals = [(None, evaluate_source(name, stk, limit)[1])]
+        for f in held.get("folds", []):
+            fs = fit_plans.apply_values(stk, f["values"].get(src.stack, {}))
+            evals.append(({tuple(c) for c in f["configurations"]}, evaluate_source(name, fs, limit)[1]))
+    index = [(cfgs, {(r["location"], r["metric"]): r for r in ev}) for cfgs, ev in evals]
+    for r in judged:
+        key = (r["location"], r["metric"])
+        cfg = (r["config"]["model"], r["config"]["gpus"], r["config"]["hardware"])
+        c = next((by.get(key) for cfgs, by in index[1:] if cfg in cfgs), None) or index[0][1].get(key)
+        if c is None or c["error"] is None or not math.isfinite(c["error"]) or c["error"] <= -1.0:
+            continue
+        r["cv_predicted"], r["cv_error"], r["cv_scheme"] = c["predicted"], c["error"], scheme
+        r["cv_residual"] = crossval.residual_of(r["metric"], c["error"])

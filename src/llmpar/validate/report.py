@@ -66,6 +66,46 @@ How to read it:
 - **CI.** `llmpar validate --source NAME --tolerance 10%` exits 1 when a group's mean absolute
   error exceeds 10 %.
 
+## Leave-one-source-out and intervals: how the honest figures are made
+
+- **Leave-one-source-out.** A constant fitted on published rows predicts those rows well by
+  construction, so an error on them says little about a run llmpar has not seen. Each source some
+  stack was fitted on is therefore predicted by that stack's constants *refitted without it*: every
+  plan of `scripts/fit_stacks.py` (`llmpar.validate.fit_plans.PLANS`) that used the source is run
+  again on the others, in plan order (the Blackwell MoE cost is refitted on the refitted Blackwell
+  GEMM fractions), and the values are recorded in `validation/loso-fits.json`
+  (`python scripts/fit_stacks.py --loso`, about 5 minutes; a test fails when a stack or a fitted
+  source changed since). A source that is its stack's *only* one (the playbook for nanotron, the
+  torchtitan benchmark tables, Narayanan's ZeRO-3 rows) cannot be refitted without itself — nothing
+  public but it constrains those constants — so its rows are predicted by the fit's own k-fold over
+  (model, GPUs, hardware) configurations, and rows the fit never used (the playbook's 4-64 nodes)
+  by the full fit: a new configuration, not a new cluster; the table says which scheme each source
+  got. Sources nothing was fitted on are out of sample as they stand.
+- **One sign for every speed metric** in those figures: predicted throughput / measured − 1
+  (= t_measured / t_predicted − 1; positive: llmpar faster than the run, *optimistic*). Memory:
+  predicted / measured peak − 1.
+- **Weighting.** The headline figures weigh each source the same (each of its n rows 1/n): the
+  playbook's 1,127 runs are one cluster's grid, not 1,127 independent clusters. The figures with
+  every row weighing the same follow them in brackets.
+- **Intervals** (`llmpar.evidence`). Every `step`, `plan` row, `sweep` row and API result carries
+  an interval built from these leave-one-source-out residuals, ln(t_measured / t_predicted) (memory:
+  ln(measured / predicted peak); `validation/residuals.json`, written by
+  `python scripts/write_residuals.py`). A query's *evidence class* is stack x GPU generation x
+  dense/MoE x dtype recipe (16-bit, fp8) x GPUs (1-8, 9-64, 65-512, 513-4096, >4096) x sequence
+  (<=4K, 4K-16K, >16K). The interval at level p (default 80 %, `--interval-level`) is the
+  (1−p)/2 and (1+p)/2 weighted quantiles of the residuals of the nearest class with at least 8 rows
+  (each source weighing the same), widened to contain the prediction itself; "nearest" drops
+  dimensions from the sequence band back to the stack. **Rule for a thin class:** each dimension
+  dropped widens both ends by ln 1.05 (about 5 %), and the output says "extrapolated: no published
+  run of this class" with the class it used; with no residual at all the band is x0.5-x2. The 5 %
+  is the one constant of the rule chosen on data: the smallest round value at which the 80 %
+  intervals, each row's built from the *other* sources' residuals only, cover 75-90 % of rows
+  (source-weighted); 0 % gives 59 %, 4 % 82 %, 6 % 89 %, 10 % 94 %. The coverage column below is
+  that honest check, not an in-sample one.
+- **Plausibility.** A prediction whose MFU, divided by its interval's upper factor, still exceeds the
+  best measured MFU of any published run on the same GPU generation x dense/MoE x dtype recipe is
+  flagged (`plausibility.above_published`), and `plan` says when its #1 is such a row.
+
 Reading the A100 rows: the deep pipelines with few layers per stage (1T on pp 64: two layers per
 stage) come out slower than measured because the last stage carries the LM head, which llmpar puts
 on the critical path.
@@ -313,7 +353,9 @@ def markdown(result: ValidationResult) -> str:
     if result.stack:
         lines += [f"**Every row below is evaluated under the stack `{result.stack}` (`--stack {result.stack}`), "
                   "not the one its source names.**", ""]
-    lines += ["## Summary", "", *_md_table(SUMMARY_HEADERS, summary_rows(result)), ""]
+    lines += cv_markdown(result)
+    lines += ["## Summary (as shipped: in-sample where a stack was fitted on the rows)", "",
+              *_md_table(SUMMARY_HEADERS, summary_rows(result)), ""]
     for src in result.sources:
         rows = [r for r in result.rows if r["source"] == src.name]
         groups = [g for g in result.groups if g["source"] == src.name]
@@ -351,3 +393,68 @@ def markdown(result: ValidationResult) -> str:
         lines += [f"- {group_line(g)}" for g in groups]
         lines += [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------- leave-one-source-out
+
+CV_HEADERS = ["source", "stack", "scheme", "rows", "median abs error", "signed median", "optimistic",
+              "80 % interval covers"]
+SCHEME_WORDS = {"source": "refitted without it", "configurations": "k-fold over its configurations (its stack's only source)",
+                "none": "nothing fitted on it"}
+
+
+def cv_headline(cv: dict[str, Any]) -> list[str]:
+    """The lines that lead the page and the terminal output: leave-one-source-out figures."""
+    if not cv:
+        return []
+    level = f"{cv['level'] * 100:.0f} %"
+    out = []
+    for kind, block in (("speed", cv), ("memory", cv.get("memory") or {})):
+        if not block.get("rows"):
+            continue
+        pooled = block.get("rows_pooled") or {}
+        out.append(
+            f"{kind} ({'throughput / step time' if kind == 'speed' else 'peak memory'}), leave-one-source-out over "
+            f"{block['rows']:,} rows of {block['sources']} source{'s' * (block['sources'] != 1)}, each source "
+            f"weighing the same: median |error| "
+            f"{pct(block['median_abs_error'])}, signed median {pct(block['signed_median_error'], True)}, "
+            f"{'predicted fast' if kind == 'speed' else 'predicted below the peak'} "
+            f"{pct(block['optimistic_share'])}, {level} intervals cover {pct(block['interval_coverage'])}"
+            + (f" (every row weighing the same: {pct(pooled.get('median_abs_error'))}, "
+               f"{pct(pooled.get('signed_median_error'), True)}, {pct(pooled.get('optimistic_share'))}, "
+               f"{pct(pooled.get('interval_coverage'))})" if block["sources"] > 1 else ""))
+    return out
+
+
+def cv_rows(cv: dict[str, Any], result: ValidationResult, kind: str = "speed") -> list[list[str]]:
+    block = cv if kind == "speed" else (cv.get("memory") or {})
+    stacks = {s.name: s.stack for s in result.sources}
+    out = []
+    for name, b in (block.get("per_source") or {}).items():
+        out.append([name, stacks.get(name, "?"), SCHEME_WORDS.get(b.get("scheme"), str(b.get("scheme"))),
+                    str(b["rows"]), pct(b["median_abs_error"]), pct(b["signed_median_error"], True),
+                    pct(b["optimistic_share"]), pct(b["interval_coverage"])])
+    return out
+
+
+def cv_markdown(result: ValidationResult) -> list[str]:
+    cv = result.cross_validation
+    if not cv:
+        return []
+    lines = ["## Leave-one-source-out (the honest figures)", "",
+             "Each source predicted by stack constants fitted without it (`validation/loso-fits.json`, "
+             "written by `python scripts/fit_stacks.py --loso`); a source nothing was fitted on is out of sample "
+             "as it stands; a source that is its stack's only one is predicted by that fit's own k-fold over "
+             "configurations (a new configuration, not a new cluster). Error here = predicted throughput / "
+             "measured − 1 for every speed metric (positive: llmpar faster than the run, optimistic); "
+             "predicted / measured peak − 1 for memory. Each row's interval comes from the *other* sources' "
+             "residuals (docs/validation.md, Intervals; llmpar.evidence).", ""]
+    lines += [f"- {line}" for line in cv_headline(cv)]
+    if cv.get("missing_sources"):
+        lines += [f"- **No leave-one-source-out record** for {', '.join(cv['missing_sources'])}: run "
+                  "`python scripts/fit_stacks.py --loso`."]
+    lines += ["", "### Speed, per source", "", *_md_table(CV_HEADERS, cv_rows(cv, result)), ""]
+    mem = cv_rows(cv, result, "memory")
+    if mem:
+        lines += ["### Memory, per source", "", *_md_table(CV_HEADERS, mem), ""]
+    return lines
