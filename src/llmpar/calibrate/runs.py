@@ -676,7 +676,21 @@ class RunsFit:
         return out
 
 
-def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict[str, Any]]:
+def _intervals(runs, groups, stack, pred) -> list[Any]:
+    """Each run's step-time interval (llmpar.evidence) for its evidence class under ``stack``."""
+    from llmpar import evidence as EV
+
+    group_of = {int(i): g for g in groups for i in np.unique(g.index)}
+    out = []
+    for i, r in enumerate(runs):
+        g = group_of.get(i)
+        out.append(None if g is None else EV.interval(
+            EV.shipped_residuals(), "speed", EV.evidence_class(stack.name, g.hw.gpu.generation, g.model.is_moe,
+                                                               g.dtype, float(pred.gpus[i]), float(r.layout["seq"]))))
+    return out
+
+
+def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None, intervals=None) -> list[dict[str, Any]]:
     peak_before, peak_after = comparable_peak(runs, pred_before), comparable_peak(runs, pred_after)
     rows = []
     for i, r in enumerate(runs):
@@ -689,6 +703,10 @@ def _rows(runs, pred_before, pred_after, t_meas, m_meas, cv_t=None) -> list[dict
                "predicted_memory_bytes_before": float(peak_before[i]),
                "predicted_memory_bytes_after": float(peak_after[i]),
                "predicted_fits_after": bool(pred_after.fits[i])}
+        iv = intervals[i] if intervals is not None else None
+        t = float(pred_after.step_time_s[i])
+        row["predicted_step_time_s_interval"] = [t * iv.lo, t * iv.hi] if iv is not None and np.isfinite(t) else None
+        row["interval_evidence"] = iv.evidence() if iv is not None else None
         if cv_t is not None:
             row["predicted_step_time_s_cv"] = float(cv_t[i]) if np.isfinite(cv_t[i]) else None
         rows.append(row)
@@ -759,7 +777,9 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     x0 = base_values(stack, names, generation)
     if check_only or not names:
         summ = {"before": _summary(runs, pred0, t_meas, m_meas)}
-        return RunsFit(stack, stack, {}, runs, _rows(runs, pred0, pred0, t_meas, m_meas), summ, generation, files or [],
+        return RunsFit(stack, stack, {}, runs, _rows(runs, pred0, pred0, t_meas, m_meas,
+                                                     intervals=_intervals(runs, groups, stack, pred0)),
+                       summ, generation, files or [],
                        notes, base_path)
     prob = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, use)
     x = _solve(prob)
@@ -795,7 +815,8 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
                                   reserved_bytes=cv_r, first_allocated_bytes=cv_a0, first_reserved_bytes=cv_r0)
         summ["after_cross_validated"] = _summary(runs, cvp, t_meas, m_meas)
     params = {n: {"before": float(a), "after": float(b)} for n, a, b in zip(names, x0, x)}
-    return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t), summ, generation,
+    return RunsFit(stack, fitted, params, runs, _rows(runs, pred0, pred1, t_meas, m_meas, cv_t,
+                                                      _intervals(runs, groups, fitted, pred1)), summ, generation,
                    files or [], notes, base_path, fold_values)
 
 
