@@ -106,6 +106,10 @@ def test_plausibility_against_the_best_published_run_of_the_class():
     p = EV.plausibility(np.array([0.47, 0.50]), iv, "hopper", False, "bf16", rs)
     assert p["best_published_mfu"] == 0.40 and list(p["above_published"]) == [False, True]
     assert p["class"] == "hopper · dense · 16-bit"
+    # with a GPU count, the scale band joins the class: 100 GPUs is KEY's band (65-512), 8 is not,
+    # so that query falls back to the band-less class
+    assert EV.plausibility(0.5, iv, "hopper", False, "bf16", rs, gpus=100)["class"] == "hopper · dense · 16-bit · 65-512 GPUs"
+    assert EV.plausibility(0.5, iv, "hopper", False, "bf16", rs, gpus=8)["class"] == "hopper · dense · 16-bit"
     assert EV.plausibility(0.9, iv, "blackwell", False, "bf16", rs) is None   # no run of that generation
     assert EV.min_published_tokens_per_gpu(rs) == 4096.0
 

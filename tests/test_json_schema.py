@@ -68,7 +68,7 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "microbatches"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
-PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "equivalent[]",
+PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "memory.host_bytes", "equivalent[]",
             *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                                             "global_batch", "microbatches", "seq", "schedule", "virtual_stages",
                                             "recompute_layers", "offload_layers")))
@@ -110,7 +110,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
                           "margin", "recommended", "within_error", "robust_band", "rank_tolerance")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "schedule",
-                                   "convention", "memory")),
+                                   "convention", "stack", "memory", "host_memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",
         *under("comparison.", ("winner_rank", "other_rank", "objective", "margin_s")),
         *under("comparison.terms[].", ("term", "winner_s", "other_s", "difference_s")),

@@ -283,6 +283,14 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
     prec = M.bytes_per_param(settings, layout["zero"], par.microbatches)
+    if int(par.offload_layers):
+        host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
+        notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"
+                     + (f" of {cap / 1e9:,.0f} GB (host_memory_per_gpu)" if cap is not None else
+                        f": {hw.name} states no host_memory_per_gpu, so offloading cannot be checked and does not fit")
+                     + (" - more than it holds: DOES NOT FIT" if cap is not None and host > cap else "")
+                     + (f"; copies share the host link {hw.gpus_per_host_link} GPUs to a link" if hw.gpus_per_host_link > 1
+                        else ""))
     from llmpar import evidence as EV
 
     interval = EV.memory_json(EV.query("memory", settings, hw, spec, par), float(out["total_bytes"]),
@@ -432,11 +440,13 @@ def step(
                                tokens_per_step=int(par.tokens_per_step), pue=train_in["pue"],
                                gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
     iv = EV.query("speed", settings, hw, spec, par, level)
-    interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"], training)
+    interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"], training,
+                             hw.gpu.gemm.max_efficiency)
     if mem.interval is not None and level != EV.DEFAULT_LEVEL:
         mem.interval = EV.memory_json(EV.query("memory", settings, hw, spec, par, level),
                                       float(mem.memory["total_bytes"]), float(mem.capacity_bytes))
-    plaus = EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype)
+    plaus = EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype,
+                            gpus=float(par.gpus))
     if plaus and plaus["above_published"]:
         notes.append(f"implausible: MFU {numbers['mfu_full_attention'] * 100:.1f} % (attention in full) is above "
                      f"the best published run of its class ({plaus['class']}: {plaus['best_published_mfu'] * 100:.1f} "

@@ -190,19 +190,26 @@ def speed_bounds(step_time_s, iv: Interval) -> dict[str, Any]:
 
 
 def speed_json(iv: Interval, step_time_s: float, tokens_per_s: float, mfu: float,
-               training: dict[str, Any] | None = None) -> dict[str, Any]:
+               training: dict[str, Any] | None = None, mfu_cap: float | None = None) -> dict[str, Any]:
     """The ``interval`` key of a step, plan row or sweep row: step time x [lo, hi]; throughput and
-    MFU divided by it; with a token budget, days, GPU-hours, energy and cost scale as the time."""
+    MFU divided by it; with a token budget, days, GPU-hours, energy and cost scale as the time.
+
+    ``mfu_cap`` (the GPU's best measured GEMM fraction, ``gpu.gemm.max_efficiency``): no run does
+    its model FLOPs faster than the GPU's best GEMM, so the interval's fast end is cut where the MFU
+    would pass it (step time >= t x mfu / cap): a wide extrapolated band cannot promise 114 % MFU."""
+    lo = iv.lo
+    if mfu_cap is not None and mfu > 0:
+        lo = min(max(lo, mfu / mfu_cap), 1.0)
     out: dict[str, Any] = {"level": iv.level,
-                           "step_time_s": [step_time_s * iv.lo, step_time_s * iv.hi],
-                           "tokens_per_s": [tokens_per_s / iv.hi, tokens_per_s / iv.lo],
-                           "mfu": [mfu / iv.hi, mfu / iv.lo],
+                           "step_time_s": [step_time_s * lo, step_time_s * iv.hi],
+                           "tokens_per_s": [tokens_per_s / iv.hi, tokens_per_s / lo],
+                           "mfu": [mfu / iv.hi, mfu / lo],
                            "evidence": iv.evidence()}
     if training:
         for k in ("days", "gpu_hours", "energy_mwh", "cost"):
             v = training.get(k)
             if v is not None:
-                out[k] = [float(v) * iv.lo, float(v) * iv.hi]
+                out[k] = [float(v) * lo, float(v) * iv.hi]
     return out
 
 
@@ -236,24 +243,27 @@ def level_value(level) -> float:
     return v
 
 
-#: the class dimensions a plausibility check compares within: the silicon and the work, not the
-#: software (the best any framework published on that GPU generation for that kind of model)
-PLAUSIBILITY_DIMENSIONS = ("generation", "moe", "dtype")
+#: the class dimensions a plausibility check compares within: the silicon, the work and the scale,
+#: not the software (the best any framework published on that GPU generation for that kind of
+#: model at that many GPUs)
+PLAUSIBILITY_DIMENSIONS = ("generation", "moe", "dtype", "scale")
 
 
 def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: str | None,
-                 residuals=None) -> dict[str, Any] | None:
+                 residuals=None, gpus: float | None = None) -> dict[str, Any] | None:
     """The best measured MFU among published runs of the same GPU generation x dense/MoE x dtype
-    recipe (falling back to generation x dense/MoE, then generation), and whether ``mfu`` lies
-    above it by more than its interval: ``above_published`` when mfu / hi > best (even the low
-    end of the prediction's interval beats every published run of the class). ``mfu`` may be an
-    array (the planner's candidates); then ``above_published`` is an array. None: no run of the
-    generation was published."""
+    recipe x GPU band (falling back to fewer of them, from the band back to the generation), and
+    whether ``mfu`` lies above it by more than its interval: ``above_published`` when
+    mfu / hi > best (even the low end of the prediction's interval beats every published run of
+    the class). ``mfu`` may be an array (the planner's candidates); then ``above_published`` is an
+    array. None: no run of the generation was published."""
     pool = [r for r in (shipped_residuals() if residuals is None else residuals)
             if r.kind == "speed" and r.measured_mfu is not None]
-    key = (str(generation or "unknown generation"), "moe" if moe else "dense", dtype_recipe(dtype))
-    for depth in (3, 2, 1):
-        vals = [r for r in pool if r.key[1:1 + depth] == key[:depth]]
+    key = (str(generation or "unknown generation"), "moe" if moe else "dense", dtype_recipe(dtype),
+           scale_band(gpus) if gpus is not None else None)
+    pos = (1, 2, 3, 4)                     # where each dimension sits in an evidence class key
+    for depth in ((4, 3, 2, 1) if gpus is not None else (3, 2, 1)):
+        vals = [r for r in pool if all(r.key[pos[j]] == key[j] for j in range(depth))]
         if vals:
             best = max(vals, key=lambda r: r.measured_mfu)
             above = np.asarray(mfu, dtype=float) / iv.hi > best.measured_mfu

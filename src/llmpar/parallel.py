@@ -350,6 +350,36 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
     }
 
 
+def stack_violations(stack, par: Parallel) -> dict[str, Any]:
+    """rule -> mask of layouts the stack's framework refuses to launch (scalars or arrays):
+
+    - pp_zero: pp > 1 with a ZeRO stage outside the stack's ``pp_zero_stages`` (DeepSpeed
+      deepspeed/runtime/pipe/engine.py at edaa722, PipelineEngine.__init__: "ZeRO-2 and ZeRO-3 are
+      incompatible with pipeline parallelism"). Megatron-Core's Megatron-FSDP runs under PP
+      (megatron/training/arguments.py at d98e8a6 refuses only --use-torch-fsdp2 with PP), torchtitan
+      composes FSDP2 with PP (parallel_dims.py at b5bcd76), so their stacks state none.
+
+    The planner masks with it (plan/space.py), calibrate runs searches within it, and ``step`` says
+    so (inputs.stack_support_note)."""
+    allowed = getattr(stack, "pp_zero_stages", None)
+    pp, zero = np.asarray(par.pp), np.asarray(par.zero)
+    bad = np.zeros(np.broadcast_shapes(pp.shape, zero.shape), dtype=bool) if allowed is None else \
+        (pp > 1) & ~np.isin(zero, np.asarray(allowed))
+    return {"pp_zero": _out_mask(bad)}
+
+
+def _out_mask(x):
+    return bool(x) if np.ndim(x) == 0 else x
+
+
+def stack_violation_message(rule: str, stack, par: Parallel) -> str:
+    if rule == "pp_zero":
+        return (f"stack {stack.name} does not launch ZeRO-{int(par.zero)} with pipeline parallelism (pp "
+                f"{int(par.pp)}): its framework allows ZeRO " + ", ".join(str(z) for z in stack.pp_zero_stages)
+                + " under pp > 1 (`llmpar stacks show " + stack.name + "`)")
+    raise AssertionError(rule)
+
+
 def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
     tp, pp, dp, cp, ep, v = (int(x) for x in (par.tp, par.pp, par.dp, par.cp, par.ep, par.virtual_stages))
     seq = int(par.seq)

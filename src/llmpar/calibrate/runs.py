@@ -134,7 +134,7 @@ def _recompute_layer_counts(rec: int, rec_given, n_given, per_chunk: int) -> lis
 
 
 def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
-                       schedules=SCHEDULE_NAMES) -> list[dict[str, int]]:
+                       schedules=SCHEDULE_NAMES, pp_zero_stages=None) -> list[dict[str, int]]:
     from llmpar.cost.pipeline import chunk_layers, schedule_feasible, stage_layers
     from llmpar.parallel import RECOMPUTE, SCHEDULES
 
@@ -196,6 +196,10 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
     # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
     # which stage their sharding amounts to)
     zeros = [zero_given] if zero_given is not None else list(zero_stages)
+    if zero_given is None and pp > 1 and pp_zero_stages is not None:
+        # under pipeline parallelism only the stages the framework launches there
+        # (parallel.stack_violations)
+        zeros = [z for z in zeros if z in pp_zero_stages] or zeros
     sp = lay.get("sp")
     sp = bool(tp > 1) if sp is None else bool(sp)
     sched = lay.get("schedule")
@@ -263,7 +267,8 @@ def _check_measured(r: Run, hw, dtype: str) -> None:
 
 def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None = None,
             zero_stages=(0, 1, 2, 3),
-            schedules=SCHEDULE_NAMES, notes: list[str] | None = None) -> tuple[list[Run], list[_Group]]:
+            schedules=SCHEDULE_NAMES, notes: list[str] | None = None,
+            pp_zero_stages=None) -> tuple[list[Run], list[_Group]]:
     """Resolve models and hardware and expand every run's candidate layouts into array groups.
 
     Each run goes through the rules ``llmpar step`` applies (``parallel.check_layout``,
@@ -317,7 +322,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
         _check_measured(r, hw, dtype)
         key = (r.model, str(hw_name), dtype, r.layout.get("recompute_modules"),
                tuple((k, r.layout[k]) for k in SETTING_KEYS if r.layout.get(k) is not None))
-        for cand in _layout_candidates(r, model_of(r.model, r.source), zero_stages, schedules):
+        for cand in _layout_candidates(r, model_of(r.model, r.source), zero_stages, schedules, pp_zero_stages):
             buckets.setdefault(key, []).append((i, cand))
     groups = []
     broken: dict[int, str] = {}    # run -> the layout rule every candidate of it breaks
@@ -751,6 +756,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     stack = load_stack(stack)
     notes: list[str] = []
     runs, groups = prepare(runs, hardware=hardware, models=models, zero_stages=stack.zero_stages,
+                           pp_zero_stages=stack.pp_zero_stages,
                            schedules=stack.schedules, notes=notes)
     gens = {g.hw.gpu.generation for g in groups}
     if len(gens) > 1:

@@ -102,6 +102,30 @@ def _stage_common(model: ModelSpec, par: Parallel, coeffs, settings: Settings) -
     }
 
 
+def offload_host_bytes(model: ModelSpec, par: Parallel, settings: Settings):
+    """Host-memory bytes one GPU's activation offloading holds at the end of a micro-batch's forward
+    (``--offload-layers N``, pp = 1, no recompute: Megatron-Core cpu_offloading_num_layers): the N
+    offloaded layers' saved activations, N x A, A the per-layer no-recompute set averaged over
+    dense and MoE layers. The same bytes cross the host link once each way per micro-batch
+    (cost/step.py _offload). 0 without offloading. Array-polymorphic."""
+    n_off = np.asarray(par.offload_layers, dtype=float)
+    if not np.any(n_off > 0):
+        return np.zeros_like(n_off)
+    c_dense, c_moe = _layer_coeffs(model, settings)
+    none_d = np.asarray(layer_activation_bytes(c_dense, par)[1])
+    none_m = np.asarray(layer_activation_bytes(c_moe, par)[1]) if model.moe else none_d
+    frac_moe = model.moe_layers / model.layers
+    return n_off * ((1.0 - frac_moe) * none_d + frac_moe * none_m)
+
+
+def host_fits(hw: Hardware, host_bytes):
+    """Offloaded activations fit in the GPU's share of host memory (``host_memory_per_gpu``); a
+    profile that states none fits only no offloading."""
+    cap = hw.host_memory_per_gpu
+    h = np.asarray(host_bytes, dtype=float)
+    return (h <= 0) if cap is None else (h <= cap)
+
+
 def grad_buffer_bytes(mem, par: Parallel, params_on_gpu):
     """Gradient-reduction buffers of a stack, when the data-parallel group (dp·cp) has > 1 rank:
     the stack's bucket (``memory.grad_bucket_bytes``: DeepSpeed's reduce bucket, 5e8 elements x
@@ -232,7 +256,8 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     reserved_bytes (the caching allocator's pool, allocated·(1 + overhead)), allocator_overhead_bytes
     (reserved − allocated), runtime_bytes (CUDA context + NCCL buffers, or ``reserve``),
     communicators, total_bytes (reserved + runtime), capacity_bytes (HBM), margin_bytes
-    (capacity − total), fits (total ≤ capacity), verdict ('fits' | 'tight' | 'does_not_fit'
+    (capacity − total), host_bytes (offloaded activations in host memory, :func:`offload_host_bytes`),
+    host_fits (they fit the GPU's share of host memory), fits (total ≤ capacity and host_fits), verdict ('fits' | 'tight' | 'does_not_fit'
     within the stack's memory.uncertainty; verdict_code 0/1/2), max_micro_batch (largest b that
     fits), params_per_gpu (this GPU's TP/PP/EP shard, before ZeRO), stage,
     activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind),
@@ -264,8 +289,12 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     out["communicators"] = choose("communicators").astype(int)
     out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
     out["margin_bytes"] = cap - out["total_bytes"]
-    out["fits"] = out["total_bytes"] <= cap
-    out["verdict_code"] = np.asarray(verdict_code(out["total_bytes"], cap, mem.uncertainty))
+    out["host_bytes"] = np.broadcast_to(np.asarray(offload_host_bytes(model, par, settings), dtype=float),
+                                        np.shape(out["total_bytes"])).astype(float)
+    out["host_fits"] = np.asarray(host_fits(hw, out["host_bytes"]), dtype=bool)
+    out["fits"] = (out["total_bytes"] <= cap) & out["host_fits"]
+    # a layout whose offloaded activations exceed host memory does not run, whatever its HBM
+    out["verdict_code"] = np.where(out["host_fits"], np.asarray(verdict_code(out["total_bytes"], cap, mem.uncertainty)), 2)
     b = np.asarray(par.micro_batch, dtype=float)
     # total = (fixed + b·per_b)(1 + overhead) + runtime <= cap  <=>  fixed + b·per_b <= (cap - runtime)/(1 + overhead)
     out["max_micro_batch"] = np.min(np.stack(np.broadcast_arrays(*[

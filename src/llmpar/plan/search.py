@@ -150,12 +150,14 @@ def _row(rank, model, hw, settings, par, out, mem, i, group=None, evidence=None)
     memory.update({"capacity_bytes": f(mem["capacity_bytes"]), "fits": bool(mem["fits"][i]),
                    "max_micro_batch": None if max_b == float("inf") else int(max_b),
                    "params_per_gpu": num(f(mem["params_per_gpu"])), "stage": int(mem["stage"][i]),
+                   "host_bytes": f(mem["host_bytes"]),
                    "verdict": str(verdict_name(int(np.asarray(mem["verdict_code"])[i])))})
     numbers = step_numbers(out, i)
     interval = plaus = None
     if evidence is not None:
         iv, base = evidence
-        interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"])
+        interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"],
+                                 mfu_cap=hw.gpu.gemm.max_efficiency)
         if base is not None:
             plaus = {**base, "above_published": bool(numbers["mfu_full_attention"] / iv.hi > base["best_published_mfu"])}
     return PlanRow(
@@ -242,10 +244,18 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     if cand.size == 0:
         raise _nothing_valid(cand, spec, model)
     mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
-    fits = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin or 0.0), dtype=bool)
+    hbm = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin or 0.0), dtype=bool)
+    host = np.broadcast_to(np.asarray(mem["host_fits"], dtype=bool), hbm.shape)
+    fits = hbm & host
     n_fit = int(np.count_nonzero(fits))
     rejected = dict(cand.rejected)
-    rejected["memory"] = cand.size - n_fit
+    rejected["memory"] = int(np.count_nonzero(~hbm))
+    rejected["host_memory"] = int(np.count_nonzero(hbm & ~host))
+    if n_fit == 0 and hbm.any():
+        h = float(np.min(np.asarray(mem["host_bytes"], dtype=float)[hbm]))
+        raise CheckFailed(f"every layout that fits in HBM offloads more activations than {hw.name}'s host memory "
+                          f"holds: at least {h / 1e9:,.1f} GB per GPU against host_memory_per_gpu "
+                          + (f"{hw.host_memory_per_gpu / 1e9:,.1f} GB" if hw.host_memory_per_gpu else "(not stated)"))
     if n_fit == 0:
         raise _nothing_fits(model, mem, cand.par, units, margin or 0.0)
     idx = np.flatnonzero(fits)
@@ -268,7 +278,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     # the GPU, the model, the dtype, the GPU count and the sequence, all fixed in one plan)
     iv = EV.interval(EV.shipped_residuals(), "speed", EV.evidence_class(
         settings.stack.name, hw.gpu.generation, model.is_moe, settings.dtype, spec.gpus, spec.seq), level)
-    base = EV.plausibility(0.0, iv, hw.gpu.generation, model.is_moe, settings.dtype)
+    base = EV.plausibility(0.0, iv, hw.gpu.generation, model.is_moe, settings.dtype, gpus=spec.gpus)
     if base is not None:
         base.pop("above_published")
     t1 = float(t[order[0]])
@@ -502,7 +512,8 @@ def plan(
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
 
     # activation offloading is searched where the framework has it and the hardware states its host link
-    offload = settings.stack.activation_offloading and hw.host_bandwidth is not None
+    offload = (settings.stack.activation_offloading and hw.host_bandwidth is not None
+               and hw.host_memory_per_gpu is not None)
     if "offload_layers" in allowed and any(allowed["offload_layers"]) and hw.host_bandwidth is None:
         raise UserError(f"offload_layers needs the hardware's host_bandwidth (the CPU-GPU link); {hw.name} states none")
     spec = SP.SpaceSpec(gpus=gpus, seq=seq, global_batch=global_batch, allowed=allowed, max_tp=max_tp,
@@ -514,10 +525,13 @@ def plan(
         notes.append("plan #1: " + support)   # a --fix/--allow outside the framework's stages or schedules
     best_off = int(found["plans"][0].parallel.offload_layers)
     if best_off:
+        host = float(found["plans"][0].memory.get("host_bytes", 0.0))
         notes.append(f"plan #1 offloads {best_off} layers' activations to host memory over {hw.name}'s host link "
-                     f"({hw.host_bandwidth / 1e9:g} GB/s per GPU and direction, the raw link rate, with no contention "
-                     "among the GPUs of a node copying at once: the copy time is a lower bound); --fix offload_layers=0 "
-                     "ranks without offloading (docs/planner.md)")
+                     f"({hw.host_bandwidth / hw.gpus_per_host_link / 1e9:g} GB/s per GPU and direction: the raw link "
+                     f"rate{f' shared by {hw.gpus_per_host_link} GPUs' if hw.gpus_per_host_link > 1 else ''}, so the "
+                     f"copy time is a lower bound; {host / 1e9:,.1f} GB per GPU of its "
+                     f"{hw.host_memory_per_gpu / 1e9:,.0f} GB host memory); --fix offload_layers=0 ranks without "
+                     "offloading (docs/planner.md)")
     best = found["plans"][0]
     notes.extend(evidence_notes(found["interval"], best, found["space"], gpus, global_batch * seq))
     training = None
@@ -526,7 +540,7 @@ def plan(
                                tokens_per_step=global_batch * seq, pue=train_in["pue"],
                                gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
         training["interval"] = EV.speed_json(found["interval"], best.step_time_s, best.tokens_per_s, best.mfu,
-                                             training)
+                                             training, hw.gpu.gemm.max_efficiency)
     return PlanResult(
         model=spec_model.name, model_requested=alias, hardware=hw.name, gpus=gpus, seq=seq, global_batch=global_batch,
         objective=objective, settings=settings, capacity_bytes=found["capacity_bytes"],

@@ -40,7 +40,8 @@ import numpy as np
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.errors import UserError
-from llmpar.parallel import MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations
+from llmpar.parallel import (MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations,
+                             stack_violations)
 from llmpar.specs.model import ModelSpec
 
 INTERLEAVED = SCHEDULES.index("interleaved")
@@ -62,7 +63,9 @@ REASONS = {
     "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
                 "DualPipe: pp even, m even and >= 2*pp)",
     "convention": "ZeRO stage outside what --convention covers",
+    "stack": "the stack's framework does not launch it (parallel.stack_violations: ZeRO stage under pipeline parallelism)",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
+    "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
 
 # the rules of parallel.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
@@ -385,6 +388,8 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
                     | rules["virtual_stages"],
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
+        "stack": np.broadcast_to(np.asarray(stack_violations(settings.stack, Parallel(pp=pp, zero=zero))["pp_zero"],
+                                            dtype=bool), zero.shape),
     }
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)

@@ -222,8 +222,8 @@ def sweep(
         notes += [a for a in first.assumptions if a.startswith("stack ") or a.startswith("seq ")]
     if offloading:
         notes.append(f"off:N rows ({', '.join(offloading)}) offload N layers' activations to host memory, priced at the "
-                     "host link's raw per-GPU rate, with no contention among the GPUs of a node copying at once: the "
-                     "copy time is a lower bound "
+                     "host link's raw rate shared by the GPUs behind it (hardware gpus_per_host_link), checked "
+                     "against the profile's host_memory_per_gpu: the copy time is a lower bound "
                      "(--fix offload_layers=0 plans without offloading; docs/planner.md)")
     _scaling(rows, notes)
     if train_in["tokens"] is not None:

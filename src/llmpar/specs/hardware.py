@@ -183,6 +183,12 @@ class Hardware(BaseModel):
     host_bandwidth: Bandwidth | None = Field(
         None, description="CPU-GPU link per GPU and direction (PCIe, NVLink-C2C): prices activation offloading "
                           "(--offload-layers); None: offloading is refused")
+    gpus_per_host_link: int = Field(
+        1, gt=0, le=64, description="GPUs that share one host link's bandwidth when they copy at once (e.g. two GPUs "
+                                    "behind one PCIe switch uplink): offload copies run at host_bandwidth / this")
+    host_memory_per_gpu: Bytes | None = Field(
+        None, description="host (CPU) memory per GPU: the node's RAM / gpus_per_node; offloaded activations must fit "
+                          "in it (None: offloading is refused, its capacity is unknown)")
     node_power: Watts | None = Field(
         None, le=1e6, description="maximum power of one node of gpus_per_node GPUs, W, GPUs included (CPUs, memory, NICs, "
                           "NVSwitches, fans, PSU losses): its share per GPU is node_power / gpus_per_node "

@@ -267,6 +267,10 @@ class Stack(_Strict):
     zero_stages: list[Literal[0, 1, 2, 3]] = Field(
         default_factory=lambda: [0, 1, 2, 3], min_length=1,
         description="ZeRO stages the framework implements (the planner and calibrate runs search only these)")
+    pp_zero_stages: list[Literal[0, 1, 2, 3]] | None = Field(
+        None, description="ZeRO stages the framework launches together with pipeline parallelism (pp > 1), cited "
+                          "from its own argument checks (DeepSpeed's PipelineEngine: 0 and 1); None: every stage of "
+                          "zero_stages (parallel.stack_violations)")
     schedules: list[Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]] = Field(
         default_factory=lambda: ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"], min_length=1,
         description="pipeline schedules the framework implements (the planner searches only these unless "

@@ -214,7 +214,8 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
         convention=str(head.get("convention", "")), flops_convention=flops_conv, file_stack=head.get("stack"),
         stack=stk.name, stack_fitted_on=list(stk.fitted_on), stack_calibration=stk.calibration,
         runs=len(runs_in), notes=notes, left_out=head.get("left_out"))
-    runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages, schedules=stk.schedules)
+    runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages, schedules=stk.schedules,
+                           pp_zero_stages=stk.pp_zero_stages)
     pred = predict(runs, groups, stk)
     t_meas = measured_step_time(runs, pred)
     peak = comparable_peak(runs, pred)      # the figure each measured peak is compared with

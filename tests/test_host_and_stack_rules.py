@@ -1,0 +1,70 @@
+"""Host memory as a resource for activation offloading, and the layouts a stack's framework
+refuses (issue 23 §4; docs/hardware.md host fields, docs/stacks.md pp_zero_stages)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmpar import api
+from llmpar.cost import memory as M
+from llmpar.parallel import Parallel, stack_violations
+from llmpar.specs import load_stack
+
+
+def test_stack_violations_mask_by_hand():
+    # DeepSpeed's PipelineEngine: ZeRO 0 and 1 only under pp > 1. (pp, zero) = (1, 3) runs,
+    # (2, 1) runs, (2, 3) is refused; megatron-core states no such rule
+    par = Parallel(pp=np.array([1, 2, 2]), zero=np.array([3, 1, 3]))
+    assert list(stack_violations(load_stack("deepspeed"), par)["pp_zero"]) == [False, False, True]
+    assert not stack_violations(load_stack("megatron-core"), par)["pp_zero"].any()
+    assert stack_violations(load_stack("deepspeed"), Parallel(pp=4, zero=2))["pp_zero"] is True
+
+
+def test_planner_never_ranks_what_the_stack_refuses_and_step_says_why():
+    r = api.plan("llama-3-70b", gpus=64, stack="deepspeed", top=50)
+    assert all(not (p.parallel.pp > 1 and p.parallel.zero >= 2) for p in r.plans)
+    assert r.space.rejected["stack"] > 0
+    s = api.step("llama-3-70b", gpus=64, pp=2, zero=3, stack="deepspeed")
+    assert any("does not launch ZeRO-3 with pipeline parallelism" in a for a in s.assumptions)
+
+
+def test_offload_copies_share_the_host_link(tmp_path):
+    # the same layout on a100-80gb (2 GPUs per host link) and on a copy with 1 per link: the
+    # exposed offload time is max(0, N·A/B - L·t) forward and backward, B = 32 GB/s / 2 or / 1
+    # (cost/step.py _offload), N·A = half of detail.parts.offload_bytes_per_microbatch
+    one = tmp_path / "a100-one-link.yaml"
+    one.write_text("name: a100-one-link\nextends: a100-80gb\ngpus_per_host_link: 1\n")
+    kw = dict(gpus=8, tp=8, global_batch=8, seq=8192, offload_layers=20)
+    for hw, per_link in (("a100-80gb", 2), (str(one), 1)):
+        r = api.step("llama-2-13b", hardware=hw, **kw)
+        p = r.detail["parts"]
+        na = p["offload_bytes_per_microbatch"] / 2
+        b = 32e9 / per_link
+        L = load_model_13b().layers    # 40
+        want = (max(0.0, na / b - L * p["layer_forward_s"]) + max(0.0, na / b - L * p["layer_backward_s"]))
+        assert p["offload_exposed_s"] == pytest.approx(want, rel=1e-9)
+        assert r.breakdown_s["offload"] == pytest.approx(int(r.parallel.microbatches) * want, rel=1e-9)
+
+
+def test_offload_beyond_host_memory_does_not_fit(tmp_path):
+    # 20 offloaded layers of llama-2-13b at tp 8 hold N·A bytes in host memory; a profile with
+    # 1 GB of host memory per GPU cannot take them: DOES NOT FIT, whatever the HBM says
+    small = tmp_path / "a100-small-host.yaml"
+    small.write_text("name: a100-small-host\nextends: a100-80gb\nhost_memory_per_gpu: 1 GB\n")
+    kw = dict(gpus=8, tp=8, global_batch=8, seq=8192, offload_layers=20)
+    big = api.memory("llama-2-13b", hardware="a100-80gb", **kw)
+    tiny = api.memory("llama-2-13b", hardware=str(small), **kw)
+    host = float(M.offload_host_bytes(load_model_13b(), big.parallel, big.settings))
+    assert 1e9 < host < 256e9            # more than 1 GB, less than DGX A100's 256 GB per GPU
+    assert big.fits and not tiny.fits
+    assert any("more than it holds: DOES NOT FIT" in a for a in tiny.assumptions)
+    r = api.plan("llama-2-13b", hardware=str(small), gpus=8, seq=8192, global_batch=8, fix="tp=8",
+                 allow="offload_layers=0,20")
+    assert all(int(p.parallel.offload_layers) == 0 for p in r.plans) and r.space.rejected["host_memory"] > 0
+
+
+def load_model_13b():
+    from llmpar.specs import load_model
+
+    return load_model("llama-2-13b")
