@@ -182,13 +182,6 @@ def for_query(kind: str, stack: str, generation: str | None, moe: bool, dtype: s
     return interval(list(shipped_residuals()), kind, evidence_class(stack, generation, moe, dtype, gpus, seq), level)
 
 
-def speed_bounds(step_time_s, iv: Interval) -> dict[str, Any]:
-    """Step-time bounds [t*lo, t*hi] (floats or arrays) and the factors that turn a throughput (or
-    MFU, or a per-token rate) x into its bounds [x/hi, x/lo]."""
-    t = np.asarray(step_time_s, dtype=float)
-    return {"step_time_s": (t * iv.lo, t * iv.hi), "rate_factors": (1.0 / iv.hi, 1.0 / iv.lo)}
-
-
 def speed_json(iv: Interval, step_time_s: float, tokens_per_s: float, mfu: float,
                training: dict[str, Any] | None = None, mfu_cap: float | None = None) -> dict[str, Any]:
     """The ``interval`` key of a step, plan row or sweep row: step time x [lo, hi]; throughput and

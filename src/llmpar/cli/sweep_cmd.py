@@ -150,8 +150,12 @@ def render(r) -> None:
                   title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     cols = [("hardware", False), ("GPUs", True), ("layout", False), ("step", True), ("tokens/s", True),
             ("MFU", True), ("scaling", True)]
+    level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
     if has_t:
-        cols += [("days", True), ("GPU-hours", True), ("MWh", True)]
+        cols += [("days", True)]
+        if level is not None:
+            cols.append((f"days ({level * 100:.0f} %)", True))
+        cols += [("GPU-hours", True), ("MWh", True)]
         if priced:
             cols.append(("cost", True))
     for c, right in cols:
@@ -168,7 +172,12 @@ def render(r) -> None:
                  f"{p.mfu * 100:.1f}%", f"{row.scaling_efficiency * 100:.0f}%"]
         if has_t:
             t = row.training
-            cells += [fmt_days(t["days"]), fmt_quantity(t["gpu_hours"]),
+            cells += [fmt_days(t["days"])]
+            if level is not None:
+                iv = row.interval()
+                cells.append(f"{fmt_days(iv['days'][0])}-{fmt_days(iv['days'][1])}" + ("*" if iv["evidence"]["extrapolated"]
+                                                                                         else "") if iv else "-")
+            cells += [fmt_quantity(t["gpu_hours"]),
                       fmt_quantity(t["energy_mwh"]) if t["energy_mwh"] is not None else "?"]
             if priced:
                 cells.append(fmt_quantity(t["cost"]) if t["cost"] is not None else "-")
@@ -178,4 +187,6 @@ def render(r) -> None:
         con.print(f"[{i}] {n}", highlight=False, markup=False)
     con.print()
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
-              "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step[/dim]")
+              "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
+              + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
+                 "published run of its class; --json has the evidence)" if has_t and level is not None else "") + "[/dim]")

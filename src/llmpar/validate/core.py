@@ -194,10 +194,12 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
             "median_abs_error": float(np.median(e))}
 
 
-def evaluate_source(name: str, stack: Any = None, limit: int | None = None
+def evaluate_source(name: str, stack: Any = None, limit: int | None = None, configurations: set | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
-    """One shipped source through calibrate/runs.py; (its header, its rows)."""
-    from llmpar.calibrate.runs import comparable_peak, measured_step_time, predict, prepare
+    """One shipped source through calibrate/runs.py; (its header, its rows). ``configurations``:
+    only the runs of these (model, GPUs, hardware) configurations (calibrate.runs.configurations),
+    as a cross-validation fold evaluates its held-out ones."""
+    from llmpar.calibrate.runs import comparable_peak, configurations as run_configurations, measured_step_time, predict, prepare
     from llmpar.calibrate.runs_io import read_runs
     from llmpar.cost.flops import flops_utilization, per_gpu_rate
     from llmpar.specs import load_hardware
@@ -206,6 +208,8 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None
     read = read_runs([path])
     head = {**_header_text(path), **(read.files[0] if read.files else {})}
     runs_in = read.runs[:limit] if limit else read.runs
+    if configurations is not None:
+        runs_in = [r for r, c in zip(runs_in, run_configurations(runs_in)) if c in configurations]
     stk, notes = _stack_for(head.get("stack"), stack)
     flops_conv = str(head.get("flops_convention", "full"))
     src = SourceResult(
@@ -361,9 +365,8 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
         progress("", len(names), len(names))
     cv = None
     if stack_obj is None and cross_validate:
-        from llmpar.validate import crossval
-
         from llmpar.evidence import shipped_residuals
+        from llmpar.validate import crossval
 
         evaluated = set(names)
         crossval.attach(rows, level, [r for r in shipped_residuals() if r.source not in evaluated])
@@ -395,10 +398,16 @@ def _cross_validate(name: str, src: SourceResult, rows: list[dict[str, Any]], li
             return
         scheme = held.get("scheme", "source")
         stk = fit_plans.apply_values(load_stack(src.stack), held["values"][src.stack])
-        evals = [(None, evaluate_source(name, stk, limit)[1])]
-        for f in held.get("folds", []):
-            fs = fit_plans.apply_values(stk, f["values"].get(src.stack, {}))
-            evals.append(({tuple(c) for c in f["configurations"]}, evaluate_source(name, fs, limit)[1]))
+        folds = [({tuple(c) for c in f["configurations"]}, f) for f in held.get("folds", [])]
+        in_folds = set().union(*(c for c, _ in folds)) if folds else set()
+        rest = {(r["config"]["model"], r["config"]["gpus"], r["config"]["hardware"]) for r in judged} - in_folds
+        # each fold's stack on its own held-out configurations only; the full fit on the rest
+        mine = {(r["config"]["model"], r["config"]["gpus"], r["config"]["hardware"]) for r in judged}
+        evals = [(None, [] if folds and not rest else evaluate_source(name, stk, limit, rest if folds else None)[1])]
+        for cfgs, f in folds:
+            if cfgs & mine:
+                fs = fit_plans.apply_values(stk, f["values"].get(src.stack, {}))
+                evals.append((cfgs, evaluate_source(name, fs, limit, cfgs & mine)[1]))
     index = [(cfgs, {(r["location"], r["metric"]): r for r in ev}) for cfgs, ev in evals]
     for r in judged:
         key = (r["location"], r["metric"])
