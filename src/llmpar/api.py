@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmpar.errors import CheckFailed, UserError
-from llmpar.inputs import (generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note,
+from llmpar.inputs import (fabric_note, generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note,
                            parse_reserve, stack_note, stack_support_note)
 from llmpar.parallel import (DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction,
                              resolve, whole)
@@ -407,7 +407,7 @@ def step(
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
-    for note in (generation_note(hw, settings), moe_cost_note(spec, hw, settings)):
+    for note in (generation_note(hw, settings), moe_cost_note(spec, hw, settings), fabric_note(hw, int(par.gpus))):
         if note:
             notes.append(note)
     full = float(out["mfu_full_attention"])

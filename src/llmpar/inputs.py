@@ -169,5 +169,20 @@ def generation_note(hw, settings: Settings) -> str | None:
             "fits them to your runs (docs/stacks.md)")
 
 
-__all__ = ["generation_note", "load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve",
+def fabric_note(hw, gpus: int | None = None) -> str | None:
+    """Which scale-out fabric the numbers assume (a plan, a step across nodes): the profile's last
+    tier, its per-GPU bandwidth and efficiency, and the word that a cluster with another fabric or
+    fewer NICs per node is a different profile. None when the job stays inside one node's domain."""
+    tier = hw.tiers[-1]
+    inner = hw.tiers[-2].domain_size if len(hw.tiers) > 1 else hw.gpus_per_node
+    if gpus is not None and gpus <= (hw.job_domain or inner or hw.gpus_per_node):
+        return None
+    gbit = tier.bandwidth * 8 / 1e9
+    return (f"network: {hw.name}'s scale-out tier {tier.name!r} ({tier.kind}), {gbit:,.0f} Gb/s per GPU and direction "
+            f"at {tier.efficiency:g} efficiency ({gbit * hw.gpus_per_node:,.0f} Gb/s per {hw.gpus_per_node}-GPU node); "
+            "a cluster with another fabric or fewer NICs per node is another profile (`llmpar hardware` lists the "
+            "shipped ones; `llmpar calibrate fit` fits yours to nccl-tests logs)")
+
+
+__all__ = ["fabric_note", "generation_note", "load_hardware_spec", "load_model_spec", "make_settings", "moe_cost_note", "parse_reserve",
            "stack_note", "stack_support_note"]

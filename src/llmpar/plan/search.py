@@ -487,7 +487,8 @@ def plan(
                                     stack=stack)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
-    for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings)):
+    for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),
+                 inputs.fabric_note(hw, gpus)):
         if note:
             notes.append(note)
     if convention == "deepspeed":

@@ -220,6 +220,10 @@ def sweep(
         raise UserError(f"{conflicts[0]} (nor any other GPU count of the sweep)")
     if first is not None:
         notes += [a for a in first.assumptions if a.startswith("stack ") or a.startswith("seq ")]
+    for hw in hws:
+        fabric = inputs.fabric_note(hw, max(counts))
+        if fabric is not None:
+            notes.append(fabric)
     if offloading:
         notes.append(f"off:N rows ({', '.join(offloading)}) offload N layers' activations to host memory, priced at the "
                      "host link's raw rate shared by the GPUs behind it (hardware gpus_per_host_link), checked "
