@@ -191,7 +191,7 @@ def test_published_a100_rows():
     published metrics is mean <= 3.5 %, max <= 8 % (validate: 3.3 % / 7.6 %)."""
     from llmpar.validate.core import validate
 
-    res = validate(["korthikanti2022-table5", "narayanan2021-table1"])
+    res = validate(["korthikanti2022-table5", "narayanan2021-table1"], cross_validate=False)
     errs = [abs(r["error"]) for r in res.rows if r["metric"] in ("step_time_s", "tflops_per_gpu")]
     assert len(errs) == 18
     assert sum(errs) / len(errs) <= 0.035 and max(errs) <= 0.08, errs

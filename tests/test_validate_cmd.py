@@ -235,7 +235,7 @@ def test_summary_says_whether_each_error_is_in_sample():
     from llmpar.validate.report import summary_rows
 
     res = validate(["korthikanti2022-table5", "playbook-nanotron-h100", "torchtitan-compile-h100-2024",
-                    "nemo-2511-b200"])
+                    "nemo-2511-b200"], cross_validate=False)    # the summary column alone
     kind = {(r[0], r[1]): r[4] for r in summary_rows(res)}
     assert kind[("korthikanti2022-table5", "iteration time")] == "in-sample"
     assert kind[("playbook-nanotron-h100", "tokens/s per GPU")] == "partly in-sample (171 fit runs)"

@@ -205,3 +205,8 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     con.print()
     word = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT"}[r.verdict]
     con.print(R.verdict(r.fits, _verdict_text(r, fmt, unit), ok_word=word, bad_word=word))
+    iv = getattr(r, "interval", None)
+    if iv:
+        lo, hi = iv["total_bytes"]
+        con.print(f"  total {fmt(lo)}-{fmt(hi)} {unit} ({R.interval_text(iv)})"
+                  + ("; its top exceeds the HBM" if iv["may_not_fit"] else ""), highlight=False)
