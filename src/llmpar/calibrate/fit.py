@@ -687,14 +687,10 @@ def _load_profile(profile: dict[str, Any]):
 
 
 def write_profile(result: FitResult, out: str | Path) -> Path:
+    from llmpar.outputs import write_spec
+
     out = Path(out)
     result.profile["name"] = out.stem
-    try:
-        # as every other --out: the folder must exist (nothing is created behind the user's back)
-        out.write_text(profile_yaml(result.profile))
-    except OSError as exc:
-        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
-    from llmpar.specs import load_hardware
-
-    load_hardware(str(out))
-    return out
+    # as every other --out: the folder must exist (nothing is created behind the user's back);
+    # written only once it loads, atomically (llmpar.outputs)
+    return write_spec(out, profile_yaml(result.profile), "hardware")

@@ -411,7 +411,7 @@ def write_profile(result: GemmResult, out: str | Path) -> Path:
     """Write the profile YAML and check that it loads (``extends:`` resolved, pydantic-valid)."""
     import yaml
 
-    from llmpar.specs import load_hardware
+    from llmpar.outputs import write_spec
 
     out = Path(out)
     doc = profile_dict(result, out.stem)
@@ -419,8 +419,6 @@ def write_profile(result: GemmResult, out: str | Path) -> Path:
             + yaml.safe_dump(doc, sort_keys=False, width=120))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
-    load_hardware(str(out))
-    return out
+    return write_spec(out, text, "hardware")

@@ -232,6 +232,9 @@ def gemm_cmd(hardware, model, out, device, dtype, tps, tokens, square, max_dim, 
             raise UserError(f"--{what} must be a comma list of positive integers, got {text!r}")
         return vals
 
+    from llmpar.outputs import check_out
+
+    check_out(out, spec_kind="hardware", spec=hardware)   # before any measurement: never over an input
     plan = gemm.GemmPlan(hardware=hardware, model=model, dtype=dtype, tps=ints(tps, "tp"), tokens=ints(tokens, "tokens"),
                          square=ints(square, "square"), max_dim=max_dim, iters=iters, warmup=warmup, peak=peak)
     shapes = gemm.plan_shapes(plan)                # validates model/hardware before touching torch
@@ -319,6 +322,9 @@ def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, out, as_js
     """
     from llmpar.calibrate import fit as fitmod
 
+    from llmpar.outputs import check_out
+
+    check_out(out, inputs=logs, spec_kind="hardware", spec=hardware)   # before any work: never over an input
     parsed = _parse_logs(logs, collective, ranks, nodes, gpu)
     result = fitmod.fit(parsed, hardware, out_name=out.stem if out else None, algorithm=algorithm)
     if out:

@@ -224,6 +224,9 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     if stack is None:
         named = {r.stack for r in read.runs if r.stack}
         stack = named.pop() if len(named) == 1 else "megatron-core"
+    from llmpar.outputs import check_out
+
+    check_out(out, inputs=files, spec_kind="stacks", spec=stack)    # before any work: never over an input
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
     from llmpar.cli.progress import progress_bar
 
@@ -243,10 +246,9 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         notes.append(f"--folds {folds}: {k} folds, one per (model, GPUs) configuration of the fitted runs at most")
     if out is not None:
         name = out_name or out.stem
-        try:
-            out.write_text(yaml.safe_dump(result.stack_dict(name, str(out.parent)), sort_keys=False), encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+        from llmpar.outputs import write_spec
+
+        write_spec(out, yaml.safe_dump(result.stack_dict(name, str(out.parent)), sort_keys=False), "stacks")
     if as_json:
         echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
                    "summary": result.summary, "rows": result.rows, "notes": notes,

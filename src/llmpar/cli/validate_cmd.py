@@ -131,10 +131,9 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
         if out is None:
             click.echo(page, nl=False)
         else:
-            try:
-                out.write_text(page, encoding="utf-8")
-            except OSError as exc:
-                raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+            from llmpar.outputs import write_text
+
+            write_text(out, page)
             con.print(f"wrote {out} ({len(result.sources)} sources, {len(result.rows)} rows)", highlight=False)
     else:
         _render(result, con)

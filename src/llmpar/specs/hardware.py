@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
+from llmpar.specs.base import SPEC
 from llmpar.specs.stack import GENERATIONS
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
@@ -39,14 +40,14 @@ class GemmEfficiency(BaseModel):
     H100, ml-engineering MAMF; small or skinny GEMMs fall off). ``llmpar calibrate gemm`` refits it.
     """
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SPEC
     max_efficiency: float = Field(0.80, gt=0, le=1)
     half_dim: float = Field(64.0, ge=0, description="smallest GEMM dimension at which efficiency is half the maximum")
     half_flops: float = Field(0.0, ge=0, description="FLOPs per launch at which the fixed kernel cost halves efficiency")
 
 
 class Accelerator(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SPEC
     name: str
     generation: Literal[GENERATIONS] | None = Field(   # the names a stack keys its per-generation values by
         None, description="GPU architecture; selects a stack's per-generation values (None: the stacks' defaults)")
@@ -109,7 +110,7 @@ class TierFit(BaseModel):
     back to the tier's own value. Meaning of each field: see :class:`Tier`.
     """
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SPEC
     latency: Seconds | None = None
     ll128_latency: Seconds | None = None
     simple_latency: Seconds | None = None
@@ -127,7 +128,7 @@ class Tier(BaseModel):
     an NVL72 rack); ``None`` for the scale-out network, which reaches every GPU.
     """
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SPEC
     name: str
     kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
     domain_size: int | None = Field(None, gt=0)
@@ -163,7 +164,7 @@ class Tier(BaseModel):
 
 
 class Hardware(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SPEC
     name: str
     description: str = ""
     source: str = ""

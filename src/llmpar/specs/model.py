@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from llmpar.specs.base import STRICT_SPEC
 
 # Upper bounds on a model's shapes: far above any real model (the shipped largest are 128 layers,
 # hidden 25,600, FFN 102,400, 160 heads, 256 experts, vocab 201,088, max_seq 163,840), low enough
@@ -28,7 +30,7 @@ MAX_SEQ = 2**24             # 16,777,216 tokens: max_seq, sliding_window (the CL
 class MoESpec(BaseModel):
     """Mixture of experts (Mixtral: 8 experts top-2; DeepSeek-V3: 256 routed top-8 + 1 shared)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = STRICT_SPEC
     experts: int = Field(gt=0, le=MAX_EXPERTS, description="routed experts per MoE layer")
     top_k: int = Field(gt=0, le=MAX_EXPERTS, description="routed experts each token goes through")
     shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="experts every token goes through")
@@ -66,7 +68,7 @@ class MoESpec(BaseModel):
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3, arXiv:2405.04434 §2.1)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = STRICT_SPEC
     q_lora_rank: int | None = Field(None, gt=0, le=MAX_WIDTH, description="None: queries are not compressed")
     kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH)
     qk_nope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
@@ -76,7 +78,7 @@ class MLASpec(BaseModel):
 
 class ModelSpec(BaseModel):
     # strict: `layers: true` is not 1 layer and `hidden: "4096"` is not a number
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = STRICT_SPEC
 
     name: str
     aliases: list[str] = Field(default_factory=list)

@@ -197,13 +197,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
-               folder: Path | None = None) -> tuple[dict[str, Any], str]:
-    """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged.
-
-    ``folder``: the folder of the file whose ``extends:`` names ``name``; a relative path there is
-    relative to that file's folder (not to the working directory), so a file and the base it
-    extends can move together. A name that does not look like a path is a shipped name, as before."""
+def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
+    """The file ``name`` names: a YAML path (relative to ``folder``, the folder of the file whose
+    ``extends:`` names it, when given) or a shipped name."""
     what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
     listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models"}[kind]
     if _looks_like_path(name):
@@ -217,11 +213,22 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
             where = f" (relative to {folder}, the folder of the file that extends it)" \
                 if folder is not None and not Path(name).is_absolute() else ""
             raise UserError(f"{what} file not found: {path}{where}")
-    else:
-        found = _lookup(kind, name.lower())
-        if found is None:
-            raise UserError(f"unknown {what} {name!r}{suggest(name, _index(kind))}; see `{listing}`")
-        path = found[1]
+        return path
+    found = _lookup(kind, name.lower())
+    if found is None:
+        raise UserError(f"unknown {what} {name!r}{suggest(name, _index(kind))}; see `{listing}`")
+    return Path(found[1])
+
+
+def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
+               folder: Path | None = None) -> tuple[dict[str, Any], str]:
+    """The YAML mapping of a shipped ``kind`` spec by name, or of a file, with ``extends:`` merged.
+
+    ``folder``: the folder of the file whose ``extends:`` names ``name``; a relative path there is
+    relative to that file's folder (not to the working directory), so a file and the base it
+    extends can move together. A name that does not look like a path is a shipped name, as before."""
+    what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
+    path = _spec_path(kind, name, folder)
     if str(path) in seen:
         raise UserError(f"{what} 'extends' loops through {path}")
     data = read_yaml(path)
@@ -247,6 +254,29 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
         data["extends"] = str(base)
     data.setdefault("name", path.stem)
     return data, str(path)
+
+
+def spec_chain(kind: str, name: str) -> list[Path]:
+    """Every file a spec is read from: the file (or shipped file) ``name`` names, then each file its
+    ``extends:`` chain goes through, resolved as :func:`_spec_dict` resolves them (what a writer
+    must not overwrite: llmpar.outputs.check_out). Stops at a loop or a name it cannot resolve."""
+    out: list[Path] = []
+    folder: Path | None = None
+    cur: Any = str(name)
+    while cur:
+        try:
+            path = _spec_path(kind, str(cur), folder)
+        except UserError:
+            break
+        if path in out:
+            break
+        out.append(path)
+        try:
+            cur = read_yaml(path).get("extends")
+        except UserError:
+            break
+        folder = path.resolve().parent if path.is_symlink() else path.parent
+    return out
 
 
 def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
+from llmpar.specs.base import STRICT_SPEC
 from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
@@ -64,7 +65,7 @@ def per_gen(value, generation: str | None) -> float:
 class _Strict(BaseModel):
     # strict: a YAML `true` is not 1 and a quoted "0.8" is not a number (unit strings are parsed
     # by the fields' BeforeValidators first); unknown keys are refused
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = STRICT_SPEC
 
 
 class Fp8Recipe(_Strict):

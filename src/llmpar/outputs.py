@@ -1,0 +1,83 @@
+"""The one rule for every file llmpar writes (``--out``, ``--markdown --out``): never over an input.
+
+* :func:`check_out` refuses, before any work is done, an output path that is one of the command's
+  inputs: a log or runs file it reads, or any file of the ``extends:`` chain of the spec it
+  extends (``calibrate fit --hardware my.yaml --out my.yaml`` used to overwrite ``my.yaml`` with a
+  file that extends itself; reliability review, item 1).
+* :func:`write_spec` writes a spec atomically and only once it is valid: to a temporary file in
+  the output's folder (so a relative ``extends:`` resolves as it will), loaded back as every
+  command will load it, then renamed over the output (``os.replace``: a reader sees the old file
+  or the new one, never half of one); a spec that does not load leaves the output untouched.
+* :func:`write_text` is the atomic write alone, for files that are not specs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from llmpar.errors import UserError
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b) or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec_kind: str | None = None,
+              spec: str | None = None, option: str = "--out") -> None:
+    """UserError when ``out`` is one of ``inputs`` or a file of ``spec``'s extends chain."""
+    if out is None:
+        return
+    out = Path(out)
+    for p in inputs:
+        if _same(out, Path(p)):
+            raise UserError(f"{option} {out} is one of the files this command reads: write the result to another file")
+    if spec_kind is not None and spec is not None and not hasattr(spec, "model_dump"):
+        from llmpar.specs.registry import spec_chain
+
+        for p in spec_chain(spec_kind, str(spec)):
+            if _same(out, p):
+                what = {"hardware": "hardware profile", "stacks": "stack"}.get(spec_kind, spec_kind)
+                raise UserError(f"{option} {out} is the {what} it extends ({p}), or in its extends: chain: writing "
+                                "it would overwrite the base with a file that extends itself; write to another file")
+
+
+def write_text(out: Path | str, text: str) -> Path:
+    """``text`` to ``out`` through a temporary file in the same folder and a rename."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.llmpar-{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def write_spec(out: Path | str, text: str, kind: str) -> Path:
+    """A spec YAML (``kind`` "hardware" or "stacks") to ``out``, only once it loads."""
+    from llmpar.specs import load_hardware, load_stack
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.stem}.llmpar-{os.getpid()}.tmp.yaml")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        (load_hardware if kind == "hardware" else load_stack)(str(tmp))
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out

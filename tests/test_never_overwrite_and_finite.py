@@ -1,0 +1,95 @@
+"""Two classes of failure closed once (reliability review, items 1-3): a writer never overwrites
+its own input or a file of its extends: chain, and writes only a spec that loads; every float of
+every spec is finite."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from _synthetic_nccl import SWEEP, TRUTH_YAML, write_log
+from conftest import assert_one_line_error
+
+from llmpar.cost.collectives import collective_time
+from llmpar.errors import UserError
+from llmpar.specs import load_hardware, load_stack
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "truth.yaml").write_text(TRUTH_YAML)
+    truth = load_hardware(str(tmp_path / "truth.yaml"))
+    S = np.array(SWEEP)
+    log = write_log(tmp_path / "ar.txt", "all_reduce", 8, 1, S, 1.1 * collective_time(truth, "all_reduce", S, 8, 8))
+    hw = tmp_path / "myhw.yaml"
+    hw.write_text("name: myhw\nextends: h100-sxm\ngpu: {sms: 100}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("name: child\nextends: myhw.yaml\n")
+    st = tmp_path / "mystack.yaml"
+    st.write_text("name: mystack\nextends: megatron-core\nkernels: {ep_dispatcher: deepep}\n")
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [
+        {"model": "llama-3-8b", "gpus": 8, "tp": t, "global_batch": 64, "seq": 8192, "step_time_s": 5.0 + t}
+        for t in (1, 2)]}))
+    return {"log": log, "hw": hw, "child": child, "st": st, "runs": runs, "dir": tmp_path}
+
+
+@pytest.mark.parametrize("args, victim", [
+    (("calibrate", "fit", "{log}", "--hardware", "{hw}", "--out", "{hw}"), "hw"),        # the base itself
+    (("calibrate", "fit", "{log}", "--hardware", "{child}", "--out", "{hw}"), "hw"),     # in the extends chain
+    (("calibrate", "fit", "{log}", "--hardware", "{hw}", "--out", "{log}"), "log"),      # an input log
+    (("calibrate", "runs", "{runs}", "--stack", "{st}", "--out", "{st}", "--folds", "0"), "st"),
+    (("calibrate", "runs", "{runs}", "--stack", "{st}", "--out", "{runs}", "--folds", "0"), "runs"),
+    (("calibrate", "gemm", "--hardware", "{hw}", "--device", "cpu", "--out", "{hw}"), "hw"),
+])
+def test_a_writer_never_overwrites_its_input(cli, files, args, victim):
+    before = files[victim].read_bytes()
+    res = cli(*[a.format(**files) for a in args])
+    assert_one_line_error(res, "--out")
+    assert files[victim].read_bytes() == before
+
+
+def test_a_written_profile_loads_and_no_temporary_file_is_left(cli, files):
+    out = files["dir"] / "fitted.yaml"
+    res = cli("calibrate", "fit", files["log"], "--hardware", files["child"], "--out", out)
+    assert res.code == 0, res.err
+    assert load_hardware(str(out)).name == "fitted"
+    assert not [p for p in files["dir"].iterdir() if ".llmpar-" in p.name]
+
+
+def _float_paths(obj, prefix=""):
+    """Every float leaf of a spec's dump (bools and ints left out), as dotted paths."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _float_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, float) and math.isfinite(obj):
+        yield prefix
+
+
+def _with(data: dict, path: str, value) -> dict:
+    keys = path.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("kind, base, load", [("hardware", "h100-sxm", load_hardware),
+                                              ("stacks", "megatron-core", load_stack)])
+def test_every_float_of_a_spec_refuses_inf_and_nan(tmp_path, kind, base, load):
+    # every float field of the shipped profile's dump (its tiers are a list: not walked here), set
+    # to .inf or .nan in a file that extends it: one error naming the field, never a loaded spec
+    spec = load(base)
+    dump = spec.model_dump(exclude={"calibration", "tiers"})
+    paths = sorted(set(_float_paths(dump)))
+    assert len(paths) >= (12 if kind == "hardware" else 40)   # h100-sxm: 15 (memory, bandwidth, peaks, gemm, power, host ...)
+    for i, path in enumerate(paths):
+        for value in (float("inf"), float("nan")):
+            f = tmp_path / f"x{i}.yaml"
+            f.write_text(yaml.safe_dump(_with({"name": "x", "extends": base}, path, value)))
+            with pytest.raises(UserError) as e:
+                load(str(f))
+            assert path.split(".")[0] in str(e.value), (path, str(e.value))
