@@ -563,7 +563,7 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str],
                      fmt: str = "YAML") -> tuple[list[tuple[str, dict]], dict]:
     # the spec files' loader: a key given twice in a mapping is refused, with its line (PyYAML
     # would keep the last one silently)
-    from llmpar.specs.registry import _UniqueKeyLoader
+    from llmpar.specs.registry import MAX_YAML_VALUES, _expands_beyond, _UniqueKeyLoader
 
     try:
         loader = _UniqueKeyLoader(text)
@@ -581,6 +581,9 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str],
         raise UserError(f"{name}:{line}: {what}: {getattr(exc, 'problem', None) or exc}") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise UserError(f"{name}: {'YAML' if fmt == 'YAML' else 'JSON/YAML'}: {exc}") from None
+    if _expands_beyond(data, MAX_YAML_VALUES):      # the spec reader's bound (specs/registry.py read_yaml)
+        raise UserError(f"{name}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?): "
+                        "refused")
     common: dict = {}
     if isinstance(data, list):
         runs, runs_node = data, node

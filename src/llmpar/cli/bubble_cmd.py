@@ -145,11 +145,11 @@ def _drawing(result: dict):
 
 
 def render(result: dict) -> None:
-    from rich.console import Console
+    from llmpar.cli.render import make_console
 
     lines = _drawing(result) if "timeline" in result else None
     width = max([len(x.plain) for x in lines] + [100]) if lines else None
-    console = Console(width=width, highlight=False, soft_wrap=True)
+    console = make_console(width=width, highlight=False, soft_wrap=True)
     p, m, v = result["pp"], result["microbatches"], result["virtual_stages"]
     head = f"{result['schedule']} schedule: p={p} stages, m={m} micro-batches"
     if result["schedule"] == "interleaved":

@@ -29,12 +29,12 @@ def calibrate():
 # ----------------------------------------------------------------------------- parse
 
 def _render_logs(logs) -> None:
-    from rich.console import Console
+    from llmpar.cli.render import make_console
     from rich.table import Table
 
     from llmpar.units import fmt_size
 
-    console = Console()
+    console = make_console()
     for log in logs:
         where = log.file + (f" (table {log.section + 1})" if log.section else "")
         facts = [f"collective {log.collective or '?'}", f"{log.ranks or '?'} ranks", f"{log.nodes or '?'} nodes",
@@ -185,9 +185,9 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
     if as_json:
         echo_json(data)
         return
-    from rich.console import Console
+    from llmpar.cli.render import make_console
 
-    console = Console()
+    console = make_console()
     console.print(f"{data['backend']} on {data['ranks']} ranks, {data['nodes']} node(s), {data['gpu']}; "
                   f"dtype {data['dtype']}, {data['iters']} iters after {data['warmup']} warm-up")
     by_coll: dict[str, list] = {}
@@ -254,10 +254,10 @@ def gemm_cmd(hardware, model, out, device, dtype, tps, tokens, square, max_dim, 
     if as_json:
         echo_json({"measured": True, **result.to_dict(), "out": str(out) if out else None})
         return
-    from rich.console import Console
+    from llmpar.cli.render import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     d = result.to_dict()
     console.print(f"{d['device_name']} ({d['device']}), {d['dtype']}, peak {d['peak_flops'] / 1e12:.1f} TFLOP/s; "
                   f"{len(d['samples'])} GEMMs")
@@ -332,10 +332,10 @@ def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, out, as_js
     if as_json:
         echo_json({**result.to_dict(), "out": str(out) if out else None, "profile": result.profile})
         return
-    from rich.console import Console
+    from llmpar.cli.render import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]llmpar calibrate fit[/bold]: {len(result.placements)} table(s) on base {result.base_hardware.name}; "
                   f"primary collective {result.primary} (its values become the tiers' own)")
     for g in result.groups:
@@ -432,14 +432,14 @@ def check_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, toleranc
 
 
 def _render_check(result, plot_path, no_chart) -> None:
-    from rich.console import Console
+    from llmpar.cli.render import make_console
     from rich.table import Table
     from rich.text import Text
 
     from llmpar.calibrate.check import chart_points
     from llmpar.units import fmt_seconds, fmt_size
 
-    console = Console()
+    console = make_console()
     for f in result.files:
         console.print(f"[bold]{f.file}[/bold]: {f.collective}, {f.ranks} ranks, {f.nodes} node(s), "
                       f"{f.members_per_node} per scale-up domain, tier {f.tier}; model {result.hardware}")

@@ -70,8 +70,55 @@ def cli():
     """
 
 
+# what the renderers print beyond ASCII, and what a console that cannot show it gets instead
+_ASCII = {"·": "-", "█": "#", "▏": "|", "▎": "|", "▍": "|", "▌": "|", "▋": "|", "▊": "|", "▉": "|", "−": "-",
+          "–": "-", "—": "-", "…": "...", "±": "+/-", "×": "x", "≤": "<=", "≥": ">=", "≈": "~", "²": "^2",
+          "³": "^3", "Ψ": "Psi", "α": "alpha", "β": "beta", "→": "->", "━": "-", "─": "-", "│": "|", "┃": "|",
+          "┏": "+", "┓": "+", "┗": "+", "┛": "+", "┡": "+", "┩": "+", "╇": "+", "┳": "+", "┻": "+", "╋": "+",
+          "└": "+", "┘": "+", "┌": "+", "┐": "+", "├": "+", "┤": "+", "┼": "+", "┬": "+", "┴": "+", "°": " deg"}
+
+
+def _ascii_fallback(err: UnicodeEncodeError):
+    bad = err.object[err.start:err.end]
+    return "".join(_ASCII.get(ch, "?") for ch in bad), err.end
+
+
+def _safe_streams() -> None:
+    """A console whose encoding cannot show the renderers' characters (``PYTHONIOENCODING=ascii``,
+    a cp1252 Windows console) gets ASCII stand-ins instead of a UnicodeEncodeError traceback
+    (reliability review, item 11)."""
+    import codecs
+
+    try:
+        codecs.lookup_error("llmpar-ascii")
+    except LookupError:
+        codecs.register_error("llmpar-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if enc and enc not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="llmpar-ascii")
+            except (ValueError, OSError):     # a stream that cannot be reconfigured keeps its own rule
+                pass
+
+
+def _quiet_broken_pipe() -> None:
+    """stdout's reader went away (``llmpar plan ... | head -1``): point stdout at /dev/null so
+    the interpreter's final flush does not fail again, and exit 0 (reliability review, item 14:
+    it used to exit 1, the "nothing feasible" code, under ``set -o pipefail``)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI, turning user errors into one line and exit 2."""
+    _safe_streams()
     try:
         rv = cli.main(args=argv, prog_name="llmpar", standalone_mode=False)
     except UserError as exc:
@@ -95,8 +142,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except BrokenPipeError:  # pragma: no cover
-        sys.exit(0)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    try:
+        sys.stdout.flush()            # a pipe closed after the last write shows here
+    except BrokenPipeError:
+        _quiet_broken_pipe()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

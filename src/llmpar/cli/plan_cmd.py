@@ -282,9 +282,9 @@ def render(r, units: str = "gb") -> None:
 
     con = R.console()
     if not con.is_terminal:   # the layout tables are wide: give them room when writing to a file/pipe
-        from rich.console import Console
+        from llmpar.cli.render import make_console
 
-        con = Console(width=140, highlight=False)
+        con = make_console(width=140, highlight=False)
     fmt, unit = R.bytes_formatter(units)
     if r.defaults_used:
         con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)

@@ -33,12 +33,24 @@ def recompute_label(d: dict[str, Any], short: bool = False) -> str:
     return rec
 
 
-def console():
-    """A rich Console on the current stdout; wide enough for the tables when not a terminal."""
+def make_console(**kw):
+    """A rich Console whose broken pipe (``llmpar plan ... | head -1``) reaches the entry point
+    as a BrokenPipeError (cli/main.py: exit 0 quietly), instead of rich's own SystemExit(1), the
+    "nothing feasible" code. Every command's console is made here."""
     from rich.console import Console
 
-    c = Console()
-    return c if c.is_terminal else Console(width=120, highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(**kw)
+
+
+def console():
+    """A rich Console on the current stdout; wide enough for the tables when not a terminal."""
+    c = make_console()
+    return c if c.is_terminal else make_console(width=120, highlight=False)
 
 
 def bar(fraction: float, width: int = 24) -> str:

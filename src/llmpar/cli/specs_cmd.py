@@ -25,10 +25,10 @@ _FAMILY_ORDER = ("gpt", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "dee
 
 
 def _console():
-    from rich.console import Console
+    from llmpar.cli.render import make_console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    console = make_console()
+    return console if console.is_terminal else make_console(width=160)
 
 
 def _aliases(kind: str) -> dict[str, list[str]]:

@@ -125,7 +125,7 @@ def _layout(p) -> str:
 
 def render(r) -> None:
     from rich import box
-    from rich.console import Console
+    from llmpar.cli.render import make_console
     from rich.table import Table
 
     from llmpar.cli import render as R
@@ -133,7 +133,7 @@ def render(r) -> None:
 
     con = R.console()
     if not con.is_terminal:
-        con = Console(width=160, highlight=False)
+        con = make_console(width=160, highlight=False)
     if r.defaults_used:
         con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"

@@ -55,9 +55,9 @@ def _render(result, con) -> None:
     for cells in report.summary_rows(result):
         t.add_row(*cells)
     if not con.is_terminal:   # nine columns: give the summary room when writing to a file/pipe
-        from rich.console import Console
+        from llmpar.cli.render import make_console
 
-        con = Console(width=160, highlight=False)
+        con = make_console(width=160, highlight=False)
     con.print(t)
     cv = result.cross_validation
     if cv:

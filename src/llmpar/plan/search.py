@@ -33,6 +33,9 @@ from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_G
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
+#: the most rows a plan lists: each row is a full step result (its JSON ~10 kB), and rendering
+#: 100,000 of them took 39 s where the search takes 0.1 s (reliability review, item 13)
+MAX_TOP = 1000
 DEFAULT_MODEL = "llama-3-70b"
 DEFAULT_HARDWARE = "h100-sxm"
 OBJECTIVES = ("time", "memory")
@@ -458,7 +461,7 @@ def plan(
     if gpus is None:
         raise UserError("--gpus is required: the number of GPUs to plan for")
     gpus = _pos(gpus, "gpus", MAX_GPUS)
-    top = _pos(top, "top", required=True)
+    top = _pos(top, "top", MAX_TOP, required=True)
     max_tp = _pos(max_tp, "max-tp")
     explain_rank = _pos(explain_rank, "explain-rank", required=True)
     margin = _margin(margin)

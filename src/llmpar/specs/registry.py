@@ -79,10 +79,38 @@ def _decode(path: Path, raw: bytes) -> str:
                         "spec files must be UTF-8") from None
 
 
+#: a YAML file llmpar reads is at most this large, and expands (aliases followed as a reader of
+#: the loaded object follows them) to at most this many values: the largest shipped file, the
+#: playbook grid, is 0.3 MB and ~40,000 values; a "billion laughs" alias bomb hangs any reader
+#: that walks it (reliability review, item 12)
+MAX_YAML_BYTES = 64 * 2**20
+MAX_YAML_VALUES = 2_000_000
+
+
+def _expands_beyond(data: Any, limit: int) -> bool:
+    """Whether walking ``data`` (every shared reference visited each time it is referenced, as a
+    serialiser or validator would) visits more than ``limit`` values; stops as soon as it does."""
+    stack, seen = [data], 0
+    while stack:
+        x = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return False
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; malformed YAML (including a duplicated key or bytes that are not
-    UTF-8) is one line naming file and line."""
+    UTF-8), a file beyond MAX_YAML_BYTES or one whose aliases expand beyond MAX_YAML_VALUES is one
+    line naming the file."""
     try:
+        if Path(path).stat().st_size > MAX_YAML_BYTES:
+            raise UserError(f"{path} is larger than {MAX_YAML_BYTES // 2**20} MiB: not a spec or runs file llmpar reads")
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -98,6 +126,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise UserError(f"malformed YAML in {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a YAML mapping at the top level")
+    if _expands_beyond(data, MAX_YAML_VALUES):
+        raise UserError(f"{path}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?): "
+                        "refused")
     return data
 
 
