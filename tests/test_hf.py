@@ -138,6 +138,42 @@ def test_mistral(tmp_path):
     m = load_hf_config(write(tmp_path, MISTRAL_7B))
     assert m.family == "mistral"
     assert total_params(m) == 7_241_732_096
+    # sliding_window 4096 on every layer (MistralAttention), which the reader used to drop
+    # (reliability review, item 5): a 32K step then read as full attention
+    assert (m.sliding_window, m.sliding_window_share) == (4096, 1.0)
+
+
+@pytest.mark.parametrize("extra, want", [
+    ({}, (None, 0.0)),                                                     # use_sliding_window false (default)
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}, (4096, 0.0)),  # 28 of 28 full
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}, (4096, 7 / 28)),
+    ({"sliding_window": 4096, "layer_types": ["full_attention"] * 14 + ["sliding_attention"] * 14}, (4096, 0.5)),
+])
+def test_qwen2_sliding_window_rules(tmp_path, extra, want):
+    # Qwen2Config: layers from max_window_layers on use the window when use_sliding_window is
+    # true; layer_types, where given, says per layer. 28 layers (Qwen2-7B's shape)
+    cfg = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+           "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+           "max_position_embeddings": 32768, **extra}
+    m = load_hf_config(write(tmp_path, cfg))
+    window, share = want
+    if share == 0.0:
+        assert m.sliding_window is None
+    else:
+        assert (m.sliding_window, m.sliding_window_share) == (window, pytest.approx(share))
+
+
+def test_mistral_window_changes_the_step(tmp_path, cli):
+    # the same shapes with and without the window at 32K: the windowed attention does 4096/32768
+    # of the causal work per layer, so the step must be shorter (69.4 s against 114.0 s here)
+    on = write(tmp_path, MISTRAL_7B)
+    off_cfg = dict(MISTRAL_7B, sliding_window=None)
+    (tmp_path / "off").mkdir()
+    off = write(tmp_path / "off", off_cfg)
+    args = ("--gpus", "8", "--seq", "32768", "--recompute", "full", "--json")
+    t_on = cli("step", "--hf", on, *args).json()["step_time_s"]
+    t_off = cli("step", "--hf", off, *args).json()["step_time_s"]
+    assert t_on < 0.7 * t_off
 
 
 def test_deepseek_layers(tmp_path):

@@ -99,6 +99,12 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
         out.update(qkv_bias=attn_bias, attention_out_bias=attn_bias, mlp_bias=c.flag("mlp_bias", False))
     if family == "qwen2":
         out["qkv_bias"] = True  # Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+        _sliding(c, out, "qwen")
+    if family in ("mistral", "mixtral"):
+        # MistralAttention / MixtralAttention: sliding_window (null: none) on every layer
+        # (transformers models/mistral/modeling_mistral.py: sliding_window=config.sliding_window);
+        # a newer config's layer_types says per layer
+        _sliding(c, out, "all")
     if family == "mixtral":
         out["moe"] = dict(
             experts=c.integer("num_local_experts"),
@@ -109,6 +115,36 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
             router_bias=False,
         )
     return out
+
+
+def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
+    """``sliding_window`` and its share of the layers into ``out`` (ModelSpec fields), as the
+    transformers attention classes apply it: ``layer_types`` (one entry per layer,
+    "sliding_attention" or "full_attention") when the config states it; otherwise ``default``:
+    "all" (Mistral, Mixtral: every layer), "alternate" (GPT-OSS: the even layers) or "qwen"
+    (Qwen2/Qwen3: only with ``use_sliding_window`` true, on the layers from ``max_window_layers``
+    on; Qwen2Config: "the first max_window_layers layers use full attention"). A window of null,
+    or one at least the model's max_seq, changes nothing and is not set."""
+    window = c.integer("sliding_window", default=None, allow_null=True)
+    if window is None:
+        return
+    layers = out["layers"]
+    types = c.data.get("layer_types")
+    if types is not None:
+        if not (isinstance(types, list) and len(types) == layers):
+            raise c._fail(f"key 'layer_types' must list one type per layer ({layers}), got {types!r}")
+        share = sum(t == "sliding_attention" for t in types) / layers
+    elif default == "qwen":
+        if not c.flag("use_sliding_window", False):
+            return
+        first = c.count("max_window_layers", layers)
+        share = max(layers - min(first, layers), 0) / layers
+    elif default == "alternate":
+        share = (layers + 1) // 2 / layers     # transformers GptOssConfig: sliding on even layers
+    else:
+        share = 1.0
+    if share > 0 and window < out["max_seq"]:
+        out.update(sliding_window=window, sliding_window_share=share)
 
 
 def _qwen3(c: _Config) -> dict[str, Any]:
@@ -146,17 +182,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
     out.update(qkv_bias=bias, attention_out_bias=bias, mlp_bias=True, attention_sinks=True)
     out["moe"] = dict(experts=c.integer("num_local_experts"), top_k=c.integer("num_experts_per_tok"),
                       shared_experts=0, expert_ffn_hidden=out["ffn_hidden"], dense_layers=[], router_bias=True)
-    window = c.integer("sliding_window", default=None, allow_null=True)
-    if window is not None:
-        types = c.data.get("layer_types")
-        if types is None:
-            share = (out["layers"] + 1) // 2 / out["layers"]   # transformers: sliding on even layers
-        elif isinstance(types, list) and len(types) == out["layers"]:
-            share = sum(t == "sliding_attention" for t in types) / out["layers"]
-        else:
-            raise c._fail(f"key 'layer_types' must list one type per layer ({out['layers']}), got {types!r}")
-        if share > 0:
-            out.update(sliding_window=window, sliding_window_share=share)
+    _sliding(c, out, "alternate")
     return out
 
 
