@@ -268,3 +268,16 @@ def test_relative_extends_of_a_symlinked_file_follows_its_target(tmp_path, monke
     (tmp_path / "link.yaml").symlink_to(tmp_path / "a" / "h1.yaml")
     monkeypatch.chdir(tmp_path)
     assert load_hardware("link.yaml").gpus_per_node == 4
+
+
+def test_an_impossibly_fast_measurement_is_refused_not_fitted(cli, tmp_path):
+    # reliability review, item 6: a 1e-9 s step of llama-3-8b (8,192 x 64 = 524,288 tokens on 8
+    # H100) implies an MFU of ~3e9 (about 6 x 8e9 x 524,288 FLOPs / 1e-9 s / 8 / 989e12); it used
+    # to be fitted, driving gemm_efficiency to its bound. Now one line naming file:line, exit 2
+    f = tmp_path / "tiny.csv"
+    f.write_text("model,hardware,gpus,tp,pp,seq,global_batch,micro_batch,zero,step_time_s\n"
+                 "llama-3-8b,h100-sxm,8,1,1,8192,64,1,1,1e-9\n"
+                 "llama-3-8b,h100-sxm,16,2,1,8192,64,1,1,5.0\n")
+    res = cli("calibrate", "runs", f, "--folds", "0")
+    assert res.code == 2 and "tiny.csv:2" in res.err and "implies an MFU of" in res.err
+    assert "Traceback" not in res.err

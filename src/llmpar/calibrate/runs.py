@@ -485,6 +485,27 @@ def measured_step_time(runs: list[Run], pred: Predictions) -> np.ndarray:
     return t
 
 
+def check_physics(runs: list[Run], pred: Predictions, t_meas: np.ndarray, groups: list[_Group]) -> None:
+    """A measured step time (or tokens/s) that would do the run's work faster than its GPUs can
+    is refused with its file:line before anything is fitted to it (reliability review, item 6: a
+    1e-9 s step drove gemm_efficiency to its bound): the implied MFU, the model's causal FLOPs (the
+    fewest any convention counts) over the step time, the GPUs and the dense peak of the run's
+    dtype, must be at most 1. The TFLOP/s and MFU columns are bounded where they are read."""
+    group_of = {int(i): g for g in groups for i in np.unique(g.index)}
+    for i, r in enumerate(runs):
+        t = t_meas[i]
+        g = group_of.get(i)
+        if g is None or not np.isfinite(t) or t <= 0:
+            continue
+        peak = g.hw.gpu.peak(g.dtype)
+        mfu = pred.causal_flops[i] / (t * pred.gpus[i] * peak)
+        if mfu > 1.0:
+            raise UserError(f"{r.source}: the measured step ({t:.3g} s for {pred.tokens_per_step[i]:,.0f} tokens on "
+                            f"{int(pred.gpus[i]):,} GPUs) implies an MFU of {mfu:,.3g} against {g.hw.gpu.name}'s dense "
+                            f"{g.dtype} peak: faster than the GPUs can compute; refusing to fit it (check the unit: "
+                            "step_time_s is seconds, tokens_per_s_per_gpu per GPU)")
+
+
 def measured_memory(runs: list[Run]) -> np.ndarray:
     return np.array([(r.peak_reserved_bytes or r.peak_allocated_bytes or np.nan) if r.status == "ok" else np.nan
                      for r in runs], dtype=float)
@@ -778,6 +799,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     steps = 1 if (check_only or not names) else 2 + (max(2, min(folds, n_cfg)) if n_cfg >= 2 and folds else 0)   # k below
     tick("predict", 1, steps)
     t_meas = measured_step_time(runs, pred0)
+    check_physics(runs, pred0, t_meas, groups)
     m_meas = measured_memory(runs)
     use = np.ones(len(runs), dtype=bool)
     x0 = base_values(stack, names, generation)
