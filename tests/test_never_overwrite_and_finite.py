@@ -93,3 +93,31 @@ def test_every_float_of_a_spec_refuses_inf_and_nan(tmp_path, kind, base, load):
             with pytest.raises(UserError) as e:
                 load(str(f))
             assert path.split(".")[0] in str(e.value), (path, str(e.value))
+
+
+@pytest.mark.parametrize("kind, body, field", [
+    # reliability review, item 4: finite but absurd values that used to price 10^57-second steps
+    ("hardware", "gpu: {gemm: {half_dim: 1.0e+300}}", "gpu.gemm.half_dim"),
+    ("hardware", "gpu: {gemm: {half_flops: 1.0e+300}}", "gpu.gemm.half_flops"),
+    ("hardware", "gpu: {gemm: {max_efficiency: 1.0e-300}}", "gpu.gemm.max_efficiency"),
+    ("hardware", "gpu: {memory_efficiency: 1.0e-300}", "gpu.memory_efficiency"),
+    ("hardware", "host_bandwidth: 1 B/s", "host_bandwidth"),
+    ("stacks", "kernels: {moe_s_per_layer: 1.0e+30}", "kernels.moe_s_per_layer"),
+    ("stacks", "kernels: {moe_s_per_local_expert: {default: 0, blackwell: 1.0e+30}}", "kernels.moe_s_per_local_expert"),
+    ("stacks", "kernels: {zero_gather_s_per_tensor_rank: 1.0e+30}", "kernels.zero_gather_s_per_tensor_rank"),
+    ("stacks", "kernels: {elementwise_traffic: 1.0e+300}", "kernels.elementwise_traffic"),
+    ("stacks", "kernels: {fp8: {cast_bytes_per_element: 1.0e+300}}", "kernels.fp8.cast_bytes_per_element"),
+    ("stacks", "network: {scale_out_latency: 1.0e+300}", "network.scale_out_latency"),
+])
+def test_absurd_finite_values_are_one_line(tmp_path, kind, body, field):
+    base = "h100-sxm" if kind == "hardware" else "megatron-core"
+    f = tmp_path / "x.yaml"
+    f.write_text(f"name: x\nextends: {base}\n{body}\n")
+    with pytest.raises(UserError, match=field.replace(".", r"\.")):
+        (load_hardware if kind == "hardware" else load_stack)(str(f))
+
+
+def test_more_sms_held_than_the_gpu_has_is_refused(cli, tmp_path):
+    f = tmp_path / "sms.yaml"
+    f.write_text("name: x\nextends: megatron-core\noverlap: {ep_sms: 200}\n")   # H100 has 132
+    assert_one_line_error(cli("step", "mixtral-8x7b", "--gpus", "64", "--ep", "8", "--stack", f), "ep_sms 200", "132 SMs")

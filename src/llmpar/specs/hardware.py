@@ -41,9 +41,14 @@ class GemmEfficiency(BaseModel):
     """
 
     model_config = SPEC
-    max_efficiency: float = Field(0.80, gt=0, le=1)
-    half_dim: float = Field(64.0, ge=0, description="smallest GEMM dimension at which efficiency is half the maximum")
-    half_flops: float = Field(0.0, ge=0, description="FLOPs per launch at which the fixed kernel cost halves efficiency")
+    # bounds (reliability review, item 4): a GEMM reaches at least 1 % of its peak; half its best
+    # efficiency at a smallest dimension of at most 2^20 (the largest llmpar models) and at a
+    # fixed cost of at most 1e15 FLOPs per launch (a second of a PFLOP/s GPU)
+    max_efficiency: float = Field(0.80, ge=0.01, le=1)
+    half_dim: float = Field(64.0, ge=0, le=2**20, description="smallest GEMM dimension at which efficiency is half "
+                                                              "the maximum")
+    half_flops: float = Field(0.0, ge=0, le=1e15, description="FLOPs per launch at which the fixed kernel cost halves "
+                                                              "efficiency")
 
 
 class Accelerator(BaseModel):
@@ -56,7 +61,7 @@ class Accelerator(BaseModel):
                                 "communication kernels take from compute (stack overlap.ep_sms); None: not priced")
     memory: Bytes = Field(description="HBM capacity, in the unit the vendor means (H100 '80 GB' is 80 GiB)")
     memory_bandwidth: Bandwidth = Field(description="HBM bandwidth (datasheet)")
-    memory_efficiency: float = Field(0.85, gt=0, le=1, description="achieved/datasheet HBM bandwidth (STREAM-like)")
+    memory_efficiency: float = Field(0.85, ge=0.01, le=1, description="achieved/datasheet HBM bandwidth (STREAM-like)")
     peak_flops: dict[str, Flops] = Field(description="dense peak FLOP/s per dtype: bf16, fp16, fp8, tf32, fp32")
     gemm: GemmEfficiency = Field(default_factory=GemmEfficiency)
     board_power: Watts | None = Field(
@@ -182,7 +187,7 @@ class Hardware(BaseModel):
                                 "x gpus_per_node on GB200 NVL72); None = the whole domain")
     calibration: dict | None = Field(None, description="what `llmpar calibrate fit` fitted, from which files, when, how well")
     host_bandwidth: Bandwidth | None = Field(
-        None, description="CPU-GPU link per GPU and direction (PCIe, NVLink-C2C): prices activation offloading "
+        None, ge=1e8, le=1e13, description="CPU-GPU link per GPU and direction (PCIe, NVLink-C2C): prices activation offloading "
                           "(--offload-layers); None: offloading is refused")
     gpus_per_host_link: int = Field(
         1, gt=0, le=64, description="GPUs that share one host link's bandwidth when they copy at once (e.g. two GPUs "

@@ -50,7 +50,9 @@ def _gen_seconds(v):
     return parse_seconds(v, "time", allow_zero=True)
 
 
-PerGenSeconds = Annotated[Union[float, dict[str, float]], BeforeValidator(_gen_seconds)]
+# a per-generation time: at most 60 s (a host cost per layer or expert beyond that is a unit slip)
+BoundedSeconds = Annotated[float, Field(ge=0, le=60)]
+PerGenSeconds = Annotated[Union[BoundedSeconds, dict[str, BoundedSeconds]], BeforeValidator(_gen_seconds)]
 PerGenPositive = Annotated[Union[Annotated[float, Field(gt=0)], dict[str, Annotated[float, Field(gt=0)]]],
                            BeforeValidator(_check_gen_keys)]
 
@@ -79,10 +81,13 @@ class Fp8Recipe(_Strict):
         description="layer GEMMs that run in FP8; attention's core and (usually) the LM head stay BF16")
     gemm_efficiency: PerGen = Field(
         0.75, description="achieved fraction of the FP8 peak, relative to the BF16 GEMM fraction on the same shape")
+    # bounds (reliability review, item 4): beyond them a value is a unit or typing slip, not a stack;
+    # each is far outside anything a framework does (a cast reads and writes a few bytes, a weight
+    # copy is a few bytes per parameter, host work per MoE layer is milliseconds, not minutes)
     cast_bytes_per_element: float = Field(
-        3.0, ge=0, description="extra HBM bytes per FP8 GEMM operand element (cast: read 2 B, write 1 B; amax fused)")
+        3.0, ge=0, le=64, description="extra HBM bytes per FP8 GEMM operand element (cast: read 2 B, write 1 B; amax fused)")
     weight_copy_bytes_per_param: float = Field(
-        2.0, ge=0, description="FP8 weight (+ transposed) copies kept per FP8-GEMM parameter, bytes")
+        2.0, ge=0, le=64, description="FP8 weight (+ transposed) copies kept per FP8-GEMM parameter, bytes")
     primary_weights: bool = Field(
         False, description="the FP8 copies are the primary linear weights (no BF16 copy: Megatron-Core "
                            "--fp8-param-gather, TE fp8_model_init)")
@@ -124,7 +129,7 @@ class Kernels(_Strict):
     attention: AttentionKernel = Field(default_factory=AttentionKernel)
     fp8: Fp8Recipe = Field(default_factory=Fp8Recipe)
     elementwise_traffic: float = Field(
-        1.0, gt=0, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
+        1.0, gt=0, le=100, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
     launch_s_per_layer: SECONDS = Field(
         0.0, le=60, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
     moe_s_per_layer: PerGenSeconds = Field(
@@ -142,7 +147,7 @@ class Kernels(_Strict):
                                 "copy per destination node over the NICs, forwarded over NVLink to each destination "
                                 "GPU once (DeepSeek-V3 §3.2.2; DeepEP normal kernels; Megatron-Core flex dispatcher)")
     zero_gather_s_per_tensor_rank: SECONDS = Field(
-        0.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
+        0.0, le=1.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
                          "all-gather: frameworks that gather into per-rank, per-parameter views and copy each back "
                          "(nanotron all_gather_coalesced) pay one slice and one copy launch per pair, synchronously; "
                          "0 for flat-buffer gathers (Megatron-Core, DeepSpeed)")
@@ -174,7 +179,7 @@ class Overlap(_Strict):
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
     ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
     ep_sms: int = Field(
-        0, ge=0, description="SMs the DeepEP-style dispatch/combine kernels (ep_dispatcher deepep) hold while they "
+        0, ge=0, le=1024, description="SMs the DeepEP-style dispatch/combine kernels (ep_dispatcher deepep) hold while they "
                              "run behind compute; the compute they overlap slows by ep_sms / gpu.sms for that time "
                              "(DeepSeek-V3 §3.2.2: 20 of 132 on H800; Megatron-Core's DeepEP default 20); not priced "
                              "for the flat NCCL all-to-all; 0 = not priced")
@@ -187,7 +192,8 @@ class Network(_Strict):
     scale_out_efficiency: float = Field(
         1.0, gt=0, le=1.5, description="multiplier on the scale-out tier's achieved bandwidth (e.g. NCCL over a "
                                        "provider plugin or sockets vs the InfiniBand the profile measured)")
-    scale_out_latency: float = Field(1.0, gt=0, description="multiplier on the scale-out tier's per-step latencies")
+    scale_out_latency: float = Field(1.0, gt=0, le=1000, description="multiplier on the scale-out tier's per-step "
+                                                                    "latencies")
     scale_up_efficiency: float = Field(1.0, gt=0, le=1.5, description="multiplier on the NVLink tier's achieved bandwidth")
 
 
