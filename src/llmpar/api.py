@@ -482,12 +482,20 @@ _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 _TYPE_BYTES = 4  # nccl-tests default type: float
 
 
+def _whole_bytes(nbytes: float, given, option: str) -> float:
+    """A message is a whole number of bytes, at least one (reliability review, item 25: 1.5 B was
+    reported as 2 B and 1e-3 as 0 B, and priced)."""
+    if nbytes < 1 or nbytes != int(nbytes):
+        raise UserError(f"{option} {given}: a message is a whole number of bytes, at least 1 (got {nbytes:g} B)")
+    return nbytes
+
+
 def _sweep_sizes(text: str) -> list[float]:
     parts = str(text).split(":")
     if len(parts) != 2 or not all(p.strip() for p in parts):
         raise UserError(f"--sweep expects A:B (e.g. 1KiB:8GiB), got {text!r}")
-    lo = parse_bytes(parts[0], "sweep start")
-    hi = parse_bytes(parts[1], "sweep end")
+    lo = _whole_bytes(parse_bytes(parts[0], "sweep start"), parts[0].strip(), "--sweep")
+    hi = _whole_bytes(parse_bytes(parts[1], "sweep end"), parts[1].strip(), "--sweep")
     if lo > hi:
         raise UserError(f"--sweep start {parts[0].strip()} is larger than its end {parts[1].strip()}")
     sizes = []
@@ -604,7 +612,7 @@ def collective(
     if size is None:
         size = "1GiB"
         notes.append("no --size: 1 GiB")
-    nbytes = parse_bytes(size, "size")
+    nbytes = _whole_bytes(parse_bytes(size, "size"), size, "--size")
     rep = C.collective_report(hw, name, nbytes, gpus, place["members_per_node"], algorithm=algorithm)
     result = CollectiveResult(
         collective=rep.collective, size_bytes=num(rep.size_bytes), gpus=gpus, hardware=hw.name, **_placement(place),

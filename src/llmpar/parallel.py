@@ -538,7 +538,9 @@ def resolve(
         raise UserError(f"--virtual-stages {v} needs --schedule interleaved (got {schedule})")
     rec = code(RECOMPUTE, recompute, "recompute")
     n_rec = 0
-    if recompute_layers is not None:
+    # 0 is "every layer", as the JSON's parallel.recompute_layers writes it: a result's own layout
+    # feeds back (reliability review, item 30)
+    if recompute_layers is not None and not (whole(recompute_layers, "recompute-layers") == 0):
         n_rec = _pos_int(recompute_layers, "recompute-layers", MAX_GPUS)
         if RECOMPUTE[rec] != "full":
             raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")

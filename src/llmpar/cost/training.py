@@ -87,32 +87,48 @@ def scaling_efficiency(tokens_per_s, gpus, ref_tokens_per_s, ref_gpus):
 
 # ------------------------------------------------------------------------- for one result
 
+# bounds of the cost options (reliability review, item 22: a 1e30 PUE printed 3.88e+19T MWh):
+# beyond them an input is a typing slip. The largest token budget published is tens of trillions
+# (Llama 3: 15.6T); the worst facility PUE reported is about 3; a GPU-hour price of a million; a
+# GPU and its node share under 100 kW (the hardware profile's node_power is capped at 1 MW a node)
+MAX_TOKENS = 1e16
+MAX_PUE = 10.0
+MAX_PRICE = 1e6
+MAX_POWER_PER_GPU_W = 1e5
+
+
 def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None) -> dict[str, Any]:
     """The inputs as numbers: tokens '15T' / '300B' / 2.5e12 (units.parse_count), PUE >= 1,
-    price > 0, power '900 W' (units.parse_power). Raises UserError (exit 2) for bad values."""
+    price > 0, power '900 W' (units.parse_power), each within its MAX_* bound. Raises UserError
+    (exit 2) for bad values."""
     from llmpar.units import parse_count, parse_power
 
     out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None}
     if tokens is not None:
         out["tokens"] = parse_count(tokens, "--tokens")
+        if out["tokens"] > MAX_TOKENS:
+            raise UserError(f"--tokens {tokens} is above {MAX_TOKENS:.0e} (10,000T) tokens: a typing slip?")
     if pue is not None:
         try:
             value = float(pue)
         except (TypeError, ValueError):
             raise UserError(f"--pue must be a number >= 1, got {pue!r}") from None
-        if not np.isfinite(value) or value < 1.0:
-            raise UserError(f"--pue must be a number >= 1 (facility energy / IT energy), got {pue!r}")
+        if not np.isfinite(value) or value < 1.0 or value > MAX_PUE:
+            raise UserError(f"--pue must be a number from 1 to {MAX_PUE:g} (facility energy / IT energy), got {pue!r}")
         out["pue"] = value
     if gpu_hour_price is not None:
         try:
             value = float(gpu_hour_price)
         except (TypeError, ValueError):
             raise UserError(f"--gpu-hour-price must be a positive number, got {gpu_hour_price!r}") from None
-        if not np.isfinite(value) or value <= 0:
-            raise UserError(f"--gpu-hour-price must be a positive number, got {gpu_hour_price!r}")
+        if not np.isfinite(value) or value <= 0 or value > MAX_PRICE:
+            raise UserError(f"--gpu-hour-price must be a positive number up to {MAX_PRICE:,.0f}, got {gpu_hour_price!r}")
         out["gpu_hour_price"] = value
     if power_per_gpu is not None:
         out["power_per_gpu_w"] = parse_power(power_per_gpu, "--power-per-gpu")
+        if out["power_per_gpu_w"] > MAX_POWER_PER_GPU_W:
+            raise UserError(f"--power-per-gpu {power_per_gpu} is above {MAX_POWER_PER_GPU_W / 1e3:g} kW per GPU: a "
+                            "typing slip?")
     if out["tokens"] is None and any(out[k] is not None for k in ("pue", "gpu_hour_price", "power_per_gpu_w")):
         raise UserError("--pue, --gpu-hour-price and --power-per-gpu need --tokens (the token budget to train on)")
     return out

@@ -68,6 +68,42 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
+# Numbers as YAML 1.2's core schema reads them, not YAML 1.1's (reliability review, items 20 and
+# 36): `3e9` and `5e-1` are floats (1.1 wants a dot and reads them as text, which a float field
+# then refused as "not a valid number"); `010` is ten (1.1: octal eight); `1:30` is text (1.1:
+# sexagesimal ninety), so a field expecting a number says so. Underscores between digits stay
+# allowed; 0o17 and 0x1f are the octal and hex forms.
+_INT = r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$"
+_FLOAT = r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(_INT), list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT), list("-+0123456789."))
+
+
+def _construct_int(loader, node) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _construct_float(loader, node) -> float:
+    text = loader.construct_scalar(node).replace("_", "").lower()
+    if text.lstrip("+-") == ".inf":
+        return float("-inf") if text.startswith("-") else float("inf")
+    if text == ".nan":
+        return float("nan")
+    return float(text)
+
+
+_UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
+_UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
+
 
 def _decode(path: Path, raw: bytes) -> str:
     """UTF-8 text of a spec file; bytes that are not UTF-8 are one line naming file and line."""

@@ -350,7 +350,8 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     if source is None:
         names = source_names()
     else:
-        names = [_resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)]
+        # a source named twice is evaluated once (reliability review, item 29: its rows counted twice)
+        names = list(dict.fromkeys(_resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
     rows: list[dict[str, Any]] = []
     sources: list[SourceResult] = []
     for n, name in enumerate(names):
