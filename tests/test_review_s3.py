@@ -52,3 +52,72 @@ def test_a_result_s_own_layout_feeds_back():
     d = {k: v for k, v in p.best.parallel.as_dict().items() if k not in ("global_batch", "microbatches")}
     r = llmpar.step("llama-3-8b", gpus=64, global_batch=p.global_batch, **d)
     assert r.step_time_s == pytest.approx(p.best.step_time_s, rel=1e-12)
+
+
+def test_contradictory_moe_specs_are_refused(tmp_path):
+    # item 19: an "MoE" model whose every layer is dense, a dense layer named twice, an unknown
+    # HF layer type (which used to drop the sliding window to share 0)
+    import json
+
+    from llmpar.errors import UserError
+    from llmpar.specs import load_model
+    from llmpar.specs.hf import load_hf_config
+
+    base = "name: m\nfamily: llama\nlayers: 4\nhidden: 64\nheads: 4\nffn_hidden: 128\nvocab: 100\nmax_seq: 128\n"
+    for dense, needle in (("[0, 1, 2, 3]", "no layer is MoE"), ("[0, 0, 1]", "names a layer twice")):
+        f = tmp_path / f"m{len(dense)}.yaml"
+        f.write_text(base + f"moe: {{experts: 4, top_k: 1, expert_ffn_hidden: 32, dense_layers: {dense}}}\n")
+        with pytest.raises(UserError, match=needle):
+            load_model(str(f))
+    q = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 4, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
+         "num_experts_per_tok": 1, "vocab_size": 100, "max_position_embeddings": 128, "decoder_sparse_step": 9}
+    (tmp_path / "q.json").write_text(json.dumps(q))
+    with pytest.raises(UserError, match="no layer is MoE"):
+        load_hf_config(tmp_path / "q.json")
+    g = {"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+         "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 4096, "sliding_window": 128,
+         "layer_types": ["foo", "bar"]}
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    with pytest.raises(UserError, match="unknown layer type"):
+        load_hf_config(tmp_path / "g.json")
+
+
+def test_hf_duplicate_key_refused_and_bom_read(tmp_path):
+    # item 31: a duplicated key was last-wins; a UTF-8 BOM was refused
+    from llmpar.errors import UserError
+    from llmpar.specs.hf import load_hf_config
+
+    body = ('{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
+            '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 128}')
+    (tmp_path / "dup.json").write_text(body)
+    with pytest.raises(UserError, match="duplicate key 'num_hidden_layers'"):
+        load_hf_config(tmp_path / "dup.json")
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + body.replace('"num_hidden_layers": 2, ', "").encode())
+    assert load_hf_config(tmp_path / "bom.json").layers == 3
+
+
+def test_cache_key_tells_a_date_from_its_string(tmp_path, monkeypatch):
+    # item 23: with a cached valid spec, an invalid one that differs only in a value's type (a YAML
+    # date vs the same text quoted) hashed the same and was let through
+    from llmpar.errors import UserError
+    from llmpar.specs import load_model
+
+    monkeypatch.setenv("LLMPAR_CACHE_DIR", str(tmp_path / "cache"))
+    base = "name: d\nfamily: llama\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 128\nvocab: 100\nmax_seq: 128\n"
+    (tmp_path / "s.yaml").write_text(base + 'description: "2024-01-01"\n')
+    (tmp_path / "d.yaml").write_text(base + "description: 2024-01-01\n")
+    load_model(str(tmp_path / "s.yaml"))
+    with pytest.raises(UserError, match="description"):
+        load_model(str(tmp_path / "d.yaml"))
+
+
+def test_a_renamed_network_tier_says_how_tiers_merge(tmp_path):
+    # item 21: the message named no merge; the file had exactly one null tier
+    from llmpar.errors import UserError
+
+    f = tmp_path / "ib.yaml"
+    f.write_text("name: x\nextends: h100-sxm\ntiers:\n  - {name: ib, kind: infiniband, domain_size: null, "
+                 "bandwidth: 400 Gb/s, latency: 3 us}\n")
+    with pytest.raises(UserError, match="merges its tiers with the base's by name"):
+        load_hardware(str(f))

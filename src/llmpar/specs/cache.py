@@ -58,11 +58,24 @@ def key(cls: type, data: dict[str, Any]) -> str | None:
     if _dir() is None:
         return None
     try:
-        text = json.dumps(data, sort_keys=True, default=str)
-    except (TypeError, ValueError):
+        text = json.dumps(_tagged(data), sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
         return None
     h = hashlib.sha256(f"{cls.__module__}.{cls.__qualname__}|{_code_fingerprint()}|{text}".encode())
     return h.hexdigest()
+
+
+def _tagged(x):
+    """The mapping with every value's type in the key (reliability review, item 23: a YAML date and
+    the string of it, or an int key and its string, hashed the same, so a cached valid spec let
+    an invalid one through): scalars become [type name, value], mapping keys "type:key"."""
+    if isinstance(x, dict):
+        return {f"{type(k).__name__}:{k}": _tagged(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [type(x).__name__, [_tagged(v) for v in x]]
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return [type(x).__name__, x if not isinstance(x, float) or x == x else "nan"]
+    return [type(x).__name__, repr(x)]
 
 
 def get(k: str | None):

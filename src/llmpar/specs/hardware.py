@@ -209,7 +209,9 @@ class Hardware(BaseModel):
             raise ValueError("the last tier must be the scale-out network (domain_size: null)")
         inner = [s for s in sizes[:-1]]
         if any(s is None for s in inner):
-            raise ValueError("only the last tier may have domain_size: null")
+            raise ValueError("only the last tier may have domain_size: null (a file that extends a profile merges its "
+                             "tiers with the base's by name: a new name is appended after them; give the scale-out "
+                             "tier the base's name to replace it, or write the profile without extends:)")
         if inner != sorted(inner):
             raise ValueError("tiers must be ordered from the smallest domain to the largest")
         for t in self.tiers[:-1]:

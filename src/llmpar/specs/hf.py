@@ -133,6 +133,10 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
     if types is not None:
         if not (isinstance(types, list) and len(types) == layers):
             raise c._fail(f"key 'layer_types' must list one type per layer ({layers}), got {types!r}")
+        unknown = sorted({str(t) for t in types} - {"sliding_attention", "full_attention"})
+        if unknown:     # reliability review, item 19: an unknown type silently made the window share 0
+            raise c._fail(f"key 'layer_types': unknown layer type(s) {', '.join(unknown)} (known: sliding_attention, "
+                          "full_attention)")
         share = sum(t == "sliding_attention" for t in types) / layers
     elif default == "qwen":
         if not c.flag("use_sliding_window", False):
@@ -303,17 +307,30 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 }
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: ``json`` keeps the last of two silently, as PyYAML
+    would (the YAML readers refuse it: reliability review, item 31)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")    # a UTF-8 byte-order mark is read, as in runs CSVs
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:
+        raise UserError(f"malformed JSON in {path}: {exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object at the top level")
     return data

@@ -137,6 +137,12 @@ class ModelSpec(BaseModel):
             bad = [i for i in self.moe.dense_layers if not 0 <= i < self.layers]
             if bad:
                 raise ValueError(f"moe.dense_layers {bad} outside 0..{self.layers - 1}")
+            # reliability review, item 19: contradictory MoE specs
+            if len(set(self.moe.dense_layers)) != len(self.moe.dense_layers):
+                raise ValueError(f"moe.dense_layers {self.moe.dense_layers} names a layer twice")
+            if len(set(self.moe.dense_layers)) >= self.layers:
+                raise ValueError(f"moe: every one of the {self.layers} layers is in moe.dense_layers, so no layer "
+                                 "is MoE: drop moe, or the dense layers")
         return self
 
     # -- derived shapes (not counts: counts live in llmpar.cost.params)
