@@ -121,3 +121,29 @@ def test_a_renamed_network_tier_says_how_tiers_merge(tmp_path):
                  "bandwidth: 400 Gb/s, latency: 3 us}\n")
     with pytest.raises(UserError, match="merges its tiers with the base's by name"):
         load_hardware(str(f))
+
+
+@pytest.mark.parametrize("args, needles", [
+    # item 15: --params (a bare count) has no activations; these options used to change nothing
+    (("memory", "--params", "7.5B", "--dp", "8", "--seq", "4096"), ("--seq", "--params")),
+    (("memory", "--params", "7.5B", "--dp", "8", "--micro-batch", "4", "--recompute", "full"),
+     ("--micro-batch", "--recompute")),
+    # item 17: the megatron convention's formula fixes fp32 main gradients
+    (("memory", "--params", "7.5B", "--dp", "64", "--zero", "1", "--convention", "megatron", "--grad-dtype", "bf16"),
+     ("--grad-dtype bf16", "--convention megatron")),
+    # item 18: --seq was dropped when --context was given
+    (("memory", "llama-3-8b", "--inference", "--seq", "100000", "--context", "16"), ("--seq", "--context")),
+    # item 16: modules the model does not have re-ran nothing, under a "selective recompute" label
+    (("memory", "llama-3-8b", "--gpus", "8", "--recompute", "selective", "--recompute-modules", "moe,mla_up_proj"),
+     ("no MoE layers", "no MLA attention")),
+])
+def test_options_that_change_nothing_are_refused(cli, args, needles):
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_params_keeps_the_batch_split(cli):
+    # the batch split stays allowed with --params (a stack that accumulates unsharded gradients
+    # counts them per micro-batch step); the 7.5B / dp 8 / ZeRO-1 total is unchanged by it
+    a = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--json").json()
+    b = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--global-batch", "64", "--json").json()
+    assert a["memory"]["total_bytes"] == b["memory"]["total_bytes"]

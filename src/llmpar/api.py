@@ -168,6 +168,19 @@ def memory(
             raise UserError("--inference needs a model's shapes (KV cache); --params gives model states only")
         if per_stage:
             raise UserError("--per-stage needs a model's layers; --params splits the count evenly over tp·pp")
+        # options about activations, which a bare count has none of: refused, not silently ignored
+        # (reliability review, item 15); the batch split stays (a stack that accumulates gradients
+        # unsharded counts them per micro-batch step)
+        moot = {"--seq": seq is not None, "--micro-batch": micro_batch is not None,
+                "--recompute": recompute not in (None, "none"), "--recompute-layers": recompute_layers is not None,
+                "--recompute-modules": recompute_modules is not None, "--attention": attention is not None,
+                "--schedule": schedule is not None, "--virtual-stages": virtual_stages is not None,
+                "--offload-layers": offload_layers not in (None, 0)}
+        bad = [k for k, v in moot.items() if v]
+        if bad:
+            raise UserError(f"{', '.join(bad)} change{'s' if len(bad) == 1 else ''} activations, which --params (model "
+                            "states of a bare count) has none of: give a MODEL for them, or drop "
+                            f"{'it' if len(bad) == 1 else 'them'}")
         settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                  convention=convention, attention=attention, stack=stack)
         return _memory_of_count(params, hw, settings, layout, res_bytes, explain)
@@ -188,6 +201,8 @@ def memory(
             raise UserError("--zero shards training state; drop it with --inference")
         if per_stage:
             raise UserError("--per-stage is for training; --inference reports the most-loaded stage")
+        if seq is not None and context is not None:   # reliability review, item 18: --seq was dropped
+            raise UserError("--seq and --context both give the serving context: give one (--context)")
         return _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch, context, explain)
     return _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, explain)
 

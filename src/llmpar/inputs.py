@@ -78,6 +78,11 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
                   recompute_modules=None) -> Settings:
     """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
     a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
+    if grad_dtype is not None and convention in ("megatron", "deepspeed"):
+        # the convention's formula fixes the gradient bytes (Megatron fp32 main gradients, 4 B/param;
+        # DeepSpeed's estimators): a --grad-dtype would change nothing (reliability review, item 17)
+        raise UserError(f"--grad-dtype {grad_dtype} has no effect under --convention {convention}, whose formula "
+                        "fixes the gradient bytes: drop it, or use --convention llmpar to count it")
     kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
     extra = {}
     if dp_overlap is not None:
@@ -92,8 +97,25 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
         extra["recompute_modules"] = recompute_modules
     if rank_order is not None:
         extra["rank_order"] = str(rank_order)
-    return Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                    attention=attention, kv_dtype=kv, stack=stack, **extra)
+    settings = Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
+                        attention=attention, kv_dtype=kv, stack=stack, **extra)
+    if recompute_modules is not None and model is not None:
+        _check_modules(model, settings.recompute_modules)
+    return settings
+
+
+def _check_modules(model: ModelSpec, modules) -> None:
+    """--recompute-modules that name a module the model does not have would re-run nothing
+    (reliability review, item 16: the output said "selective recompute" and matched none)."""
+    have = {"moe_act": model.moe is not None, "moe": model.moe is not None,
+            "shared_experts": model.moe is not None and model.moe.shared_experts > 0,
+            "mla_up_proj": model.mla is not None, "mlp": model.dense_layers > 0}
+    missing = [m for m in modules if not have.get(m, True)]
+    if missing:
+        raise UserError(f"--recompute-modules {', '.join(missing)}: {model.name} has no such module"
+                        f"{'s' * (len(missing) > 1)} (" + "; ".join(
+                            {"moe_act": "no MoE layers", "moe": "no MoE layers", "shared_experts": "no shared experts",
+                             "mla_up_proj": "no MLA attention", "mlp": "no dense FFN layers"}[m] for m in missing) + ")")
 
 
 def stack_note(settings: Settings) -> str:
