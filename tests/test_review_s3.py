@@ -147,3 +147,45 @@ def test_params_keeps_the_batch_split(cli):
     a = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--json").json()
     b = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--global-batch", "64", "--json").json()
     assert a["memory"]["total_bytes"] == b["memory"]["total_bytes"]
+
+
+def test_more_input_refused_with_the_reason(cli, tmp_path):
+    # item 26: a tab- or semicolon-separated runs CSV; item 27: an empty --allow entry and a
+    # contradictory --fix (exit 2, as step says it, not 1); item 9: ranks that cannot fill the nodes
+    tabs = tmp_path / "tabs.csv"
+    tabs.write_text("model\thardware\tgpus\ttp\tpp\tseq\tglobal_batch\tstep_time_s\n"
+                    "llama-3-8b\th100-sxm\t8\t1\t1\t8192\t64\t6.0\n")
+    assert_one_line_error(cli("calibrate", "runs", tabs, "--check"), "separated by tabs")
+    assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "64", "--allow", "tp=1,,2"), "empty entry")
+    assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "64", "--fix", "virtual_stages=2,schedule=1f1b"),
+                          "needs the interleaved schedule")
+    from _synthetic_nccl import SWEEP, TRUTH_YAML, write_log
+    import numpy as np
+
+    from llmpar.cost.collectives import collective_time
+
+    (tmp_path / "truth.yaml").write_text(TRUTH_YAML)
+    truth = load_hardware(str(tmp_path / "truth.yaml"))
+    S = np.array(SWEEP)
+    log = write_log(tmp_path / "ar.txt", "all_reduce", 8, 1, S, collective_time(truth, "all_reduce", S, 8, 8))
+    for nodes in ("3", "16"):     # 8 ranks on 3 nodes (uneven) or on 16 (more nodes than ranks)
+        assert_one_line_error(cli("calibrate", "check", log, "--hardware", tmp_path / "truth.yaml", "--nodes", nodes),
+                              "must fill the nodes evenly")
+
+
+def test_an_inline_model_cannot_shadow_a_shipped_one(cli, tmp_path):
+    # item 8: every row said llama-3-8b while it was a 95K-parameter model
+    f = tmp_path / "shadow.yaml"
+    f.write_text("models:\n  llama-3-8b: {family: llama, layers: 2, hidden: 64, heads: 4, ffn_hidden: 128, vocab: 100, "
+                 "max_seq: 128}\nruns:\n  - {model: llama-3-8b, hardware: h100-sxm, gpus: 1, seq: 128, global_batch: 8, "
+                 "step_time_s: 0.01}\n")
+    assert_one_line_error(cli("calibrate", "runs", f, "--folds", "0"), "name of a shipped model")
+
+
+def test_a_sweep_hardware_path_with_a_comma(cli, tmp_path):
+    # item 32: `--hardware f/hw/a,b.yaml` was split at the comma
+    f = tmp_path / "a,b.yaml"
+    f.write_text("name: ab\nextends: h100-sxm\n")
+    res = cli("sweep", "llama-3-8b", "--gpus", "8", "--hardware", f, "--json")
+    assert res.code == 0, res.err
+    assert res.json()["hardware"] == ["ab"]

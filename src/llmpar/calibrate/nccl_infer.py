@@ -305,6 +305,13 @@ def _nodes(f: _Facts) -> None:
         f.inferred.pop("nodes", None)
     if f.nodes is None:
         f.notes.append("node count not stated (no device list, no NCCL INFO hosts): pass --nodes")
+    elif f.ranks and (f.nodes > f.ranks or f.ranks % f.nodes):
+        # reliability review, item 9: 4 ranks on 8 nodes, or on 3 (not 3 x an integer), were priced
+        from llmpar.errors import UserError
+
+        given = " (--ranks/--nodes)" if f.overrides.get("nodes") or f.overrides.get("ranks") else ""
+        raise UserError(f"{f.file}: {f.ranks} ranks on {f.nodes} nodes{given}: the ranks must fill the nodes "
+                        "evenly (ranks a multiple of nodes, at least one a node)")
 
 
 def _gpu(f: _Facts) -> None:

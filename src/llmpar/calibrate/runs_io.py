@@ -488,6 +488,13 @@ def _table_rows_csv(text: str, name: str) -> list[tuple[str, dict]]:
         raise UserError(f"{name}:{line}: NUL byte in a CSV file")
     # '#' comment lines are allowed above and between rows; rows keep the file's line numbers
     numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), start=1) if not ln.lstrip().startswith("#")]
+    first = next(((i, ln) for i, ln in numbered if ln.strip()), None)
+    if first is not None and "," not in first[1]:
+        for sep, what in (("\t", "tabs"), (";", "semicolons")):
+            if sep in first[1]:
+                # reliability review, item 26: the header read as one column, named in no message
+                raise UserError(f"{name}:{first[0]}: the header is separated by {what}; llmpar reads comma-separated "
+                                "CSV (or a YAML runs table): replace the separators with commas")
     reader = csv.reader(ln for _, ln in numbered)
     header: list[str] | None = None
     out = []
@@ -626,10 +633,16 @@ def _inline_models(models: Any, name: str) -> dict[str, Any]:
 
     if not isinstance(models, dict):
         raise UserError(f"{name}: 'models:' must map model names to their shapes")
+    from llmpar.specs.registry import _lookup
+
     out = {}
     for mname, spec in models.items():
         if not isinstance(spec, dict):
             raise UserError(f"{name}: models.{mname} must be a mapping of ModelSpec fields")
+        if _lookup("models", str(mname).lower()) is not None:
+            # reliability review, item 8: every row then said the shipped name of another model
+            raise UserError(f"{name}: models.{mname} has the name of a shipped model (or alias): name the inline model "
+                            "otherwise, or drop it to use the shipped one")
         out[str(mname)] = validate(ModelSpec, {"name": str(mname), **spec}, f"{name} (models.{mname})")
     return out
 

@@ -501,6 +501,11 @@ def plan(
                                              defaults, notes)
     allowed = _knob_values(fix, allow, layout)
     _check_fixed_degrees(allowed, gpus, spec_model, max_tp, global_batch)
+    v_vals, s_vals = allowed.get("virtual_stages"), allowed.get("schedule")
+    if v_vals and s_vals and min(v_vals) > 1 and SCHEDULES.index("interleaved") not in [int(s) for s in s_vals]:
+        # contradictory input, as `step` says it (reliability review, item 27: plan exited 1, "nothing left")
+        raise UserError(f"--fix/--allow virtual_stages={','.join(str(int(v)) for v in v_vals)} needs the interleaved "
+                        f"schedule, and schedule={','.join(SCHEDULES[int(s)] for s in s_vals)} leaves it out")
     if recompute_modules is not None and "recompute" in allowed and RECOMPUTE.index("selective") not in [
             int(x) for x in allowed["recompute"]]:
         # memory and step refuse the same (api.memory): the modules only say what selective re-runs

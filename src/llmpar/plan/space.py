@@ -97,9 +97,12 @@ def knob_name(key: str) -> str:
 
 def parse_values(key: str, text: str) -> tuple:
     """Values of one knob from text ('8', '0,1,3', 'none,selective', 'on'); UserError if bad."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    raw = [t.strip() for t in str(text).split(",")]
+    items = [t for t in raw if t]
     if not items:
         raise UserError(f"--fix/--allow {key}= needs at least one value")
+    if len(items) != len(raw):     # reliability review, item 27: 'tp=1,,2' was taken as tp=1,2
+        raise UserError(f"--fix/--allow {key}={text}: an empty entry between commas (write e.g. {key}=1,2)")
     out = []
     for t in items:
         if key == "recompute":

@@ -19,6 +19,7 @@ The global batch is the same at every count (the plan's default, 4,194,304 token
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -93,6 +94,8 @@ def parse_gpu_list(value) -> list[int]:
 def _hardware_list(value) -> list:
     if value is None:
         value = [DEFAULT_HARDWARE]
+    elif isinstance(value, str) and "," in value and os.path.isfile(value):
+        value = [value]       # a profile path with a comma in it is one path (reliability review, item 32)
     elif isinstance(value, str):
         items = [x.strip() for x in value.split(",")]
         if len(items) > 1 and "" in items:   # as --gpus: "h100-sxm," is a typo, not a list of one
