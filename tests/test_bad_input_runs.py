@@ -281,3 +281,13 @@ def test_an_impossibly_fast_measurement_is_refused_not_fitted(cli, tmp_path):
     res = cli("calibrate", "runs", f, "--folds", "0")
     assert res.code == 2 and "tiny.csv:2" in res.err and "implies an MFU of" in res.err
     assert "Traceback" not in res.err
+
+
+def test_a_log_of_another_model_is_refused(cli):
+    # reliability review, item 7: the arguments block says num_layers 80 (a 70B-class run) and
+    # was fitted as llama-3-8b's 32 layers with virtual stages derived from the 80
+    from pathlib import Path
+
+    log = Path(__file__).parent / "fixtures" / "train_logs" / "synthetic_megatron_arguments_block.log"
+    res = cli("calibrate", "runs", log, "--model", "llama-3-8b", "--hardware", "h100-sxm", "--check")
+    assert res.code == 2 and "layers 80" in res.err and "llama-3-8b has 32" in res.err

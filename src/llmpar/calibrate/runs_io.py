@@ -435,6 +435,25 @@ def _check_layout(layout: dict[str, Any], where: str, notes: list[str]) -> dict[
     return out
 
 
+def _check_log_shape(meta: dict, source: str) -> None:
+    """A training log whose arguments block states another model's shape than ``--model`` is
+    refused (reliability review, item 7: an 80-layer run was fitted as llama-3-8b's 32 layers)."""
+    shape, name = meta.get("log_shape"), meta.get("model")
+    if not shape or not name:
+        return
+    from llmpar.specs import load_model
+
+    try:
+        spec = load_model(str(name))
+    except UserError:
+        return                       # an unknown model is reported where runs are resolved
+    have = {"layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads}
+    for key, (value, where) in shape.items():
+        if have.get(key) != value:
+            raise UserError(f"{where}: the log's model has {key} {value}, but the run's model {name} has "
+                            f"{have[key]}: give the model the log trained (--model)")
+
+
 def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list[str],
               defaults: dict, defaults_layout: dict) -> MeasuredRun:
     merged = dict(defaults_layout)
@@ -445,6 +464,7 @@ def _make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list
     for k, v in defaults.items():
         meta.setdefault(k, v)
     checked = _check_layout(merged, source, notes)
+    _check_log_shape(meta, source)
     for k, v in measured.items():  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
@@ -691,7 +711,8 @@ def _read_log_file(path: Path, data: bytes, name: str) -> tuple[dict, dict, dict
     # the framework a log comes from names the stack its run used (calibrate runs' default base)
     stack = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan"}.get(log.kind)
     meta = {"status": log.status, **({"stack": stack} if stack else {}),
-            **({"memory_stage": log.memory_stage} if log.memory_stage else {})}
+            **({"memory_stage": log.memory_stage} if log.memory_stage else {}),
+            **({"log_shape": dict(log.shape)} if log.shape else {})}
     return layout, log.measured, meta, log.notes + more, source
 
 

@@ -113,6 +113,8 @@ class LogRead:
     # whose peak memory: "first" when every memory figure came from world rank 0 (pipeline stage 0),
     # else None (the largest over the ranks the log holds)
     memory_stage: str | None = None
+    # the model's shape as the arguments block states it: {"layers"|"hidden"|"heads": (value, file:line)}
+    shape: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -433,6 +435,9 @@ def read_log(text: str, name: str) -> LogRead:
     if validations:
         notes.append(f"{name}: {validations} torchtitan validation line(s) skipped")
     layout = _megatron_layout(args, f"{name}", notes, arg_lines) if args else {}
+    for arg, key in (("num_layers", "layers"), ("hidden_size", "hidden"), ("num_attention_heads", "heads")):
+        if _positive_int(args.get(arg)):
+            out.shape[key] = (int(args[arg]), f"{name}:{arg_lines[arg]}" if arg in arg_lines else name)
     layout.update({k: v for k, v in layout_found.items() if k not in layout})
     for key, val in layout_found.items():
         if key in layout and layout[key] != val:
