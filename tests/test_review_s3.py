@@ -189,3 +189,24 @@ def test_a_sweep_hardware_path_with_a_comma(cli, tmp_path):
     res = cli("sweep", "llama-3-8b", "--gpus", "8", "--hardware", f, "--json")
     assert res.code == 0, res.err
     assert res.json()["hardware"] == ["ab"]
+
+
+def test_calibrate_fit_refuses_what_cannot_be_fitted(cli, tmp_path):
+    # item 10: one row "fitted" five parameters at 0.0 % error; impossible times (1e-9 us) were
+    # fitted at a 3e12 % error; both wrote a profile. Now one line each, and nothing written
+    from conftest import REPO
+    from _synthetic_nccl import SWEEP, TRUTH_YAML, write_log
+    import numpy as np
+
+    from llmpar.cost.collectives import collective_time
+
+    one = REPO / "tests" / "fixtures" / "nccl" / "cputime_periter_broadcast.txt"     # a single-size broadcast
+    out = tmp_path / "x.yaml"
+    assert_one_line_error(cli("calibrate", "fit", one, "--hardware", "h100-sxm", "--out", out), "1 broadcast row")
+    (tmp_path / "truth.yaml").write_text(TRUTH_YAML)
+    truth = load_hardware(str(tmp_path / "truth.yaml"))
+    S = np.array(SWEEP)
+    fast = write_log(tmp_path / "fast.txt", "all_reduce", 8, 1, S, 1e-6 * collective_time(truth, "all_reduce", S, 8, 8))
+    assert_one_line_error(cli("calibrate", "fit", fast, "--hardware", tmp_path / "truth.yaml", "--out", out),
+                          "do not describe this link")
+    assert not out.exists()

@@ -33,6 +33,9 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
     if out is None:
         return
     out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():      # every --out writes into an existing folder: said before any work
+        raise UserError(f"cannot write {out}: no folder {parent} (llmpar creates none)")
     for p in inputs:
         if _same(out, Path(p)):
             raise UserError(f"{option} {out} is one of the files this command reads: write the result to another file")

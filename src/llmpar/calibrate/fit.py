@@ -559,11 +559,27 @@ def _fit_collective(hw, collective: str, pls: list[Placement], measured: set[str
                 weights.append(w)
         prob = _Problem(hw=h, collective=collective, placements=logs, names=names, u0=np.asarray(u0),
                         weights=np.asarray(weights))
+        n_rows = int(np.asarray(prob.measured).size)
+        if n_rows < 2:
+            # reliability review, item 10: one row "fitted" five parameters at 0.0 % error; one
+            # message size cannot tell a latency from a bandwidth
+            raise UserError(f"{', '.join(dict.fromkeys(p.label for p in logs))}: {n_rows} {collective} row cannot "
+                            f"determine {', '.join(primary + secondary)}'s latency and bandwidth apart: measure a size "
+                            "sweep (nccl-tests -b 8 -e 8G -f 2)")
         blocks = [[i for i, (t, _) in enumerate(names) if t == tname] for tname in primary + secondary]
         u, _ = _solve(prob, blocks)
         fitted = {t: {k: float(v) for k, v in fs.items()} for t, fs in prob.params(u).items()}
         rel = prob.times(u)[0] / prob.measured - 1.0
+        rms = float(np.sqrt(np.mean(rel**2)))
+        if not np.isfinite(rms) or rms > MAX_FIT_RMS:
+            raise UserError(f"{', '.join(dict.fromkeys(p.label for p in logs))}: the best fit of {collective} on "
+                            f"{', '.join(primary)} is {rms:.3g} off (rms relative time error): these measurements do "
+                            "not describe this link (impossible times, or another cluster than --hardware); nothing "
+                            "written")
         notes = []
+        if n_rows < len(names):
+            notes.append(f"{n_rows} rows for {len(names)} parameters: the base profile's values (the priors) decide "
+                         "what the rows cannot, so the in-sample error says little; a longer size sweep pins them")
         if secondary:
             notes.append(f"{', '.join(secondary)} fitted from multi-domain logs only (no single-domain {collective} log): "
                          "measure one node to pin it")
@@ -588,6 +604,10 @@ def _seconds(v: float) -> str:
 
 def _yaml_values(fs: dict[str, float]) -> dict[str, Any]:
     return {k: (_seconds(v) if k.endswith("latency") else float(f"{min(v, _FRACTION_CAP):.6g}")) for k, v in fs.items()}
+
+
+#: a fit whose rms relative time error is beyond this (100 %) describes nothing; refused
+MAX_FIT_RMS = 1.0
 
 
 def fit(logs, hardware: str, *, out_name: str | None = None, algorithm: str | None = None) -> FitResult:
