@@ -210,3 +210,18 @@ def test_calibrate_fit_refuses_what_cannot_be_fitted(cli, tmp_path):
     assert_one_line_error(cli("calibrate", "fit", fast, "--hardware", tmp_path / "truth.yaml", "--out", out),
                           "do not describe this link")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    # newcomer review, defect 5: a bare number where a unit is needed was taken literally
+    (("memory", "--params", "70", "--dp", "8"), "write 70B"),
+    (("memory", "llama-3-8b", "--gpus", "8", "--reserve", "6"), "write 6GiB"),
+])
+def test_a_bare_number_that_needs_a_unit_is_refused(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)
+
+
+def test_numbers_with_units_and_large_bare_numbers_still_read(cli):
+    assert cli("memory", "--params", "7e9", "--dp", "8", "--json").code == 0          # 7e9 parameters
+    assert cli("memory", "llama-3-8b", "--gpus", "8", "--reserve", "0", "--json").code == 0
+    assert cli("memory", "llama-3-8b", "--gpus", "8", "--reserve", "6GiB", "--json").code == 0

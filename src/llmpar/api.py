@@ -215,6 +215,9 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
     count = parse_count(params, "--params")
     if not 1.0 <= count <= 1e15:     # a quadrillion parameters: far beyond any model, short of a typo's 1e300
         raise UserError(f"--params {params} is outside 1 .. 1e15 parameters")
+    from llmpar.units import refuse_bare_small
+
+    refuse_bare_small(params, count, 1e6, "--params", "B")     # no model has under a million parameters
     text = str(params).strip()
     M.check_convention(settings, zero)
     stub = _bare_spec(count, text, layout["tp"], layout["pp"], layout["seq"])

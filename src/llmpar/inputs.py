@@ -60,6 +60,10 @@ def parse_reserve(reserve, hw: Hardware) -> float | None:
     if reserve is None and getattr(hw, "reserve", None) is None:
         return None
     value = float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)
+    if reserve is not None:
+        from llmpar.units import refuse_bare_small
+
+        refuse_bare_small(reserve, value, 2**20, "--reserve", "GiB")   # a runtime reserve is never under 1 MiB
     if value >= hw.gpu.memory:
         raise UserError(f"--reserve {reserve} is not smaller than the {hw.gpu.memory / 1e9:.2f} GB of GPU memory")
     return value
