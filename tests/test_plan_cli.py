@@ -141,3 +141,23 @@ def test_nothing_fits_exits_1_and_says_why(cli):
 ])
 def test_bad_input_one_line_exit_2(cli, args, needle):
     assert_one_line_error(cli("plan", *args), needle)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_plan_table_keeps_rank_step_and_mfu_readable_on_narrow_terminals(width):
+    # newcomer review, defect 2: below ~121 columns rich elided the rank, dp, step time and MFU;
+    # the table now drops the overhead column (and below 100 the sp and z columns) instead
+    from rich.console import Console
+
+    from llmpar.api import plan
+    from llmpar.cli.plan_cmd import _rows_table
+    from llmpar.cli.render import bytes_formatter
+
+    r = plan("llama-3-70b", gpus=64, top=3)
+    fmt, unit = bytes_formatter("gb")
+    con = Console(width=width, record=True, color_system=None)
+    con.print(_rows_table(r.plans, fmt, unit, "t", width))
+    text = con.export_text()
+    assert "…" not in text
+    for p in r.plans:
+        assert f"{p.mfu * 100:.1f}%" in text

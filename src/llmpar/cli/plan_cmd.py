@@ -205,27 +205,40 @@ def _rate(x: float) -> str:
     return f"{x:.0f}"
 
 
-def _rows_table(rows, fmt, unit, title):
+# below this console width the table drops its least needed columns (the largest overhead, then
+# sp and z) instead of letting rich elide the rank, dp, step time and MFU (newcomer review, defect 2)
+_FULL_WIDTH = 121
+
+
+def _rows_table(rows, fmt, unit, title, width: int | None = None):
     from rich import box
     from rich.table import Table
 
     from llmpar.cli import render as R
 
+    narrow = width is not None and width < _FULL_WIDTH
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  header_style="bold")
+                  header_style="bold", collapse_padding=narrow, padding=(0, 1) if not narrow else (0, 1, 0, 0))
     cols = [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
             ("sp", False), ("rec", False), ("b", True), ("m", True), ("schedule", False), ("step", True),
             ("tokens/s", True), ("MFU", True), (f"mem {unit}", True), ("overhead", False)]
-    for name, right in cols:
-        table.add_column(name, justify="right" if right else "left", no_wrap=True)
+    short = {"schedule": "sched", "tokens/s": "tok/s", f"mem {unit}": unit} if narrow else {}
+    drop: set[str] = set()
+    if narrow:
+        drop = {"overhead"} | ({"sp", "z", "b"} if width < 100 else set())
+    keep = [i for i, (name, _) in enumerate(cols) if name not in drop]
+    for i in keep:
+        name, right = cols[i]
+        table.add_column(short.get(name, name), justify="right" if right else "left", no_wrap=True)
     for p in rows:
         d = p.parallel.as_dict()
         name, sec = p.largest_overhead()
-        table.add_row(*[str(x) for x in (
+        cells = [str(x) for x in (
             p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
             R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
             _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
-            f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")])
+            f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")]
+        table.add_row(*[cells[i] for i in keep])
     return table
 
 
@@ -313,7 +326,7 @@ def render(r, units: str = "gb") -> None:
     order = ("recommended first: near-ties by robustness, TIGHT last" if r.space.recommended and r.objective == "time"
              else f"by {r.objective}, TIGHT last" if r.space.recommended else f"by {r.objective}")
     con.print(_rows_table(r.plans, fmt, unit, f"Top {len(r.plans)} layouts{',' * order.startswith('rec')} {order} "
-                                              f"(memory in {unit}; step time per iteration)"))
+                                              f"(memory in {unit}; step time per iteration)", con.width))
     if r.best.interval:
         con.print("#1" + R.interval_line(r.best.interval, r.best.step_time_s)[1:], highlight=False)
     ties = [(p.rank, equivalent_texts(p)) for p in r.plans if p.equivalent]
@@ -328,7 +341,7 @@ def render(r, units: str = "gb") -> None:
             con.print(line, highlight=False)
     if r.pareto is not None:
         con.print()
-        con.print(_rows_table(r.pareto, fmt, unit, f"Time-memory frontier ({len(r.pareto)} layouts: no other is both "
+        con.print(_rows_table(r.pareto, fmt, unit, width=con.width, title=f"Time-memory frontier ({len(r.pareto)} layouts: no other is both "
                                                    "faster and smaller; # = rank by the objective)"))
     print_training(con, r.training, "#1")
     s = r.space
