@@ -25,6 +25,8 @@ from llmpar.calibrate.train_logs import MAX_MEMORY_BYTES, read_log
 from llmpar.errors import UserError, suggest
 from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE,
                              SCHEDULES)
+from llmpar.specs.registry import DuplicateKeyError as _DuplicateKey   # the one JSON rule
+from llmpar.specs.registry import unique_json_pairs as _unique_pairs
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
@@ -539,21 +541,6 @@ def _table_rows_csv(text: str, name: str) -> list[tuple[str, dict]]:
         raise UserError(f"{name}:{numbered[min(consumed, len(numbered) - 1)][0]}: CSV: {exc}") from None
     if header is None:
         raise UserError(f"{name}:1: empty runs table (no header row)")
-    return out
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json ``object_pairs_hook``: a key given twice is refused (json keeps the last one silently),
-    as the YAML readers refuse it (specs/registry.py ``_UniqueKeyLoader``)."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise _DuplicateKey(f"duplicate key {k!r}")
-        out[k] = v
     return out
 
 

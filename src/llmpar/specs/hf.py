@@ -307,17 +307,6 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 }
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are unique: ``json`` keeps the last of two silently, as PyYAML
-    would (the YAML readers refuse it: reliability review, item 31)."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8-sig")    # a UTF-8 byte-order mark is read, as in runs CSVs
@@ -326,7 +315,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        from llmpar.specs.registry import unique_json_pairs   # a key given twice (reliability review, item 31)
+
+        data = json.loads(text, object_pairs_hook=unique_json_pairs)
     except json.JSONDecodeError as exc:
         raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
     except ValueError as exc:

@@ -83,6 +83,22 @@ _UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(_INT), list("-+01234
 _UniqueKeyLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT), list("-+0123456789."))
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives a key twice (:func:`unique_json_pairs`)."""
+
+
+def unique_json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json ``object_pairs_hook``: a key given twice is refused (json keeps the last one silently),
+    as the YAML readers refuse it (:class:`_UniqueKeyLoader`); used by the runs tables' JSON and
+    the HF config.json reader."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
 def _construct_int(loader, node) -> int:
     text = loader.construct_scalar(node).replace("_", "")
     if text.startswith("0o"):
