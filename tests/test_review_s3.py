@@ -225,3 +225,13 @@ def test_numbers_with_units_and_large_bare_numbers_still_read(cli):
     assert cli("memory", "--params", "7e9", "--dp", "8", "--json").code == 0          # 7e9 parameters
     assert cli("memory", "llama-3-8b", "--gpus", "8", "--reserve", "0", "--json").code == 0
     assert cli("memory", "llama-3-8b", "--gpus", "8", "--reserve", "6GiB", "--json").code == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    # item 24: a size below one element wrote a log without rows; an empty --collectives ran the
+    # default set
+    (("calibrate", "bench", "--sizes", "3B", "--collectives", "all_reduce"), "below one element"),
+    (("calibrate", "bench", "--collectives", ""), "--collectives is empty"),
+])
+def test_bench_edge_inputs_are_refused_before_any_process(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)

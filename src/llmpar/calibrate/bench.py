@@ -94,17 +94,29 @@ def parse_sizes(spec: str) -> list[int]:
         while s <= hi:
             out.append(s)
             s *= factor
-        return out
+        return _at_least_one_element(out, spec)
     sizes = sorted({int(parse_bytes(p, "--sizes value")) for p in spec.split(",") if p.strip()})
     if not sizes:
         raise UserError(f"cannot read --sizes {spec!r}")
+    return _at_least_one_element(sizes, spec)
+
+
+def _at_least_one_element(sizes: list[int], spec: str) -> list[int]:
+    """A size below one 8-byte element (the widest --dtype) times nothing (reliability review,
+    item 24: --sizes 3B wrote a log without rows and said nothing)."""
+    small = [s for s in sizes if s < 8]
+    if small:
+        raise UserError(f"--sizes {spec}: {small[0]} B is below one element of the widest dtype (8 B): nothing to time")
     return sizes
 
 
 def parse_collectives(names: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    if not names:
-        return list(DEFAULT_COLLECTIVES)
+    if names is None or (isinstance(names, (list, tuple)) and not names):
+        return list(DEFAULT_COLLECTIVES)      # not given: the default set
     items = names.split(",") if isinstance(names, str) else [x for n in names for x in str(n).split(",")]
+    if not any(item.strip() for item in items):
+        # reliability review, item 24: --collectives "" silently ran the default set
+        raise UserError("--collectives is empty: name at least one (e.g. all_reduce), or leave it out for the default set")
     out = []
     for item in items:
         if not item.strip():
