@@ -235,3 +235,13 @@ def test_numbers_with_units_and_large_bare_numbers_still_read(cli):
 ])
 def test_bench_edge_inputs_are_refused_before_any_process(cli, args, needle):
     assert_one_line_error(cli(*args), needle)
+
+
+def test_formatting_at_the_extremes(cli):
+    # item 33: a quadrillion-parameter count read "77001.02T"; `step` said "largest micro-batch
+    # that fits: 0" where `memory` says "no micro-batch fits"
+    from llmpar.units import fmt_count
+
+    assert fmt_count(7.7e16) == "77.00P" and fmt_count(7e9) == "7.00B"
+    res = cli("step", "llama-3-70b", "--gpus", "8")
+    assert res.code == 0 and "no micro-batch fits" in res.out and "fits: 0" not in res.out

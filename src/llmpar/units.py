@@ -195,7 +195,8 @@ def fmt_watts(w: float) -> str:
 
 
 def fmt_count(n: float) -> str:
-    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    # P for a quadrillion: the largest count llmpar models (reliability review, item 33: "77001.02T")
+    for suffix, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.2f}{suffix}"
     return f"{n:.0f}"

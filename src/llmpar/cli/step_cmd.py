@@ -185,6 +185,7 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     fmt, unit = R.bytes_formatter(units)
     con.print()
     text = (f"{fmt(mem.memory['total_bytes'])} {unit} per GPU (most-loaded stage) of {fmt(mem.capacity_bytes)} {unit} HBM"
-            + (f"; largest micro-batch that fits: {mem.max_micro_batch}" if mem.max_micro_batch is not None else ""))
+            + ("; no micro-batch fits" if mem.max_micro_batch == 0 else
+               f"; largest micro-batch that fits: {mem.max_micro_batch}" if mem.max_micro_batch is not None else ""))
     con.print(R.verdict(mem.fits, text))
     print_training(con, r.training)
