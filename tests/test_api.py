@@ -134,7 +134,7 @@ def test_no_import_circle():
 def test_memory_is_the_cli_json(cli):
     r = llmpar.memory("llama-3-70b", hardware="h100-sxm", zero=3, dp=8)
     got = _same_as_cli(cli, r, "memory", "llama-3-70b", "--hardware", "h100-sxm", "--zero", "3", "--dp", "8")
-    # ZeRO-3 of 70.6B params over 8 GPUs: 16 B/param x Psi / 8 (DESIGN.md errata 004: 140 GB, not 280)
+    # ZeRO-3 of 70.6B params over 8 GPUs: 16 B/param x Psi / 8 (docs/architecture.md errata 004: 140 GB, not 280)
     assert got["gpus"] == 8 and got["parallel"]["zero"] == 3
     states = r.memory["weights_bytes"] + r.memory["gradients_bytes"] + r.memory["optimizer_bytes"]
     assert states == pytest.approx(got["model_states_bytes"])

@@ -53,7 +53,7 @@ def _check_csv(path: Path) -> list[dict]:
     for r in rows:
         assert r["status"] == "ok", r
         d = dict(x.split("=") for x in r["layout"].split())
-        # the layout uses every GPU: tp·pp·dp·cp = gpus (DESIGN.md, Degrees)
+        # the layout uses every GPU: tp·pp·dp·cp = gpus (docs/architecture.md, Degrees)
         assert int(d["tp"]) * int(d["pp"]) * int(d["dp"]) * int(d["cp"]) == int(r["gpus"])
         # days = 2T tokens / tokens per second / 86,400; GPU-hours = days x 24 x GPUs
         assert float(r["days"]) == pytest.approx(2e12 / float(r["tokens_per_s"]) / 86400, rel=1e-9)

@@ -124,7 +124,7 @@ def test_offload_layers_negative_says_zero_is_allowed(cli):
 
 
 def test_plan_json_says_why_nothing_can_run(cli):
-    # exit 1 (a check that failed, DESIGN.md), the line on stderr, and with --json a document on
+    # exit 1 (a check that failed, docs/architecture.md), the line on stderr, and with --json a document on
     # stdout (it used to print nothing): 405B on 8 GPUs needs 947 GB per GPU at its leanest
     res = cli("plan", "llama-3.1-405b", "--gpus", "8", "--json")
     assert res.code == 1 and "no layout fits" in res.err

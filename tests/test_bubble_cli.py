@@ -23,7 +23,7 @@ def test_json_interleaved(cli):
 
 def test_json_1f1b_default_schedule(cli):
     d = cli("bubble", "--pp", "8", "--microbatches", "32", "--json").json()
-    # default schedule 1f1b (DESIGN.md); (p−1)/m = 7/32, (p−1)/(m+p−1) = 7/39
+    # default schedule 1f1b (docs/architecture.md); (p−1)/m = 7/32, (p−1)/(m+p−1) = 7/39
     assert d["schedule"] == "1f1b" and d["virtual_stages"] == 1
     assert d["bubble_over_ideal"] == pytest.approx(7 / 32)
     assert d["bubble_fraction_of_step"] == pytest.approx(7 / 39)

@@ -382,7 +382,7 @@ def test_fit_is_robust_to_tiny_changes(noisy, monkeypatch):
 
 
 def test_scipy_is_imported_lazily():
-    # DESIGN.md: `llmpar --help` must stay cheap; scipy is loaded by the fit, not by importing it
+    # docs/architecture.md: `llmpar --help` must stay cheap; scipy is loaded by the fit, not by importing it
     import subprocess
     import sys
 

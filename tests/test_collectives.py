@@ -92,7 +92,7 @@ def test_h100_ring_and_nvls(h100):
 
 
 def test_two_dgx_a100_full_node_allreduce(a100):
-    # DESIGN.md check: 2 nodes x 8, k = 8: beta_inter = 8 x 25 x 0.95 = 190 GB/s; NVLink per GPU
+    # docs/architecture.md check: 2 nodes x 8, k = 8: beta_inter = 8 x 25 x 0.95 = 190 GB/s; NVLink per GPU
     # carries 7/8 of the ring traffic, 231 / (7/8) = 264 > 190, so the NICs bind: busbw ~190.
     ring = _busbw(a100, "all_reduce", 8 * GiB, 16, algorithm="ring")
     assert 185 <= ring <= 190

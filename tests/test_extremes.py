@@ -4,7 +4,7 @@
 2^63. Each command answers (exit 0, 1 = a check failed, or 2 = outside what llmpar models, in one
 line), never with a traceback, and a JSON answer holds no NaN, inf or negative number. Inputs past
 llmpar's bounds (parallel.MAX_GPUS = 2^22, MAX_SEQ = 2^24, ...) are refused in one line.
-Not timed here (DESIGN.md: benchmarks do not fail on time); the bounds keep each case fast.
+Not timed here (docs/architecture.md: benchmarks do not fail on time); the bounds keep each case fast.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Units, spec loading and layout resolution (DESIGN.md: Units, CLI conventions)."""
+"""Units, spec loading and layout resolution (docs/architecture.md: Units, CLI conventions)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The JSON contract: every command's ``--json`` keys, pinned (issue 9; docs/json.md documents them).
 
-JSON is the contract for scripts (DESIGN.md, "Rendering is last"): keys stay stable, snake_case,
+JSON is the contract for scripts (docs/architecture.md, "Rendering is last"): keys stay stable, snake_case,
 with the unit in the name. This test runs each command in-process (the ``cli`` fixture) and
 compares the set of key *paths* of its output with the list below: ``a.b`` is key ``b`` of the
 object under ``a``; ``a[]`` an element of list ``a`` (``a[].b`` a key of its objects); ``a.*`` an
@@ -33,7 +33,7 @@ SETTINGS = tuple(f"settings.{k}" for k in (
 MEMORY_COMPONENTS = tuple(f"memory.{k}" for k in (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes",
     "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes"))
-COMMON = ("model", "hardware", "gpus") + PARALLEL      # DESIGN.md: every layout result carries these
+COMMON = ("model", "hardware", "gpus") + PARALLEL      # docs/architecture.md: every layout result carries these
 # how far off a figure may be (llmpar.evidence; docs/json.md, Intervals)
 EVIDENCE = tuple(f"evidence.{k}" for k in ("class", "used_class", "rows", "sources", "extrapolated"))
 SPEED_INTERVAL = tuple(f"interval.{k}" for k in ("level", "step_time_s[]", "tokens_per_s[]", "mfu[]", *EVIDENCE))
@@ -293,7 +293,7 @@ SNAKE = re.compile(r"^[a-z][a-z0-9_]*?(_GBps|_[0-9]+MB)?$")
 
 
 def test_every_pinned_key_is_snake_case_with_its_unit():
-    """DESIGN.md: snake_case keys, units in the name (``_bytes``, ``_s``, ``_GBps``, ``_us``)."""
+    """docs/architecture.md: snake_case keys, units in the name (``_bytes``, ``_s``, ``_GBps``, ``_us``)."""
     for name, paths in SCHEMA.items():
         for path in paths:
             for part in re.split(r"\.|\[\]", path):
@@ -301,7 +301,7 @@ def test_every_pinned_key_is_snake_case_with_its_unit():
 
 
 def test_common_keys_have_their_types(cli):
-    """model, hardware, gpus and the parallel object (DESIGN.md, CLI conventions) on every
+    """model, hardware, gpus and the parallel object (docs/architecture.md, CLI conventions) on every
     result that describes a layout: memory, step and each plan row."""
     outs = [cli("memory", "llama-3-8b", "--gpus", "8", "--json").json(),
             cli("step", "llama-3-8b", "--gpus", "8", "--json").json()]

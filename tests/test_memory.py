@@ -87,7 +87,7 @@ def test_deepspeed_bytes_depend_on_stage():
 # ========================================================================= ZeRO (bare counts)
 
 def test_zero_figure1_7_5b_on_64():
-    # ZeRO paper Fig. 1 / DESIGN.md: Ψ = 7.5B, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0..3
+    # ZeRO paper Fig. 1 / docs/architecture.md: Ψ = 7.5B, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0..3
     # stage 0: 16Ψ = 120 GB; 1: (4 + 12/64)Ψ = 31.41; 2: (2 + 14/64)Ψ = 16.64; 3: 16Ψ/64 = 1.875
     got = [states(7.5e9, dp=64, zero=z, **ZERO_PAPER)[0] / 1e9 for z in range(4)]
     assert got == pytest.approx([120.0, 31.40625, 16.640625, 1.875], rel=1e-12)
@@ -133,7 +133,7 @@ def test_seed_004_zero3_70b_on_8_is_140_not_280():
     # 70B x 16 B = 1.12 TB of states; ZeRO-3 over 8 GPUs: 1.12e12 / 8 = 140 GB (seed 004 says ~280)
     assert states(70e9, zero=0, **ZERO_PAPER)[0] == pytest.approx(1.12e12, rel=1e-12)
     assert states(70e9, dp=8, zero=3, **ZERO_PAPER)[0] == pytest.approx(140e9, rel=1e-12)
-    # seed 004's "TP=2 + ZeRO-2": 8 GPUs, tp=2, dp=4, 16 B/param: 35e9 x (2 + 14/4) = 192.5 GB (DESIGN.md)
+    # seed 004's "TP=2 + ZeRO-2": 8 GPUs, tp=2, dp=4, 16 B/param: 35e9 x (2 + 14/4) = 192.5 GB (docs/architecture.md)
     assert states(70e9, tp=2, dp=4, zero=2, **ZERO_PAPER)[0] == pytest.approx(192.5e9, rel=1e-12)
     # the same with the default stack's fp32 main grads (18 B/param): 35e9 x (2 + 4/4 + 12/4) = 210 GB
     assert states(70e9, tp=2, dp=4, zero=2)[0] == pytest.approx(210e9, rel=1e-12)

@@ -68,7 +68,7 @@ def _step_of(row, model, hardware):
 
 
 def _assert_same(row, st):
-    # DESIGN.md "one formula, one place": plan evaluates candidates through cost.step/cost.memory on
+    # docs/architecture.md "one formula, one place": plan evaluates candidates through cost.step/cost.memory on
     # arrays; `llmpar step` through the same functions on scalars. numpy's vector loops may differ
     # from scalar math in the last bit only (issue 4: 1e-12 relative).
     rel = dict(rel=1e-12, abs=0.0)

@@ -46,7 +46,7 @@ def test_plan_json_contract(cli):
     assert d["defaults_used"] and any("seq 8192" in x for x in d["defaults_used"])
     assert [p["rank"] for p in d["plans"]] == [1, 2, 3]
     p = d["plans"][0]
-    # the keys of `llmpar step` plus rank, and the common keys of DESIGN.md
+    # the keys of `llmpar step` plus rank, and the common keys of docs/architecture.md
     for k in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
               "breakdown_s", "comm_bytes_per_gpu", "memory", "model", "hardware", "gpus", "parallel"):
         assert k in p, k

@@ -2,7 +2,7 @@
 
 ``import llmpar`` exposes these functions lazily (``llmpar.memory``, ``llmpar.plan`` ...); this
 module is where they live. Each takes the command's options as keyword arguments, with
-underscores (DESIGN.md, CLI conventions: same names and meaning everywhere); a loaded
+underscores (docs/architecture.md, CLI conventions: same names and meaning everywhere); a loaded
 ModelSpec, Hardware or Stack works wherever a name does. Each returns a pydantic result
 (:mod:`llmpar.results`) whose ``model_dump()`` is the command's ``--json`` object. Bad input
 raises :class:`llmpar.errors.UserError` (the CLI's exit 2); a check that fails — nothing

@@ -5,7 +5,7 @@ candidate), so every ``llmpar.cost`` formula evaluates one layout (``llmpar step
 them at once (``llmpar plan``) with the same code. Categorical knobs are integer codes so they
 can live in arrays: see RECOMPUTE and SCHEDULES.
 
-Resolution rules (DESIGN.md, CLI conventions):
+Resolution rules (docs/architecture.md, CLI conventions):
 - gpus = tp*cp*pp*dp. MoE layers: expert-TP etp (--etp; default tp) and ep with ep*etp dividing
   tp*cp*dp; expert data-parallel = tp*cp*dp/(ep*etp). With etp = tp this is ep | dp*cp, experts
   sharded inside the data-parallel group; etp < tp folds EP over the TP ranks too (Megatron-Core
@@ -38,7 +38,7 @@ CONVENTIONS = ("llmpar", "megatron", "deepspeed")
 ATTENTION = ("standard", "flash")
 
 DEFAULT_SEQ = 8192
-DEFAULT_BATCH_TOKENS = 4_194_304  # DESIGN.md: the plan's default batch is 4,194,304 tokens / seq sequences
+DEFAULT_BATCH_TOKENS = 4_194_304  # docs/architecture.md: the plan's default batch is 4,194,304 tokens / seq sequences
 
 
 def code(names: tuple[str, ...], value: str, what: str) -> int:
@@ -91,7 +91,7 @@ class Parallel:
 
     @property
     def expert_dp(self):
-        """Expert data-parallel degree: tp*cp*dp/(ep*etp) (DESIGN.md, Degrees); dp*cp/ep when etp = tp."""
+        """Expert data-parallel degree: tp*cp*dp/(ep*etp) (docs/architecture.md, Degrees); dp*cp/ep when etp = tp."""
         return self.tp * self.dp * self.cp // (self.ep * self.expert_tp)
 
     def as_dict(self) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class Settings:
     The software assumptions come from ``stack`` (a :class:`~llmpar.specs.stack.Stack`; None =
     the default stack, ``megatron-core``). Fields left as None take the stack's value; a value
     given here (the CLI's ``--tp-overlap``, ``--attention``, ``--grad-dtype`` ...) overrides it,
-    and :meth:`overrides` says which were overridden (DESIGN.md, Three inputs).
+    and :meth:`overrides` says which were overridden (docs/architecture.md, Three inputs).
     """
 
     dtype: str = "bf16"
@@ -140,7 +140,7 @@ class Settings:
     # what --recompute selective re-runs, as Megatron-Core --recompute-modules (None: the stack's
     # memory.selective_recompute, and its recompute_modules when that is "modules")
     recompute_modules: tuple | None = None
-    # Rank order, innermost first (DESIGN.md, Placement): which parallel groups share a node.
+    # Rank order, innermost first (docs/architecture.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
     stack: Any = None
 
@@ -227,7 +227,7 @@ class Resolved:
 MAX_GPUS = 2**22            # 4,194,304 GPUs (a 1,048,576-GPU cluster is 4x below it)
 MAX_BATCH = 2**32           # sequences per step, micro-batches per step, sequences per micro-batch
 MAX_TOKENS_PER_STEP = 2**40 # ~1.1e12 tokens per step (a 4M-token batch is 2^22)
-# The default batch (DESIGN.md: 4,194,304 tokens / seq sequences) is capped at this many sequences
+# The default batch (docs/architecture.md: 4,194,304 tokens / seq sequences) is capped at this many sequences
 # (what 4M tokens give at seq 1024): at seq 1 the uncapped default is 4.19 M one-token sequences,
 # and a step of 4.19 M micro-batches reads as a broken model, not as an odd batch (issue 9, item 9).
 DEFAULT_MAX_BATCH_SEQUENCES = 4096
@@ -484,7 +484,7 @@ def resolve(
     recompute_layers: int | None = None,
     offload_layers: int | None = None,
 ) -> Resolved:
-    """Resolve the common option group into a scalar :class:`Parallel` (DESIGN.md, CLI conventions)."""
+    """Resolve the common option group into a scalar :class:`Parallel` (docs/architecture.md, CLI conventions)."""
     notes: list[str] = []
     zero = whole(zero, "zero") or 0  # its range: the layout rule "zero" (check_layout)
     sp = flag(sp, "sp")

@@ -208,7 +208,7 @@ class StepFigures(Result):
         return int(self.parallel.gpus)
 
     def step_json(self, memory: dict[str, Any], fits: bool) -> dict[str, Any]:
-        """The JSON keys of a step-time result: the common keys of DESIGN.md plus issue 3's."""
+        """The JSON keys of a step-time result: the common keys of docs/architecture.md plus issue 3's."""
         return {
             "model": self.model,
             "hardware": self.hardware,

@@ -1,6 +1,6 @@
 """Parse and format quantities with units.
 
-Internally llmpar uses bytes, seconds, FLOP/s and bytes/second (DESIGN.md, Units). YAML files and
+Internally llmpar uses bytes, seconds, FLOP/s and bytes/second (docs/architecture.md, Units). YAML files and
 command-line options accept strings such as ``80 GiB``, ``3.35 TB/s``, ``900 GB/s bidirectional``,
 ``400 Gb/s`` (bits), ``989 TFLOPS``, ``2 us`` and bare counts such as ``7.5B``.
 Conversion happens only here, at the edges.
@@ -94,7 +94,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> tuple[f
 
 
 def parse_per_direction_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """Bytes/s in one direction: a figure marked bidirectional is halved (DESIGN.md, Units)."""
+    """Bytes/s in one direction: a figure marked bidirectional is halved (docs/architecture.md, Units)."""
     value, bidir = parse_bandwidth(text, what)
     return value / 2.0 if bidir else value
 

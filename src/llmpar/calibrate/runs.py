@@ -10,7 +10,7 @@ How:
 * Every run is evaluated through :func:`llmpar.cost.step.step_time` — the same code `llmpar step`
   and the planner use — as arrays, one call per (model, hardware, dtype) group. A knob a run does
   not state (micro-batch, virtual stages, ZeRO stage, recompute) is searched and the fastest value
-  that fits in memory kept: published and production runs are tuned (DESIGN.md, FLOPs and MFU).
+  that fits in memory kept: published and production runs are tuned (docs/architecture.md, FLOPs and MFU).
 * Speed: residual log(t_predicted / t_measured) per run that ran, t the step time (from the
   measured step time, tokens/s, TFLOP/s under the row's FLOPs convention, or MFU).
 * Memory: log(predicted / measured peak) for runs that ran; for runs that ran out of memory a

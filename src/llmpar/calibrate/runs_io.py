@@ -394,7 +394,7 @@ def _check_rates(measured: dict[str, float], where: str, notes: list[str], ran: 
 
 
 def _check_layout(layout: dict[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
-    """Fill tp/pp/cp/dp/gpus and check they multiply (DESIGN.md, CLI conventions)."""
+    """Fill tp/pp/cp/dp/gpus and check they multiply (docs/architecture.md, CLI conventions)."""
     if not any(k in layout for k in ("gpus", "tp", "pp", "dp", "cp")):
         raise _fail(where, "no layout: give at least one of gpus, tp, pp, dp, cp (columns, or defaults)")
     out = dict(layout)

@@ -1,4 +1,4 @@
-"""The option group shared by `memory`, `step` and `plan` (DESIGN.md, CLI conventions), and
+"""The option group shared by `memory`, `step` and `plan` (docs/architecture.md, CLI conventions), and
 helpers to print JSON. Same names and meaning everywhere; the API takes the same keywords."""
 
 from __future__ import annotations

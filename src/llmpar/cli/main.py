@@ -1,6 +1,6 @@
 """The ``llmpar`` command: a click group whose subcommands are imported only when used.
 
-Errors a user can cause end in one line on stderr and exit 2 (DESIGN.md, exit codes); a check
+Errors a user can cause end in one line on stderr and exit 2 (docs/architecture.md, exit codes); a check
 the user asked for that fails is exit 1; a computed result (even DOES NOT FIT) is exit 0.
 """
 

@@ -1,4 +1,4 @@
-"""Helpers that keep cost/ formulas array-polymorphic (DESIGN.md, rules of the house)."""
+"""Helpers that keep cost/ formulas array-polymorphic (docs/architecture.md, rules of the house)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Model (sources in brackets):
 * beta: the tier's line rate per GPU per direction x its efficiency, x the protocol's bandwidth
   fraction (NCCL: LL 0.5, LL128 0.92 of Simple; tree x0.92, tree LL /3.8). Across the scale-out
   tier a group with k members per domain pools k NIC shares: beta_inter = k x NIC share
-  (DESIGN.md, Collectives). In-network reduction (NVLS, SHARP) uses ``inr_efficiency``.
+  (docs/architecture.md, Collectives). In-network reduction (NVLS, SHARP) uses ``inr_efficiency``.
 * NCCL picks the (algorithm, protocol) with the smallest time; so do we, among the algorithms
   NCCL has (ring, tree, nvls, nvls_tree, collnet; direct point-to-point for all-to-all, gather,
   scatter, send/recv). ``naive`` (for all-reduce) and ``hierarchical`` are reference rows.
@@ -276,7 +276,7 @@ class _Ctx:
         self.r_i, self.r_o = ti["proto_bw"], to["proto_bw"]   # per-protocol bandwidth factors of each tier
         self.a_i, self.a_o = ti["alpha"], to["alpha"]
         self.b_i = ti["beta"]
-        self.b_o = k * to["beta"]                    # k NIC shares pooled (DESIGN.md, Collectives)
+        self.b_o = k * to["beta"]                    # k NIC shares pooled (docs/architecture.md, Collectives)
         self.b_nvls = ti["beta_inr"]
         self.b_sharp = k * to["beta_inr"]
         self.zero = np.zeros_like(S * P)
@@ -689,7 +689,7 @@ def explain(report: CollectiveReport, hw) -> list[dict]:
         out.append({"algorithm": r.algorithm, "term": "latency", "value_s": r.latency_s, "formula": lat_f,
                     "values": values, "source": src})
         out.append({"algorithm": r.algorithm, "term": "bandwidth", "value_s": r.bandwidth_s, "formula": bw_f,
-                    "values": "", "source": "nccl-tests PERFORMANCE.md sizes; DESIGN.md beta_inter = k x NIC share"})
+                    "values": "", "source": "nccl-tests PERFORMANCE.md sizes; docs/architecture.md beta_inter = k x NIC share"})
     return out
 
 

@@ -7,9 +7,9 @@ arrays (one entry per candidate layout).
 Sources
 - Roofline: Williams, Waterman & Patterson, "Roofline", CACM 2009: time = max(FLOPs/peak,
   bytes/bandwidth); for the large GEMMs of LLM training the FLOP side dominates.
-- GEMM efficiency curve (DESIGN.md, GEMM efficiency): achieved/peak saturates with the smallest GEMM
+- GEMM efficiency curve (docs/architecture.md, GEMM efficiency): achieved/peak saturates with the smallest GEMM
   dimension; best-shape bf16 matmuls reach ~87 % of peak on A100 and ~80 % on H100 (ml-engineering
-  MAMF measurements, in ../shared/validation/public.yaml). Parameters live in the hardware profile
+  MAMF measurements: S. Bekman, Machine Learning Engineering Open Book, "Maximum Achievable Matmul FLOPS"). Parameters live in the hardware profile
   (``gpu.gemm``) so ``llmpar calibrate gemm`` can replace them.
 - Element-wise traffic of a transformer block: see :func:`layer_elementwise_bytes`.
 """
@@ -29,7 +29,7 @@ def gemm_efficiency(hw: Hardware, m, n, k, count=1):
     d/(d + d_half) is a smooth stand-in for the roofline's memory side: the arithmetic intensity of
     a GEMM grows with its smallest dimension (Williams et al. 2009); F/(F + F_half) turns a fixed
     per-launch cost t0 = F_half/(peak*e_max) into an efficiency. Parameters: hardware profile
-    ``gpu.gemm`` (DESIGN.md, GEMM efficiency)."""
+    ``gpu.gemm`` (docs/architecture.md, GEMM efficiency)."""
     g = hw.gpu.gemm
     d = np.minimum(np.minimum(m, n), k)
     work = 2.0 * m * n * k * count

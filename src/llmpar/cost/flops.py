@@ -11,7 +11,7 @@ Conventions (docs/flops.md):
   FLOPs"), so a step without recompute is 3 x forward.
 - Attention core: per sequence and head, scores Q·K^T cost 2·s·s·d_qk and context P·V
   2·s·s·d_v. ``causal`` is the fraction of that s^2 work counted: 1.0 (:data:`CAUSAL_FULL`) is
-  the papers' model-FLOPs convention (DESIGN.md, FLOPs and MFU); a causal flash-attention kernel
+  the papers' model-FLOPs convention (docs/architecture.md, FLOPs and MFU); a causal flash-attention kernel
   skips the masked blocks and does about half (:data:`CAUSAL_FLASH`, or
   :func:`causal_block_fraction` for a given block size), which is what the *time* model uses.
 - MoE: balanced routing assumed (every expert receives tokens·top_k/E tokens on average).
@@ -304,7 +304,7 @@ def korthikanti_eq8_flops(B, s, L, h, V):
     """Korthikanti et al. 2022 §6, eq. 8, hardware FLOPs with selective recompute:
     72·B·s·L·h²·(1 + s/(3h) + V/(12·h·L)). It adds 12·B·s²·L·h, three times the attention
     core's forward 4·B·s²·L·h that selective recompute re-runs; use it only to compare with
-    figures computed with it (DESIGN.md)."""
+    figures computed with it (docs/architecture.md)."""
     return _out(72.0 * B * s * L * h * h * (1.0 + s / (3.0 * h) + V / (12.0 * h * L)))
 
 

@@ -1,6 +1,6 @@
 """Per-GPU memory: model states, activations, KV cache, and whether it fits (docs/memory.md).
 
-Two layers, as DESIGN.md asks ("every number can show its work"):
+Two layers, as docs/architecture.md asks ("every number can show its work"):
 
 * a vectorised core — :func:`memory_per_gpu`, :func:`inference_memory_per_gpu`,
   :func:`model_states_for_count` — numbers only, array-polymorphic in every degree and knob of a

@@ -4,7 +4,7 @@ Every function here is array-polymorphic: the schedule code, pp, m and v may be 
 or numpy arrays (one entry per candidate layout), so ``llmpar step`` and ``llmpar plan`` use the
 same formulas. Schedules are integer codes, indices into :data:`llmpar.parallel.SCHEDULES`.
 
-Notation (DESIGN.md): p pipeline stages, m micro-batches per step, v virtual stages (model
+Notation (docs/architecture.md): p pipeline stages, m micro-batches per step, v virtual stages (model
 chunks per device, interleaved schedule only). Sources are given beside each formula and in
 docs/pipeline.md.
 """
@@ -220,7 +220,7 @@ def pipeline_time(t_fwd, t_bwd, pp, m, schedule, v=1, t_w=None, t_fb=None):
 
     - GPipe (Huang et al. 2019 §2.3) and 1F1B (Narayanan et al. 2021 §2.2, "PipeDream-Flush"):
       bubble = (p−1)(t_fwd + t_bwd); DeepSeek-V3 Table 2 writes (PP−1)(F+B) with B the full
-      backward, DESIGN.md (p−1)(F+B+W) with B the input gradient only.
+      backward, docs/architecture.md (p−1)(F+B+W) with B the input gradient only.
     - Interleaved 1F1B with v chunks (Narayanan et al. 2021 §2.2.2): bubble = (p−1)(t_fwd + t_bwd)/v.
     - ZB-H1 (Qi et al. 2023 §3.1): bubble = (p−1)(F + B − W) with per-stage F, B (input grad)
       and W (weight grad), B = t_bwd − t_w. The paper's figure assumes W ≤ min(F, B); beyond
@@ -229,7 +229,7 @@ def pipeline_time(t_fwd, t_bwd, pp, m, schedule, v=1, t_w=None, t_fb=None):
       (p − m')(F + B) + (m' − 1)·max(F + B − W, F, B), m' = min(m, p),
       which is the paper's formula for m >= p and W <= min(F, B).
     - DualPipe (DeepSeek-V3 report §3.2.1, Table 2): bubble = (p/2 − 1)(F&B + B_full − 3W) with
-      B_full = t_bwd the *full* backward chunk (the report's B; DESIGN.md's (F&B + B − 3W) uses
+      B_full = t_bwd the *full* backward chunk (the report's B; docs/architecture.md's (F&B + B − 3W) uses
       the same letter) and F&B the time of one overlapped forward+backward pair, by default
       t_fwd + t_bwd (the overlap hides communication, not compute). Requires p even and m >= 2p.
       DualPipe's own op order (deepseek-ai/DualPipe ``dualpipe.py`` ``DualPipe.step``), simulated

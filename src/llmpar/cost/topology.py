@@ -1,7 +1,7 @@
 """Placement of parallel groups onto the interconnect tiers.
 
 Ranks are numbered tp (innermost) -> cp -> dp -> pp (outermost), as Megatron-LM orders them
-(``megatron/core/parallel_state.py``, ``RankGenerator`` with order "tp-cp-ep-dp-pp"; DESIGN.md,
+(``megatron/core/parallel_state.py``, ``RankGenerator`` with order "tp-cp-ep-dp-pp"; docs/architecture.md,
 Placement). A group of a dimension is ``size`` ranks spaced ``stride`` apart, stride = the
 product of the degrees inside it. Expert-parallel groups are carved out of the dp x cp ranks:
 an ep group of size e takes e consecutive ranks of that space, so its stride is tp; the

@@ -1,6 +1,6 @@
 """Time, GPU-hours, energy and cost to train a token budget (docs/sweep.md).
 
-Every function is arithmetic on floats *or* numpy arrays (DESIGN.md: array-polymorphic), so a
+Every function is arithmetic on floats *or* numpy arrays (docs/architecture.md: array-polymorphic), so a
 sweep can pass one array entry per GPU count. Notation: T tokens to train on, R = tokens/s of the
 layout (``llmpar.cost.step``), N GPUs, P_gpu the power drawn per GPU, PUE the facility's power
 usage effectiveness (The Green Grid, White Paper #49: total facility energy / IT equipment energy).

@@ -590,7 +590,7 @@ def evidence_notes(iv, best: PlanRow, space: SpaceSummary, gpus: int, tokens_per
 
 def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defaults, notes) -> tuple[int, int, int | None]:
     """Sequence length, global batch (sequences) and micro-batch count of the plan, with the
-    defaults of DESIGN.md (seq = min(8192, model max); 4,194,304 tokens / seq sequences) and the
+    defaults of docs/architecture.md (seq = min(8192, model max); 4,194,304 tokens / seq sequences) and the
     bounds of what llmpar models; what was assumed goes into ``defaults`` / ``notes``. `sweep`
     resolves its one batch for every GPU count with it too."""
     if seq is None:

@@ -4,7 +4,7 @@ One YAML file per system in ``hardware/``; a user file may ``extends:`` a shippe
 unit strings (``80 GiB``, ``3.35 TB/s``, ``900 GB/s bidirectional``, ``989 TFLOPS``, ``2 us``) and
 are stored internally in bytes, bytes/s (per direction), FLOP/s and seconds.
 
-Bandwidth convention (DESIGN.md, Units): ``Tier.bandwidth`` is *per GPU, per direction*. For an
+Bandwidth convention (docs/architecture.md, Units): ``Tier.bandwidth`` is *per GPU, per direction*. For an
 NVLink tier that is the GPU's NVLink bandwidth in one direction (H100: 450 GB/s); for a scale-out
 tier it is the GPU's share of the node's NICs (DGX H100: 8 x 400 Gb/s / 8 GPUs = 50 GB/s).
 """
@@ -36,7 +36,7 @@ class GemmEfficiency(BaseModel):
                                     memory roof: arithmetic intensity grows with d
         F = 2*m*n*k*count           FLOPs of one launch: half_flops / (peak * max_efficiency) is the
                                     fixed per-kernel cost (launch, ramp-up, last partial wave)
-    (DESIGN.md, GEMM efficiency: large square bf16 GEMMs reach ~87 % of peak on A100 and ~80 % on
+    (docs/architecture.md, GEMM efficiency: large square bf16 GEMMs reach ~87 % of peak on A100 and ~80 % on
     H100, ml-engineering MAMF; small or skinny GEMMs fall off). ``llmpar calibrate gemm`` refits it.
     """
 

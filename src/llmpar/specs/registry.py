@@ -2,7 +2,7 @@
 
 Shipped YAML files live in the repository's top-level ``hardware/`` and ``models/`` folders. The
 wheel carries them as ``llmpar/data/{hardware,models}`` (hatch ``force-include``); an editable or
-source-tree run falls back to the repository folders (DESIGN.md, Data files).
+source-tree run falls back to the repository folders (docs/architecture.md, Data files).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stack profile: what the *software* achieves of the hardware on the model (data, pydantic).
 
-DESIGN.md, "Three inputs, kept apart": the hardware says what the silicon and wires can do, the
+docs/architecture.md, "Three inputs, kept apart": the hardware says what the silicon and wires can do, the
 model what must be computed and stored, the stack what a framework makes of the first on the
 second — kernel efficiencies, what it fuses and saves for backward, what it overlaps, its
 allocator and its fixed costs. One YAML file per framework in ``stacks/`` (shipped in the wheel);

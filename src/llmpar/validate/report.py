@@ -44,7 +44,7 @@ How to read it:
 - **Searched knobs.** Where a source does not publish a knob (micro-batch, chunks per pipeline
   stage, ZeRO stage among the stack's `zero_stages`, activation recompute), the row leaves it out
   and llmpar evaluates every value and keeps the fastest that fits in memory — published runs were
-  tuned (DESIGN.md, FLOPs and MFU). Such values are marked `*` in the layouts below; they are the
+  tuned (docs/architecture.md, FLOPs and MFU). Such values are marked `*` in the layouts below; they are the
   only per-row freedom. A knob the source states is used as stated, even where llmpar's memory
   model then says the layout does not fit: such a row, whose run completed, is marked `!` (its
   speed is predicted for that layout all the same; llmpar's memory is pessimistic for it). A large
