@@ -465,10 +465,8 @@ def step(
                                       float(mem.memory["total_bytes"]), float(mem.capacity_bytes))
     plaus = EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype,
                             gpus=float(par.gpus))
-    if plaus and plaus["above_published"]:
-        notes.append(f"implausible: MFU {numbers['mfu_full_attention'] * 100:.1f} % (attention in full) is above "
-                     f"the best published run of its class ({plaus['class']}: {plaus['best_published_mfu'] * 100:.1f} "
-                     f"%, {plaus['best_source']}) even at the low end of its interval")
+    if (note := EV.implausible_note(numbers["mfu_full_attention"], plaus)) is not None:
+        notes.append(note)
     return StepResult(
         model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
         **numbers,

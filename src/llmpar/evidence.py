@@ -266,6 +266,16 @@ def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: st
     return None
 
 
+def implausible_note(mfu_full: float, p: dict[str, Any] | None, who: str = "MFU") -> str | None:
+    """The line `step` and `plan` print when a prediction is above every published run of its
+    class (:func:`plausibility`); None when it is not."""
+    if not p or not p.get("above_published"):
+        return None
+    return (f"implausible: {who} {mfu_full * 100:.1f} % (attention in full) is above the best published run of its "
+            f"class ({p['class']}: {p['best_published_mfu'] * 100:.1f} %, {p['best_source']}) even at the low end of "
+            "its interval: treat the time as optimistic")
+
+
 def min_published_tokens_per_gpu(residuals=None) -> float | None:
     """The fewest tokens per GPU per step any published run used (a batch below it is outside the
     evidence: every interval was measured at more tokens per GPU)."""

@@ -574,11 +574,8 @@ def evidence_notes(iv, best: PlanRow, space: SpaceSummary, gpus: int, tokens_per
         out.append(f"{space.robust_band:,} layouts within {space.rank_tolerance * 100:g} % of the fastest are ranked by "
                    "robustness (no offload, no CP, fewer parallel dimensions), then time; TIGHT layouts are listed "
                    "after every other one (--margin 0 ranks by predicted time alone)")
-    p = best.plausibility
-    if p and p.get("above_published"):
-        out.append(f"implausible: plan #1's MFU {best.mfu_full_attention * 100:.1f} % (attention in full) is above the "
-                   f"best published run of its class ({p['class']}: {p['best_published_mfu'] * 100:.1f} %, "
-                   f"{p['best_source']}) even at the low end of its interval: treat its time as optimistic")
+    if (note := EV.implausible_note(best.mfu_full_attention, best.plausibility, "plan #1's MFU")) is not None:
+        out.append(note)
     floor = EV.min_published_tokens_per_gpu()
     per_gpu = tokens_per_step / gpus
     if floor is not None and per_gpu < floor:
