@@ -12,7 +12,8 @@ The Python API (docs/api.md), the same computations as the CLI:
 ``import llmpar`` (and ``llmpar --help``) loads neither numpy nor pydantic nor rich.
 """
 
-_API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "sweep", "collective", "validate")
+_API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "sweep", "collective", "validate",
+        "serve")
 
 # ``llmpar.plan`` and ``llmpar.validate`` are the API functions, but they are also the names of two
 # subpackages (the planner, the published-run validation). Python binds a subpackage as an attribute

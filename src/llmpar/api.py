@@ -489,6 +489,10 @@ def __getattr__(name):
         from llmpar.plan.sweep import sweep as _sweep
 
         return _sweep
+    if name == "serve":   # docs/serving.md; lives with the serving rooms
+        from llmpar.serving.run import serve_api
+
+        return serve_api
     raise AttributeError(f"module 'llmpar.api' has no attribute {name!r}")
 
 # -------------------------------------------------------------------------------- collective
@@ -654,6 +658,7 @@ def validate(
     limit: int | None = None,
     tolerance: str | float | None = None,
     progress=None,
+    serving: bool = False,
 ) -> ValidateResult:
     """Published vs predicted for every shipped published run (or those of ``source``: one name or
     a list), each under its source's stack or ``stack``, as `llmpar validate` does.
@@ -661,8 +666,17 @@ def validate(
     ``limit``: only the first N runs of each source. ``tolerance`` (``0.1`` or ``"10%"``): raise
     :class:`~llmpar.errors.CheckFailed` if any group's mean absolute error exceeds it (the CLI's
     exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
-    ``progress(name, done, total)`` is called before each source."""
+    ``progress(name, done, total)`` is called before each source. ``serving=True``: the published
+    serving runs instead (``validate --serving``; the result's ``serving`` holds the block)."""
     from llmpar.validate.core import validate as _validate
+
+    if serving:
+        if source is not None or stack is not None or limit is not None or tolerance is not None:
+            raise UserError("serving=True validates every published serving run; source, stack, limit and tolerance "
+                            "change nothing there")
+        from llmpar.serving.report import validate_block
+
+        return ValidateResult(rows=[], groups=[], sources=[], serving=validate_block())
 
     tol = parse_tolerance(tolerance)
     if limit is not None:

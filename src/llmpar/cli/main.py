@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "step": ("llmpar.cli.step_cmd", "step", "Step time, tokens/s, MFU and where the time goes."),
     "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
     "sweep": ("llmpar.cli.sweep_cmd", "sweep", "Plan a list of GPU counts (and profiles): days, GPU-hours, energy, cost."),
+    "serve": ("llmpar.cli.serve_cmd", "serve", "Serving on paper: TTFT, TPOT, throughput and KV capacity of one deployment."),
     "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Fit the collective model to nccl-tests logs, a stack to your training runs."),
     "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }

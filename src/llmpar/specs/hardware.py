@@ -25,7 +25,7 @@ Flops = Annotated[float, BeforeValidator(lambda v: parse_flops(v))]
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "latency"))]
 Watts = Annotated[float, BeforeValidator(lambda v: parse_power(v))]
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")   # fp4: Blackwell NVFP4/MXFP4 tensor cores (serving)
 
 
 class GemmEfficiency(BaseModel):

@@ -24,7 +24,7 @@ from llmpar.specs.stack import Stack
 
 
 def data_dir(kind: str) -> Path:
-    """Folder holding the shipped ``kind`` ('hardware', 'models', 'stacks' or 'validation') YAML files."""
+    """Folder holding the shipped ``kind`` ('hardware', 'models', 'stacks', 'engines' or 'validation') YAML files."""
     # A source checkout (editable install) reads the repository folder first: hatch's editable
     # install copies force-included data once, at install time, so that copy goes stale.
     repo = Path(__file__).resolve().parents[3] / kind
@@ -283,8 +283,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
     """The file ``name`` names: a YAML path (relative to ``folder``, the folder of the file whose
     ``extends:`` names it, when given) or a shipped name."""
-    what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
-    listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models"}[kind]
+    what = {"hardware": "hardware", "stacks": "stack", "models": "model", "engines": "engine"}[kind]
+    listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models",
+               "engines": ""}[kind]
     if _looks_like_path(name):
         path = Path(os.path.normpath(name))
         if folder is not None and not path.is_absolute():
@@ -299,6 +300,9 @@ def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
         return path
     found = _lookup(kind, name.lower())
     if found is None:
+        if kind == "engines":
+            raise UserError(f"unknown engine {name!r}{suggest(name, _index(kind))}; shipped: "
+                            f"{', '.join(shipped_names(kind))} (or a YAML file)")
         raise UserError(f"unknown {what} {name!r}{suggest(name, _index(kind))}; see `{listing}`")
     return Path(found[1])
 
@@ -310,7 +314,7 @@ def _spec_dict(kind: str, name: str, seen: tuple[str, ...] = (),
     ``folder``: the folder of the file whose ``extends:`` names ``name``; a relative path there is
     relative to that file's folder (not to the working directory), so a file and the base it
     extends can move together. A name that does not look like a path is a shipped name, as before."""
-    what = {"hardware": "hardware", "stacks": "stack", "models": "model"}[kind]
+    what = {"hardware": "hardware", "stacks": "stack", "models": "model", "engines": "engine"}[kind]
     path = _spec_path(kind, name, folder)
     if str(path) in seen:
         raise UserError(f"{what} 'extends' loops through {path}")
@@ -402,6 +406,21 @@ def load_stack(name: str | Stack | None = None) -> Stack:
         data, source = _spec_dict("stacks", name)
         return _spec_validated(Stack, data, source)
     return _load_stack_cached(name.lower())
+
+
+DEFAULT_ENGINE = "vllm"
+
+
+def load_engine(name=None):
+    """A shipped serving engine by name (``vllm``), a YAML path, or a loaded Engine; ``None`` is
+    DEFAULT_ENGINE (docs/serving.md, Engines)."""
+    from llmpar.specs.engine import Engine
+
+    if isinstance(name, Engine):
+        return name
+    name = DEFAULT_ENGINE if name is None else str(name)
+    data, source = _spec_dict("engines", name if _looks_like_path(name) else name.lower())
+    return _spec_validated(Engine, data, source)
 
 
 def load_model(name: str) -> ModelSpec:

@@ -1,0 +1,153 @@
+"""`llmpar serve`: one serving deployment under one load — TTFT, TPOT, throughput, KV capacity.
+
+The numbers come from :func:`llmpar.serving.run.serve_api` (``llmpar.serve``); this module
+parses, calls it and renders (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmpar.cli.common import complete_hardware, complete_model, echo_json
+from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
+from llmpar.errors import CheckFailed
+
+
+@click.command("serve")
+@click.argument("model", required=False, shell_complete=complete_model)
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@click.option("--hardware", default="h100-sxm", show_default=True, shell_complete=complete_hardware,
+              help="Shipped profile name (see `llmpar hardware`) or a YAML path.")
+@click.option("--engine", default=None, help="Serving engine: vllm (default), sglang, trtllm, or a YAML path.")
+@click.option("--gpus", type=int, help="GPUs in the deployment: replicas x tp x pp (default tp x pp).")
+@click.option("--tp", type=int, help="Tensor-parallel degree of one replica (default: --gpus / pp, at most a node).")
+@click.option("--pp", type=int, help="Pipeline-parallel degree of one replica (default 1).")
+@click.option("--ep", type=int, help="Expert parallelism over the TP ranks (MoE; vLLM --enable-expert-parallel).")
+@click.option("--isl", type=int, default=1024, show_default=True, help="Prompt (input) tokens per request.")
+@click.option("--osl", type=int, default=128, show_default=True, help="Output tokens per request.")
+@click.option("--concurrency", type=int, help="Closed loop: C clients, each sending its next request when one ends.")
+@click.option("--rate", default=None, help="Open loop: Poisson arrivals, requests/s; inf = all --prompts at once "
+                                           "(the default, as vllm bench serve).")
+@click.option("--prompts", type=int, help="Requests of the offline run (--rate inf; default 1000).")
+@click.option("--batch", type=int, help="Static batching: B requests prefilled and decoded together.")
+@click.option("--weights", type=click.Choice(WEIGHT_DTYPES), default="bf16", show_default=True,
+              help="Weight precision of the linear layers (int4: AWQ/GPTQ group 128).")
+@click.option("--kv-dtype", type=click.Choice(KV_DTYPES), help="KV-cache dtype (default bf16).")
+@click.option("--max-num-seqs", type=int, help="Sequences per iteration (default: the engine's).")
+@click.option("--max-num-batched-tokens", type=int, help="Tokens per iteration (default: the engine's).")
+@click.option("--memory-fraction", type=float, help="Share of GPU memory the engine takes (vLLM "
+                                                    "--gpu-memory-utilization; default: the engine's).")
+@click.option("--interval-level", default=None, help="Level of the error bands (default 80%).")
+@click.option("--explain", is_flag=True, help="Show the decode and prefill iteration term by term.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve).")
+def serve(model, as_json, explain, **kw):
+    """Serve MODEL on paper: latency and throughput of one deployment under one load.
+
+    \b
+    Examples:
+      llmpar serve llama-3-8b --concurrency 64
+      llmpar serve llama-3-70b --tp 4 --isl 2048 --osl 256 --rate 4
+      llmpar serve mixtral-8x7b --hardware h200 --tp 2 --rate inf --prompts 1000
+      llmpar serve llama-3-70b --gpus 8 --tp 8 --weights fp8 --batch 32 --explain
+    """
+    from llmpar import api
+
+    if model is None and kw.get("hf") is None:
+        from llmpar.errors import UserError
+
+        raise UserError("give a MODEL (e.g. llama-3-8b) or --hf config.json")
+    r = api.serve(model, **kw)
+    if as_json:
+        echo_json(r.model_dump())
+    else:
+        _render(r, explain)
+    if not r.fits:
+        raise CheckFailed(r.verdict)
+    if r.verdict == "SATURATED":
+        raise CheckFailed(f"--rate {r.load['rate']:g} requests/s exceeds what the deployment sustains "
+                          f"({r.load['capacity_requests_per_s']:.3g} requests/s): the queue grows without bound")
+
+
+def _band(r, key, fmt):
+    iv = r.interval.get(key)
+    if not iv:
+        return ""
+    return f"  ({fmt(iv['low'])}-{fmt(iv['high'])})"
+
+
+def _render(r, explain: bool) -> None:
+    from llmpar.cli.render import console, header, print_assumptions, simple_table, verdict
+    from llmpar.units import fmt_bytes, fmt_seconds
+
+    con = console()
+    s = r.settings
+    load = r.load
+    what = {"concurrency": f"{load.get('concurrency')} concurrent clients (closed loop)",
+            "rate": f"{load.get('rate'):g} requests/s (Poisson)" if "rate" in load else "",
+            "offline": f"{load.get('prompts')} prompts at once (offline)",
+            "batch": f"static batch of {load.get('batch')}"}[load["kind"]]
+    con.print(header(f"serve {r.model} on {r.hardware} with {r.engine}",
+           [("deployment", f"{s['replicas']} x (tp {s['tp']} x pp {s['pp']}"
+                           + (f", ep {s['ep']}" if s["ep"] > 1 else "") + f") = {s['gpus']} GPUs"),
+            ("precision", f"weights {s['weights']}, KV cache {s['kv_dtype']}"),
+            ("requests", f"{s['isl']:,} in / {s['osl']:,} out tokens; {what}")]))
+    m = r.memory
+    con.print(f"  memory per GPU: weights {fmt_bytes(m['weights_bytes'])}, activations {fmt_bytes(m['activations_bytes'])}, "
+              f"workspace {fmt_bytes(m['workspace_bytes'])}, KV pool {fmt_bytes(m['kv_pool_bytes'])} = "
+              f"{m['kv_tokens']:,.0f} tokens")
+    if not r.fits:
+        con.print(verdict(False, r.verdict.removeprefix("DOES NOT FIT: ")))
+        print_assumptions(con, r.notes)
+        return
+    con.print(f"  max concurrency at {s['isl'] + s['osl']:,} tokens per request: {r.max_concurrency:,}")
+
+    def per_s(x):
+        return f"{x:,.0f}/s" if x >= 100 else f"{x:.3g}/s"
+
+    rows = [("TTFT", fmt_seconds(r.ttft_s) + _band(r, "ttft_s", fmt_seconds))]
+    if r.tpot_s is not None:
+        rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
+    rows += [("end-to-end latency", fmt_seconds(r.e2e_s)),
+             ("output tokens/s", per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", per_s)),
+             ("output tokens/s per GPU", per_s(r.output_tokens_per_s_per_gpu)),
+             ("requests/s", per_s(r.requests_per_s)),
+             ("running per replica", f"{load['running'] / s['replicas']:,.1f}")]
+    if load.get("queue_s"):
+        rows.append(("waiting in queue", fmt_seconds(load["queue_s"])))
+    if "capacity_requests_per_s" in load:
+        rows.append(("capacity (requests)", per_s(load["capacity_requests_per_s"])
+                     + _band(r, "capacity_requests_per_s", per_s)))
+    con.print(simple_table(("figure", "value"), rows))
+    iv = r.interval.get("output_tokens_per_s") or r.interval.get("capacity_requests_per_s")
+    if iv:
+        if iv["rows"]:
+            ev = (f"{iv['rows']} published figures from {iv['sources']} source(s) of {iv['used_class']}"
+                  + (" (extrapolated: none of this exact class, widened)" if iv["extrapolated"] else ""))
+        else:
+            ev = iv.get("note", "")
+        con.print(f"  bands: {iv['level'] * 100:.0f} % intervals from {ev}")
+    if explain:
+        _explain(con, r)
+    print_assumptions(con, r.notes + ["fluid model of continuous batching: means, not tails (docs/serving.md)"])
+
+
+def _explain(con, r) -> None:
+    from llmpar.cli.render import simple_table
+    from llmpar.units import fmt_bytes, fmt_seconds
+
+    b = r.breakdown
+    for title, t in (("decode iteration at the modelled batch", b["decode"]),
+                     ("prefill of one prompt, alone", b["prefill"])):
+        rows = [(name, fmt_seconds(t[key]), why) for key, name, why in (
+            ("linear_s", "weight GEMMs", "max(weight bytes / bandwidth, 2 x active params x tokens / peak)"),
+            ("attention_s", "attention", "max(KV bytes / bandwidth, score FLOPs / peak); prefill causal FLOPs"),
+            ("tp_s", "TP all-reduces", "2 per layer of tokens x hidden x 2 B (alpha-beta model)"),
+            ("ep_s", "EP all-to-alls", "dispatch + combine of tokens x top_k x hidden x 2 B"),
+            ("pp_s", "PP hand-offs", "(pp - 1) sends of tokens x hidden x 2 B / tp"),
+            ("overhead_s", "engine overhead", "per iteration + per sequence + per layer (engine profile)"),
+            ("total_s", "total", ""))]
+        con.print(simple_table(("term", "time", "formula"), rows, title=title))
+    d = b["decode"]
+    con.print(f"  decode batch per micro-batch {b['decode_batch']:.1f}: reads {fmt_bytes(d['weight_bytes'])} of weights and "
+              f"{fmt_bytes(d['kv_read_bytes'])} of KV cache per GPU at {d['bandwidth'] / 1e12:.2f} TB/s; the weight-read "
+              f"bound at the datasheet bandwidth is {fmt_seconds(b['bandwidth_bound_s'])}")

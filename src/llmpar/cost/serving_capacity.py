@@ -1,0 +1,72 @@
+"""How many KV-cache tokens a serving replica holds, and the concurrency that implies.
+
+docs/serving.md, "Capacity". The engine takes ``memory_fraction`` of each GPU's memory
+(vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``) for weights, the activation
+peak of its profiling pass and the KV pool (``memory_rule: total``), or gives the KV pool that
+fraction of what is free after the rest (TRT-LLM ``free_gpu_memory_fraction``, ``free``):
+
+    total:  pool = f·HBM − weights − activations − workspace
+    free:   pool = f·(HBM − weights − activations − workspace)
+
+* weights: the busiest stage's resident bytes (cost/serving.py ``resident_weight_bytes``);
+* activations: one forward of ``max_num_batched_tokens`` tokens — the per-token working set of one
+  layer (cost/inference.py ``inference_working_terms``: hidden and residual, then the larger of the
+  attention and MLP phases, ÷ tp) — plus fp32 logits of ``min(max_num_seqs, tokens)`` sequences
+  (vLLM profiles its sampler with max_num_seqs dummy requests: gpu_model_runner.py
+  ``profile_run``/``_dummy_sampler_run``);
+* workspace: the engine's CUDA context, graphs and library workspaces (engine ``memory``).
+
+KV tokens = pool / (KV bytes per token per layer x layers on the stage), rounded down to whole
+blocks of ``block_tokens``; the concurrency a request of I + O tokens allows is that ÷ (I + O),
+as vLLM prints at start-up ("Maximum concurrency for N tokens per request"). Array-polymorphic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmpar.cost.arrays import scalar_out
+from llmpar.cost.inference import inference_working_terms
+from llmpar.cost.serving import kv_bytes_per_token, resident_weight_bytes
+from llmpar.specs.stack import per_gen
+
+
+class _Attn:
+    attention = "flash"
+
+
+def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16", memory_fraction=None,
+                max_num_seqs=None, max_num_batched_tokens=None):
+    """KV-cache tokens one replica holds, with the bytes behind them (dict of floats/arrays)."""
+    gen = hw.gpu.generation
+    s = engine.scheduler
+    f = s.memory_fraction if memory_fraction is None else memory_fraction
+    seqs = per_gen(s.max_num_seqs, gen) if max_num_seqs is None else max_num_seqs
+    tokens = per_gen(s.max_num_batched_tokens, gen) if max_num_batched_tokens is None else max_num_batched_tokens
+    t = np.asarray(tp, dtype=float)
+    p = np.asarray(pp, dtype=float)
+    hbm = hw.gpu.memory
+    wt = resident_weight_bytes(model, t, p, weights)
+    terms = inference_working_terms(model, _Attn())
+    per_token = terms["resident"] + np.maximum(terms["attention_tp"], terms["mlp_tp"]) / t
+    act = tokens * per_token + np.minimum(seqs, tokens) * model.vocab * 4.0 / t
+    work = engine.memory.workspace_bytes
+    if s.memory_rule == "total":
+        pool = f * hbm - wt - act - work
+    else:
+        pool = f * (hbm - wt - act - work)
+    layers = np.ceil(model.layers / p)
+    per_tok = kv_bytes_per_token(model, kv_dtype, t) * layers
+    blocks = np.floor(np.maximum(pool, 0.0) / (per_tok * s.block_tokens))
+    out = {"hbm_bytes": hbm + 0.0 * t, "usable_bytes": (f * hbm if s.memory_rule == "total" else hbm) + 0.0 * t,
+           "weights_bytes": wt, "activations_bytes": act, "workspace_bytes": work + 0.0 * t,
+           "kv_pool_bytes": np.maximum(pool, 0.0), "kv_bytes_per_token": per_tok,
+           "kv_tokens": blocks * s.block_tokens, "fits": pool > 0, "max_num_seqs": seqs + 0.0 * t,
+           "max_num_batched_tokens": tokens + 0.0 * t}
+    return {k: scalar_out(v) for k, v in out.items()}
+
+
+def max_concurrency(capacity, request_tokens):
+    """Requests of ``request_tokens`` (I + O) the KV pool holds at once, capped at max_num_seqs."""
+    by_kv = np.floor(np.asarray(capacity["kv_tokens"], dtype=float) / np.maximum(request_tokens, 1))
+    return scalar_out(np.minimum(by_kv, capacity["max_num_seqs"]))

@@ -1,0 +1,163 @@
+"""A serving replica under load: TTFT, TPOT, end-to-end latency and throughput.
+
+docs/serving.md, "Under load". A fluid (mean-value) model of continuous batching with chunked
+prefill (Agrawal et al. 2024, Sarathi-Serve, arXiv:2403.02310, §3-4; vLLM's V1 scheduler), for
+requests of I prompt and O output tokens, built on :func:`llmpar.cost.serving.iteration_terms`.
+With n requests running and an iteration budget of B tokens (``max_num_batched_tokens``):
+
+* **Flow balance.** Per iteration r requests finish their prefill and r finish decoding; the d
+  decoding sequences each add one token, so d = (O − 1)·r. A prompt alone needs
+  k₁ = max(1, I/(B − d)) iterations (chunks of at most B − d tokens), so with the cycle unhindered
+  r = n/(O − 1 + k₁); the budget caps the prompt tokens an iteration takes: r·I ≤ B − d. Hence
+  r = min(n/(O − 1 + k₁), (B − d)/I), solved with d (a few passes: B − d moves with d).
+* **Iterations.** Prompt tokens arrive at p̄ = r·I per iteration, in chunks of
+  c = min(max(I, p̄), B − d); a share φ = min(1, p̄/c) of the iterations carries one. The mean
+  iteration t̄ = (1 − φ)·t(d, 0) + φ·t(d, c): decodes wait for the chunks their iterations carry
+  (prefill–decode interference, Sarathi-Serve §3).
+* **Figures.** A request spends k_p = (n − d)/r iterations in prefill (waiting for budget
+  included). TPOT = t̄ (vLLM's TPOT: (e2e − ttft)/(O − 1), the mean iteration a request decodes
+  in); TTFT = t̄/2 (the iteration under way when it arrives) + k_p·t(d, c) + the engine's
+  per-request cost + queueing; e2e = TTFT + (O − 1)·TPOT; requests/s X = min(n / e2e_run, r/t̄)
+  (Little's law, Little 1961, and the flow); output tokens/s = X·O.
+* Closed loop (C clients, each sending its next request when the last one ends; ``vllm bench
+  serve --max-concurrency C``): n = min(C, max concurrency); queueing W = C/X − e2e when C > n.
+* Open loop (Poisson arrivals at λ requests/s): n solves n = λ·e2e(n) (Little's law); above the
+  rate the largest n sustains, the queue grows without bound (saturated: no steady state).
+* Offline (N requests at once, ``--rate inf``): the closed loop at C = N; duration N/X.
+* Static batch (B requests prefilled together, then decoded together; no new arrivals).
+
+The fluid model gives means (p50 of a fixed-length workload equals its mean up to the iteration
+phase); it does not model tails. Array-polymorphic in the load and the degrees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmpar.cost.arrays import scalar_out
+from llmpar.cost.serving import iteration_terms
+from llmpar.specs.stack import per_gen
+
+
+def _iter(model, hw, engine, dep, d, ctx, c, c0, seqs, span=None):
+    return iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
+                           kv_dtype=dep["kv_dtype"], decode=d, context=ctx, prefill=c, prefill_context=c0,
+                           prefill_seqs=seqs, prefill_span=span)
+
+
+def _state(model, hw, engine, dep, isl, osl, n, budget):
+    """The steady iteration with n running (module docstring): a dict of t̄, t(d, c), k_p, r, d."""
+    I = np.asarray(isl, dtype=float)
+    O = np.asarray(osl, dtype=float)
+    n = np.asarray(n, dtype=float)
+    chunked = engine.scheduler.chunked_prefill
+    d = n * (O - 1.0) / O
+    for _ in range(3):
+        room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
+        k1 = np.maximum(1.0, I / room)
+        r = np.minimum(n / (O - 1.0 + k1), room / I)
+        d = (O - 1.0) * r
+    room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
+    p_bar = r * I
+    c = np.minimum(np.maximum(I, p_bar), room)
+    phi = np.minimum(1.0, p_bar / c)
+    k_p = np.maximum(n - d, 0.0) / np.maximum(r, 1e-300)
+    c0 = np.where(I > c, (I - c) / 2.0, 0.0)
+    mb = np.asarray(dep["pp"], dtype=float)
+    ctx = I + O / 2.0
+    t_dec = _iter(model, hw, engine, dep, d / mb, ctx, 0.0, 0.0, 0.0)["total_s"]
+    t_pf = _iter(model, hw, engine, dep, d / mb, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
+    t_bar = (1.0 - phi) * t_dec + phi * t_pf
+    return {"t_bar": t_bar, "t_pf": t_pf, "k_p": k_p, "r": r, "d": d}
+
+
+def _metrics(engine, hw, isl, osl, n, st, users=None):
+    O = np.asarray(osl, dtype=float)
+    t_bar, t_pf, k_p = st["t_bar"], st["t_pf"], st["k_p"]
+    req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
+    ttft_run = t_bar / 2.0 + k_p * t_pf
+    e2e_run = ttft_run + (O - 1.0) * t_bar
+    X = np.minimum(n / e2e_run, st["r"] / t_bar)
+    wait = 0.0
+    if users is not None:   # closed loop: the queue is what C clients beyond n wait (Little's law)
+        wait = np.maximum(users / X - e2e_run - req, 0.0)
+    ttft = ttft_run + req + wait
+    return {"ttft_s": ttft, "tpot_s": np.where(O > 1, t_bar, np.nan), "e2e_s": ttft + (O - 1.0) * t_bar,
+            "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
+            "prefill_iterations": k_p, "iteration_s": t_bar, "prefill_iteration_s": t_pf}
+
+
+def closed_loop(model, hw, engine, dep, isl, osl, concurrency, limit, budget):
+    """C = ``concurrency`` clients; ``limit`` the replica's max concurrency (KV pool, max_num_seqs)."""
+    C = np.asarray(concurrency, dtype=float)
+    n = np.minimum(C, limit)
+    st = _state(model, hw, engine, dep, isl, osl, n, budget)
+    return {k: scalar_out(v) for k, v in _metrics(engine, hw, isl, osl, n, st, users=C).items()}
+
+
+def capacity_rate(model, hw, engine, dep, isl, osl, limit, budget):
+    """The largest request rate the replica sustains: requests/s at n = ``limit`` running."""
+    return closed_loop(model, hw, engine, dep, isl, osl, limit, limit, budget)["requests_per_s"]
+
+
+def _e2e_run(model, hw, engine, dep, isl, osl, n, budget):
+    """Engine time of one request (no queueing) with n running: t̄/2 + k_p·t(d, c) + (O − 1)·t̄."""
+    st = _state(model, hw, engine, dep, isl, osl, n, budget)
+    return st["t_bar"] / 2.0 + st["k_p"] * st["t_pf"] + (np.asarray(osl, dtype=float) - 1.0) * st["t_bar"]
+
+
+GRID = 48
+
+
+def _running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget):
+    """The n that solves n = λ·e2e_run(n) (Little's law) on [0, limit]: g(n) = λ·e2e_run(n) − n is
+    positive at 0 and falls while the rate is sustainable; two grid passes of GRID points bracket the
+    first root (a vectorised bisection: one array evaluation per pass)."""
+    lo, hi = 0.0, float(limit)
+    for _ in range(3):
+        n = np.linspace(lo, hi, GRID + 1)[1:]
+        g = lam * _e2e_run(model, hw, engine, dep, isl, osl, n, budget) - n
+        below = np.flatnonzero(g <= 0)
+        if below.size == 0:
+            return float(limit)
+        i = int(below[0])
+        lo, hi = (float(n[i - 1]) if i > 0 else lo), float(n[i])
+    return hi
+
+
+def open_loop(model, hw, engine, dep, isl, osl, rate, limit, budget):
+    """Poisson arrivals at ``rate`` requests/s (a scalar); ``saturated`` where it exceeds capacity."""
+    lam = float(rate)
+    cap = float(capacity_rate(model, hw, engine, dep, isl, osl, limit, budget))
+    O = float(osl)
+    n = min(_running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget), float(limit))
+    out = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget))
+    out["requests_per_s"] = min(lam, cap)
+    out["output_tokens_per_s"] = out["requests_per_s"] * O
+    out["capacity_requests_per_s"] = cap
+    out["saturated"] = lam >= cap
+    return {k: scalar_out(v) for k, v in out.items()}
+
+
+def offline(model, hw, engine, dep, isl, osl, prompts, limit, budget):
+    """N = ``prompts`` requests submitted at once (``--rate inf``): the closed loop at C = N."""
+    out = closed_loop(model, hw, engine, dep, isl, osl, prompts, limit, budget)
+    out["duration_s"] = scalar_out(np.asarray(prompts, dtype=float) / np.asarray(out["requests_per_s"]))
+    return out
+
+
+def static_batch(model, hw, engine, dep, isl, osl, batch):
+    """B requests prefilled in one pass, then decoded together for O − 1 iterations."""
+    B = np.asarray(batch, dtype=float)
+    I = np.asarray(isl, dtype=float)
+    O = np.asarray(osl, dtype=float)
+    mb = np.asarray(dep["pp"], dtype=float)
+    t_pf = _iter(model, hw, engine, dep, 0.0, 0.0, B * I / mb, 0.0, B / mb, I)["total_s"]
+    t_dec = _iter(model, hw, engine, dep, B / mb, I + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
+    req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
+    ttft = t_pf + req
+    e2e = ttft + (O - 1.0) * t_dec
+    out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, t_dec, np.nan), "e2e_s": e2e, "requests_per_s": B / e2e,
+           "output_tokens_per_s": B * O / e2e, "running": B, "queue_s": 0.0 * B, "prefill_iterations": 1.0 + 0.0 * B,
+           "iteration_s": t_dec, "prefill_iteration_s": t_pf}
+    return {k: scalar_out(v) for k, v in out.items()}

@@ -1,0 +1,3 @@
+"""Serving on paper (docs/serving.md): one deployment (:mod:`llmpar.serving.run`), its evidence
+(:mod:`llmpar.serving.evidence`) and the published serving runs it is validated on
+(:mod:`llmpar.serving.published`). The formulas live in ``llmpar.cost.serving*``."""

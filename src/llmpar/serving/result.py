@@ -1,0 +1,82 @@
+"""The result of `llmpar serve` / ``llmpar.serve(...)``: its ``model_dump()`` is ``serve --json``
+(docs/json.md, serve)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+
+def _finite(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+class ServeResult(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
+    model: str
+    hardware: str
+    engine: str
+    settings: dict[str, Any]
+    fits: bool
+    verdict: str
+    load: dict[str, Any]
+    ttft_s: Optional[float] = None
+    tpot_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+    output_tokens_per_s: Optional[float] = None
+    output_tokens_per_s_per_gpu: Optional[float] = None
+    output_tokens_per_s_per_user: Optional[float] = None
+    requests_per_s: Optional[float] = None
+    max_concurrency: int
+    memory: dict[str, Any]
+    breakdown: dict[str, Any] = {}
+    interval: dict[str, Any] = {}
+    notes: list[str] = []
+
+
+def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> ServeResult:
+    d = out["deployment"]
+    cap = out["capacity"]
+    settings = {"engine": engine.name, "engine_version": engine.version, "gpus": d.gpus, "tp": d.tp, "pp": d.pp,
+                "ep": d.ep, "replicas": d.replicas, "weights": d.weights, "kv_dtype": d.kv_dtype, "isl": out["isl"],
+                "osl": out["osl"], "max_num_seqs": int(cap["max_num_seqs"]),
+                "max_num_batched_tokens": int(cap["max_num_batched_tokens"]),
+                "memory_fraction": engine.scheduler.memory_fraction}
+    load = {"kind": out["load"]}
+    for key in ("concurrency", "rate", "prompts", "batch"):
+        if key in out:
+            load[key] = out[key]
+    memory = {k: _finite(cap[k]) for k in ("hbm_bytes", "weights_bytes", "activations_bytes", "workspace_bytes",
+                                           "kv_pool_bytes", "kv_bytes_per_token", "kv_tokens")}
+    if not out["fits"]:
+        why = ("the weights, activations and workspace exceed the engine's share of memory"
+               if cap["kv_pool_bytes"] <= 0 else
+               f"the KV pool holds {int(cap['kv_tokens']):,} tokens, less than one request of "
+               f"{out['isl'] + out['osl']:,}")
+        return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=False,
+                           verdict=f"DOES NOT FIT: {why}", load=load, max_concurrency=0, memory=memory,
+                           notes=out["notes"])
+    f = out["figures"]
+    thr = f["output_tokens_per_s"]
+    running = max(float(f["running"]), 1e-12)
+    extra: dict[str, Any] = {}
+    if "saturated" in f:
+        extra = {"capacity_requests_per_s": f["capacity_requests_per_s"], "saturated": bool(f["saturated"])}
+    if "duration_s" in f:
+        extra["duration_s"] = f["duration_s"]
+    load.update(extra, running=running, queue_s=f["queue_s"], iteration_s=f["iteration_s"],
+                prefill_iteration_s=f["prefill_iteration_s"], prefill_iterations=f["prefill_iterations"])
+    verdict = "SATURATED" if extra.get("saturated") else "FITS"
+    tpot = _finite(f["tpot_s"])
+    return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=True,
+                       verdict=verdict, load=load, ttft_s=_finite(f["ttft_s"]), tpot_s=tpot, e2e_s=_finite(f["e2e_s"]),
+                       output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
+                       output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
+                       requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
+                       breakdown=out["breakdown"], interval=iv or {}, notes=out["notes"])

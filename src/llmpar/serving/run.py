@@ -1,0 +1,220 @@
+"""`llmpar serve`: one deployment under one load, options in, a result out (nothing prints).
+
+docs/serving.md. The numbers come from :mod:`llmpar.cost.serving` (one iteration),
+:mod:`llmpar.cost.serving_capacity` (the KV pool) and :mod:`llmpar.cost.serving_load` (the load);
+the interval from the serving residuals of published runs (:mod:`llmpar.serving.evidence`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llmpar.cost import serving_load as load
+from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES, compute_dtype, iteration_terms
+from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.errors import UserError
+from llmpar.specs.stack import per_gen
+
+LOADS = ("concurrency", "rate", "batch")
+#: `vllm bench serve` defaults: --request-rate inf with --num-prompts 1000 (vllm benchmarks/serve.py)
+DEFAULT_PROMPTS = 1000
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass
+class Deployment:
+    """One serving deployment: ``replicas`` engine instances of tp x pp GPUs each."""
+
+    gpus: int
+    tp: int
+    pp: int
+    ep: int
+    replicas: int
+    weights: str
+    kv_dtype: str
+
+    def dep(self) -> dict[str, Any]:
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "weights": self.weights, "kv_dtype": self.kv_dtype}
+
+
+def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or float(value) != int(value):
+        raise UserError(f"--{name.replace('_', '-')} must be a whole number, got {value!r}")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}, got {v:,}")
+    return v
+
+
+def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None) -> Deployment:
+    """Resolve the degrees: tp defaults to the GPUs of one replica (gpus / pp), gpus to tp x pp;
+    ep 1 (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
+    --enable-expert-parallel is ep = tp)."""
+    if weights not in WEIGHT_DTYPES:
+        raise UserError(f"unknown --weights {weights!r}; choose one of: {', '.join(WEIGHT_DTYPES)}")
+    kv = kv_dtype or "bf16"   # vLLM --kv-cache-dtype auto: the model's 16-bit dtype, fp8 weights or not
+    if kv not in KV_DTYPES:
+        raise UserError(f"unknown --kv-dtype {kv!r}; choose one of: {', '.join(KV_DTYPES)}")
+    gpus, tp, pp, ep = (_int(x, n, 1, 1_048_576) for x, n in ((gpus, "gpus"), (tp, "tp"), (pp, "pp"), (ep, "ep")))
+    pp = pp or 1
+    if tp is None:
+        tp = (gpus // pp) if gpus else 1
+        tp = min(tp, hw.gpus_per_node) if gpus and gpus // pp > hw.gpus_per_node else tp
+    if gpus is None:
+        gpus = tp * pp
+    if gpus % (tp * pp):
+        raise UserError(f"--gpus {gpus} is not a multiple of tp x pp = {tp} x {pp} = {tp * pp}")
+    if model.heads % tp:
+        raise UserError(f"--tp {tp} does not divide the model's {model.heads} attention heads")
+    if model.layers < pp:
+        raise UserError(f"--pp {pp} exceeds the model's {model.layers} layers")
+    ep = ep or 1
+    if ep > 1 and model.moe is None:
+        raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
+    if ep > 1 and tp % ep:
+        raise UserError(f"--ep {ep}: expert parallelism is carved out of the TP ranks of a replica (vLLM "
+                        f"--enable-expert-parallel: ep = tp; TRT-LLM --ep: tp/ep ranks per expert); {ep} does not "
+                        f"divide --tp {tp}")
+    if model.moe is not None and ep > 1 and model.moe.experts % ep:
+        raise UserError(f"--ep {ep} does not divide the model's {model.moe.experts} experts")
+    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv)
+
+
+def _load_kind(concurrency, rate, batch, prompts):
+    given = [n for n, v in (("concurrency", concurrency), ("rate", rate), ("batch", batch)) if v is not None]
+    if len(given) > 1:
+        raise UserError(f"give one load, not {' and '.join('--' + g for g in given)}")
+    kind = given[0] if given else "rate"
+    if prompts is not None and not (kind == "rate" and (rate is None or math.isinf(float(rate)))):
+        raise UserError("--prompts is the offline request count (--rate inf); it changes nothing with "
+                        f"--{kind}")
+    return kind
+
+
+def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
+          rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
+          max_num_batched_tokens=None, memory_fraction=None) -> dict[str, Any]:
+    """One deployment under one load: the figures of docs/serving.md as a plain dict."""
+    isl = _int(isl, "isl", 1, model.max_seq)
+    osl = _int(osl, "osl", 1, model.max_seq)
+    if isl + osl > model.max_seq:
+        raise UserError(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds {model.name}'s context of "
+                        f"{model.max_seq:,}")
+    d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype)
+    kind = _load_kind(concurrency, rate, batch, prompts)
+    seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
+    budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
+    if memory_fraction is not None and not (isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1):
+        raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
+    cap = kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
+                      memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget)
+    budget = int(cap["max_num_batched_tokens"])
+    limit = max_concurrency(cap, isl + osl)
+    out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
+                           "load": kind, "isl": isl, "osl": osl, "notes": []}
+    if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
+        out["notes"].append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
+                            "multiplied in 16-bit (weight-only)")
+    if not cap["fits"] or limit < 1:
+        out["fits"] = False
+        return out
+    out["fits"] = True
+    r = d.replicas
+    if budget < isl and not engine.scheduler.chunked_prefill:
+        raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
+    if kind == "concurrency":
+        C = _int(concurrency, "concurrency")
+        res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / r, limit, budget)
+        out["concurrency"] = C
+    elif kind == "batch":
+        B = _int(batch, "batch")
+        if B > limit * r:
+            raise UserError(f"--batch {B:,} exceeds what the KV cache holds at {isl + osl:,} tokens per request "
+                            f"({int(limit * r):,})")
+        res = load.static_batch(model, hw, engine, d.dep(), isl, osl, B / r)
+        out["batch"] = B
+    else:
+        lam = math.inf if rate is None else float(rate)
+        if not lam > 0:
+            raise UserError(f"--rate must be positive requests/s or inf, got {rate!r}")
+        if math.isinf(lam):
+            N = _int(prompts if prompts is not None else DEFAULT_PROMPTS, "prompts")
+            res = load.offline(model, hw, engine, d.dep(), isl, osl, N / r, limit, budget)
+            out["prompts"] = N
+            out["load"] = "offline"
+        else:
+            res = load.open_loop(model, hw, engine, d.dep(), isl, osl, lam / r, limit, budget)
+            res["capacity_requests_per_s"] *= r
+            out["rate"] = lam
+    for key in ("requests_per_s", "output_tokens_per_s"):
+        res[key] = res[key] * r
+    res["running"] = res["running"] * r
+    out["figures"] = res
+    b = res["running"] / r / d.pp
+    out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
+    return out
+
+
+def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
+    """The decode iteration at the modelled batch, by term (docs/serving.md, One iteration)."""
+    terms = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
+                            decode=max(decode, 1e-9), context=isl + osl / 2.0)
+    pf = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
+                         prefill=isl)
+    return {"decode": terms, "prefill": pf, "decode_batch": decode,
+            "bandwidth_bound_s": terms["weight_bytes"] / hw.gpu.memory_bandwidth,
+            "engine_per_step_s": per_gen(engine.overhead.per_step_s, hw.gpu.generation)}
+
+
+def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
+              isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
+              kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
+              interval_level=None):
+    """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
+    from llmpar.evidence import level_value
+    from llmpar.inputs import load_hardware_spec, load_model_spec
+    from llmpar.serving import evidence
+    from llmpar.serving.result import build
+    from llmpar.specs.registry import load_engine
+
+    level = level_value(interval_level)
+    spec = load_model_spec(model, hf)[0]
+    hw = load_hardware_spec(hardware)
+    eng = load_engine(engine)
+    if isinstance(rate, str):
+        rate = _rate(rate)
+    out = serve(spec, hw, eng, gpus=gpus, tp=tp, pp=pp, ep=ep, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
+                batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction)
+    iv = None
+    if out["fits"]:
+        d = out["deployment"]
+        key = evidence.serve_class(eng.name, hw.gpu.generation, spec.moe is not None, d.weights, d.tp * d.pp)
+        bands = evidence.intervals(key, level)
+        f = out["figures"]
+        # open loop below capacity: the throughput is the offered rate (no error); the band goes on
+        # the capacity, what the model predicts there
+        thr_key = "capacity_requests_per_s" if "capacity_requests_per_s" in f else "output_tokens_per_s"
+        iv = {thr_key: evidence.interval_json(bands["throughput"], f[thr_key], False),
+              "ttft_s": evidence.interval_json(bands["ttft"], f["ttft_s"], True)}
+        if osl > 1:
+            iv["tpot_s"] = evidence.interval_json(bands["tpot"], f["tpot_s"], True)
+    return build(spec, hw, eng, out, iv)
+
+
+def _rate(text: str) -> float:
+    t = str(text).strip().lower()
+    if t in ("inf", "infinity", "offline"):
+        return math.inf
+    try:
+        v = float(t.removesuffix("/s"))
+    except ValueError:
+        raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5) or inf") from None
+    if not math.isfinite(v) or v <= 0:
+        raise UserError(f"--rate {text!r}: expected a positive number of requests per second, or inf")
+    return v

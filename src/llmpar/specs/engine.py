@@ -1,0 +1,83 @@
+"""Engine profile: what a *serving* engine achieves of the hardware (data, pydantic).
+
+Serving's counterpart of a stack (docs/serving.md, "Engines"): the scheduler's limits and
+defaults (how many sequences and tokens one iteration may hold, how much of the GPU memory the
+engine takes), what its decode kernels reach of the HBM bandwidth, what its prefill GEMMs and
+attention reach of the peak, and its fixed costs per iteration, per sequence and per request. One
+YAML file per engine in ``engines/`` (shipped in the wheel); a user file may ``extends:`` a
+shipped one. Values that differ by GPU generation are one number or a mapping
+``{default: .., ampere: ..}`` (:func:`llmpar.specs.stack.per_gen`). Each shipped value carries
+its source in a YAML comment and in docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from llmpar.specs.base import STRICT_SPEC
+from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys
+
+# counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
+Count = Annotated[int, Field(gt=0, le=1_048_576)]
+PerGenCount = Annotated[Union[Count, dict[str, Count]], BeforeValidator(_check_gen_keys)]
+
+
+class _Strict(BaseModel):
+    model_config = STRICT_SPEC
+
+
+class Scheduler(_Strict):
+    """Continuous batching limits (vLLM ``SchedulerConfig``, SGLang ``ServerArgs``, TRT-LLM
+    ``BuildConfig``/``KvCacheConfig``)."""
+
+    max_num_seqs: PerGenCount = Field(256, description="sequences one iteration may hold (vLLM --max-num-seqs)")
+    max_num_batched_tokens: PerGenCount = Field(
+        8192, description="tokens (decode + prefill chunk) one iteration may hold (vLLM --max-num-batched-tokens)")
+    chunked_prefill: bool = Field(True, description="a long prompt is split into chunks that share iterations with decodes")
+    memory_fraction: float = Field(0.9, gt=0, le=1, description="share of the GPU memory the engine may use")
+    memory_rule: Literal["total", "free"] = Field(
+        "total", description="total: weights + activations + KV fit in memory_fraction x HBM (vLLM, SGLang); "
+                             "free: the KV pool is memory_fraction of what is free after weights (TRT-LLM)")
+    block_tokens: Count = Field(16, description="tokens per KV-cache block (vLLM --block-size; SGLang pages of 1)")
+
+
+class Kernels(_Strict):
+    """Achieved fractions (fitted where data exist; docs/serving.md)."""
+
+    decode_bandwidth: PerGen = Field(
+        0.85, description="fraction of the achievable HBM bandwidth (datasheet x gpu.memory_efficiency) that "
+                          "decode's weight and KV-cache reads reach")
+    gemm_efficiency: PerGen = Field(
+        0.85, description="fraction of the hardware GEMM curve (gpu.gemm) the prefill GEMMs reach")
+    attention_efficiency: PerGen = Field(
+        0.5, description="fraction of the dense 16-bit peak the prefill attention kernel reaches")
+
+
+class Overheads(_Strict):
+    """Host-side and launch costs the GPU work does not hide."""
+
+    per_step_s: PerGenSeconds = Field(0.002, description="per iteration: scheduling, input preparation, sampling launch")
+    per_seq_s: PerGenSeconds = Field(0.0, description="per sequence in an iteration: sampling, detokenisation")
+    per_layer_s: PerGenSeconds = Field(0.0, description="per layer per iteration: launch gaps CUDA graphs do not remove")
+    per_request_s: PerGenSeconds = Field(0.0, description="per request, on the first token: HTTP, tokenisation, admission")
+
+
+class Memory(_Strict):
+    workspace_bytes: MEMORY_BYTES = Field(
+        1.5 * 2**30, le=2**40, description="CUDA context, CUDA graphs and library workspaces per GPU, outside the KV pool")
+
+
+class Engine(_Strict):
+    name: str
+    description: str = ""
+    extends: str | None = None
+    version: str = Field("", description="the engine version the values describe")
+    sources: list[str] = Field(default_factory=list, description="where the values come from")
+    fitted_on: list[str] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    kernels: Kernels = Field(default_factory=Kernels)
+    overhead: Overheads = Field(default_factory=Overheads)
+    memory: Memory = Field(default_factory=Memory)
+    calibration: dict | None = Field(None, description="what the fit fitted, on what, how well")

@@ -1,0 +1,92 @@
+"""`llmpar serve` and ``llmpar.serve``: the command, its JSON, its refusals (docs/serving.md)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import assert_one_line_error
+
+import llmpar
+from llmpar.errors import UserError
+
+
+def test_json_keys_and_figures_agree(cli):
+    r = cli("serve", "llama-3-8b", "--concurrency", "16", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    for key in ("ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s",
+                "max_concurrency", "breakdown", "interval", "settings"):
+        assert key in d
+    assert d["settings"]["engine"] == "vllm"
+    # e2e = TTFT + (O - 1) x TPOT; output tokens/s = requests/s x O (docs/serving.md, Under load)
+    assert d["e2e_s"] == pytest.approx(d["ttft_s"] + 127 * d["tpot_s"], rel=1e-9)
+    assert d["output_tokens_per_s"] == pytest.approx(d["requests_per_s"] * 128, rel=1e-9)
+    # 385 concurrent requests of 1,152 tokens (tests/test_serving_cost.py derives the KV pool)
+    assert d["max_concurrency"] == 385
+    lo, hi = d["interval"]["output_tokens_per_s"]["low"], d["interval"]["output_tokens_per_s"]["high"]
+    assert lo <= d["output_tokens_per_s"] <= hi
+
+
+def test_api_matches_cli_and_replicas_scale_throughput():
+    one = llmpar.serve("llama-3-8b", concurrency=16)
+    two = llmpar.serve("llama-3-8b", gpus=2, tp=1, concurrency=32)
+    # two replicas, each with 16 clients: twice the throughput, the same latency
+    assert two.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=1e-9)
+    assert two.tpot_s == pytest.approx(one.tpot_s, rel=1e-9)
+    assert two.output_tokens_per_s_per_gpu == pytest.approx(one.output_tokens_per_s_per_gpu, rel=1e-9)
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (("llama-3-8b", "--isl", "8000", "--osl", "500"), "context of 8,192"),
+    (("llama-3-8b", "--concurrency", "4", "--rate", "2"), "give one load"),
+    (("llama-3-8b", "--prompts", "10", "--concurrency", "4"), "--prompts"),
+    (("llama-3-8b", "--rate", "-3"), "--rate"),
+    (("llama-3-8b", "--rate", "fast"), "--rate"),
+    (("llama-3-8b", "--tp", "3"), "--tp 3"),
+    (("llama-3-8b", "--ep", "2", "--tp", "2"), "dense"),
+    (("llama-3-8b", "--gpus", "3", "--tp", "2"), "--gpus 3"),
+    (("llama-3-8b", "--memory-fraction", "1.5"), "--memory-fraction"),
+    (("llama-3-8b", "--batch", "100000"), "--batch"),
+    (("llama-3-8b", "--engine", "nope"), "unknown engine"),
+])
+def test_bad_input_is_one_line_exit_2(cli, args, culprit):
+    assert_one_line_error(cli("serve", *args), culprit)
+
+
+def test_a_rate_above_capacity_exits_1_naming_the_limit(cli):
+    assert_one_line_error(cli("serve", "llama-3-8b", "--rate", "10000"), "exceeds what the deployment sustains",
+                          code=1)
+
+
+def test_weights_that_do_not_fit_exit_1(cli):
+    assert_one_line_error(cli("serve", "llama-3.1-405b", "--tp", "8", "--hardware", "h100-sxm"), "DOES NOT FIT",
+                          code=1)
+
+
+def test_fp8_and_int4_read_fewer_bytes_and_decode_faster():
+    """Batch-1 decode is weight-bound: fp8 halves the linear layers' bytes, int4 quarters them
+    (plus scales); the 16-bit head stays."""
+    t = {w: llmpar.serve("llama-3-70b", tp=4, concurrency=1, weights=w).tpot_s for w in ("bf16", "fp8", "int4")}
+    assert t["int4"] < t["fp8"] < t["bf16"]
+
+
+def test_offline_default_is_vllm_bench_serve_default():
+    r = llmpar.serve("llama-3-8b")
+    assert r.load["kind"] == "offline" and r.load["prompts"] == 1000
+    assert r.load["duration_s"] == pytest.approx(1000 / r.requests_per_s, rel=1e-9)
+
+
+def test_every_figure_is_finite_at_extremes():
+    for kw in ({"isl": 1, "osl": 1, "concurrency": 1}, {"isl": 8000, "osl": 1, "rate": 0.01},
+               {"isl": 1, "osl": 8000, "batch": 1}):
+        r = llmpar.serve("llama-3-8b", **kw)
+        for key in ("ttft_s", "e2e_s", "output_tokens_per_s", "requests_per_s"):
+            assert math.isfinite(getattr(r, key)) and getattr(r, key) > 0
+        if kw["osl"] == 1:
+            assert r.tpot_s is None
+
+
+def test_api_refuses_bad_rate_string():
+    with pytest.raises(UserError, match="--rate"):
+        llmpar.serve("llama-3-8b", rate="soon")

@@ -1,0 +1,164 @@
+"""Serving cost model (docs/serving.md): numbers derived by hand beside each assertion."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmpar.cost import serving_load as load
+from llmpar.cost.serving import experts_touched, iteration_terms, kv_bytes_per_token, weight_bytes_per_gpu
+from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.specs.registry import load_engine, load_hardware, load_model
+
+H100 = load_hardware("h100-sxm")
+L8 = load_model("llama-3-8b")
+
+
+def _engine(**kernels_overheads):
+    e = load_engine("vllm")
+    k = e.kernels.model_copy(update={k: v for k, v in kernels_overheads.items() if k in type(e.kernels).model_fields})
+    o = e.overhead.model_copy(update={k: v for k, v in kernels_overheads.items() if k in type(e.overhead).model_fields})
+    return e.model_copy(update={"kernels": k, "overhead": o})
+
+
+# Llama-3-8B (models/llama-3-8b.yaml: h 4096, 32 layers, 32 heads, 8 KV heads, d_head 128, f 14336,
+# vocab 128256, untied): attention 2*4096*4096 + 2*4096*1024 = 41,943,040 parameters per layer,
+# SwiGLU 3*4096*14336 = 176,160,768; 32 layers x 218,103,808 = 6,979,321,856; LM head
+# 128256*4096 = 525,336,576. In bf16 one decode iteration reads 2 x (6,979,321,856 + 525,336,576)
+# = 15,009,316,864 bytes (the embedding is a gather, not read whole).
+L8_DECODE_WEIGHT_BYTES = 15_009_316_864
+
+
+def test_weight_bytes_of_a_decode_iteration():
+    assert weight_bytes_per_gpu(L8, 1, 1, "bf16") == L8_DECODE_WEIGHT_BYTES
+    # TP 2 halves every matrix: 7,504,658,432
+    assert weight_bytes_per_gpu(L8, 2, 1, "bf16") == L8_DECODE_WEIGHT_BYTES / 2
+    # fp8 linear layers (1 B) with the 16-bit head: 6,979,321,856 + 1,050,673,152 = 8,029,995,008
+    assert weight_bytes_per_gpu(L8, 1, 1, "fp8") == 6_979_321_856 + 1_050_673_152
+
+
+def test_decode_at_batch_1_and_64_from_bytes():
+    """Batch 1 at 1,024 cached tokens, vLLM profile with decode_bandwidth 1 and no overheads.
+    Achieved HBM bandwidth 3.35e12 x 0.89 (h100-sxm memory_efficiency) = 2.9815e12 B/s.
+    weights: 15,009,316,864 / 2.9815e12 = 5.03415 ms (the FLOPs, 2 x 7.5e9, take 22 us at
+    989e12 x 0.803 x 0.85: memory-bound).
+    KV: 2 x 8 heads x 128 x 2 B = 4,096 B per token per layer; 32 layers x 1,024 tokens read =
+    134,217,728 B, plus the new token's 32 x 4,096 = 131,072 B written: 134,348,800 / 2.9815e12 =
+    45.061 us. Batch 64 reads the same weights and 64x the KV cache: 64 x 134,217,728 + 64 x
+    131,072 = 8,598,323,200 B = 2.88390 ms."""
+    e = _engine(decode_bandwidth=1.0, per_step_s=0.0)
+    bw = 3.35e12 * 0.89
+    t1 = iteration_terms(L8, H100, e, tp=1, decode=1, context=1024)
+    assert t1["linear_s"] == pytest.approx(15_009_316_864 / bw, rel=1e-12)
+    assert t1["linear_s"] == pytest.approx(5.03415e-3, rel=1e-5)
+    assert t1["attention_s"] == pytest.approx(134_348_800 / bw, rel=1e-12)
+    assert t1["overhead_s"] == 0 and t1["tp_s"] == 0
+    t64 = iteration_terms(L8, H100, e, tp=1, decode=64, context=1024)
+    assert t64["linear_s"] == pytest.approx(t1["linear_s"], rel=1e-12)   # still weight-bound at 64
+    assert t64["attention_s"] == pytest.approx(8_598_323_200 / bw, rel=1e-12)
+    assert t64["attention_s"] == pytest.approx(2.88390e-3, rel=1e-5)
+
+
+def test_kv_bytes_per_token():
+    # Llama-3-8B: 2 x 8 x 128 x 2 B = 4,096 B per layer; TP 2 holds 4 KV heads: 2,048; TP 16 > 8
+    # KV heads replicates one head per GPU: 512 B (fp8: 256)
+    assert kv_bytes_per_token(L8, "bf16", 1) == 4096
+    assert kv_bytes_per_token(L8, "bf16", 2) == 2048
+    assert kv_bytes_per_token(L8, "fp8", 16) == 256
+    # DeepSeek-V3 MLA: (512 + 64) x 2 B = 1,152 B per layer on every TP rank
+    assert kv_bytes_per_token(load_model("deepseek-v3"), "bf16", 8) == 1152
+
+
+def test_experts_touched_occupancy():
+    # E (1 - (1 - k/E)^N): Mixtral 8 experts, top-2: one token 2; two tokens 8 (1 - 0.75^2) = 3.5;
+    # 64 tokens 8 (1 - 0.75^64) = 8 - 8 x 1.0054e-8
+    assert experts_touched(8, 2, 1) == pytest.approx(2.0)
+    assert experts_touched(8, 2, 2) == pytest.approx(3.5)
+    assert experts_touched(8, 2, 64) == pytest.approx(8 - 8 * 0.75**64, rel=1e-12)
+    # DeepSeek-V3 256 experts, top-8, one token: 8
+    assert experts_touched(256, 8, 1) == pytest.approx(8.0)
+
+
+def test_kv_capacity_llama3_8b_h100_vllm():
+    """vLLM: 0.9 x 80 GiB = 77,309,411,328 B for everything.
+    weights held: 2 x (6,979,321,856 layers + 525,336,576 embedding + 525,336,576 head) = 16,059,990,016
+    activations at 8,192 batched tokens: per token 4h + max(2 (q+k+v+o) = 20,480, 2 x 3f = 86,016)
+    = 102,400 B -> 838,860,800; fp32 logits of 1,024 sequences 1,024 x 128,256 x 4 = 525,336,576
+    -> 1,364,197,376. workspace 1.5 GiB = 1,610,612,736.
+    pool = 77,309,411,328 - 16,059,990,016 - 1,364,197,376 - 1,610,612,736 = 58,274,611,200 B;
+    per token 32 x 4,096 = 131,072 B -> 444,600.3 tokens -> 27,787 blocks of 16 = 444,592 tokens.
+    At 1,024 + 128 tokens per request: floor(444,592 / 1,152) = 385 concurrent requests."""
+    cap = kv_capacity(L8, H100, load_engine("vllm"), tp=1)
+    assert cap["weights_bytes"] == 16_059_990_016
+    assert cap["activations_bytes"] == 1_364_197_376
+    assert cap["kv_pool_bytes"] == pytest.approx(58_274_611_200)
+    assert cap["kv_tokens"] == 444_592
+    assert max_concurrency(cap, 1152) == 385
+
+
+def test_free_rule_takes_a_share_of_what_is_free():
+    """TRT-LLM's rule: pool = 0.9 x (HBM - weights - activations - workspace)."""
+    e = load_engine("trtllm")
+    cap = kv_capacity(L8, H100, e, tp=1)
+    hbm = 80 * 2**30
+    assert cap["kv_pool_bytes"] == pytest.approx(
+        0.9 * (hbm - cap["weights_bytes"] - cap["activations_bytes"] - cap["workspace_bytes"]))
+
+
+def test_queue_at_a_known_rate_obeys_littles_law():
+    """Open loop at 5 requests/s of 1,024 / 128 tokens: the running count is λ x (engine time of a
+    request): n = 5 x e2e_run, to the grid's precision (3 passes of 48 points: limit / 48^3)."""
+    e = load_engine("vllm")
+    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    r = load.open_loop(L8, H100, e, dep, 1024, 128, 5.0, 385, 8192)
+    e2e_run = r["e2e_s"] - e.overhead.per_request_s
+    assert r["running"] == pytest.approx(5.0 * e2e_run, abs=385 / 48**3 * 5)
+    assert r["requests_per_s"] == 5.0 and not r["saturated"]
+    assert r["output_tokens_per_s"] == pytest.approx(5.0 * 128)
+
+
+def test_closed_loop_with_constant_iterations():
+    """With bandwidth and peak so high that only the fixed 10 ms per iteration counts, every
+    iteration takes T = 10 ms: TTFT = T/2 + 1 prefill iteration = 15 ms, TPOT = T, e2e = 15 ms +
+    (128 - 1) x 10 ms = 1.285 s; C = 4 clients -> X = 4 / 1.285 = 3.1128 requests/s."""
+    e = _engine(per_step_s=0.01, per_request_s=0.0)
+    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
+        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
+    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192)
+    assert r["tpot_s"] == pytest.approx(0.01, rel=1e-6)
+    assert r["ttft_s"] == pytest.approx(0.015, rel=1e-6)
+    assert r["e2e_s"] == pytest.approx(1.285, rel=1e-6)
+    assert r["requests_per_s"] == pytest.approx(4 / 1.285, rel=1e-6)
+    # 8 clients with room for 4: the other 4 wait; C / X - e2e = 8 / 3.1128 - 1.285 = 1.285 s
+    r8 = load.closed_loop(L8, hw, e, dep, 1024, 128, 8, 4, 8192)
+    assert r8["queue_s"] == pytest.approx(1.285, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), ctx=st.integers(1, 8000),
+       model=st.sampled_from(["llama-3-8b", "llama-3-70b", "mixtral-8x7b", "qwen3-30b-a3b"]),
+       weights=st.sampled_from(["bf16", "fp8", "int4"]))
+def test_decode_never_beats_the_weight_read_bound(tp, ctx, model, weights):
+    """Batch 1 decode reads at least the weights once at the datasheet bandwidth (no efficiency)."""
+    m = load_model(model)
+    t = iteration_terms(m, H100, load_engine("vllm"), tp=tp, decode=1, context=ctx, weights=weights)
+    assert t["total_s"] >= t["weight_bytes"] / H100.gpu.memory_bandwidth
+
+
+@settings(max_examples=30, deadline=None)
+@given(C=st.integers(1, 2000), isl=st.integers(1, 4000), osl=st.integers(1, 2000),
+       engine=st.sampled_from(["vllm", "sglang", "trtllm"]))
+def test_throughput_never_above_the_compute_roofline(C, isl, osl, engine):
+    """Tokens processed per second x 2 x active params <= the dense peak (no efficiency)."""
+    from llmpar.cost.serving import linear_flops_per_token
+
+    e = load_engine(engine)
+    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    r = load.closed_loop(L8, H100, e, dep, isl, osl, C, 385, 8192)
+    tokens_per_s = r["requests_per_s"] * (isl + osl)
+    assert tokens_per_s * linear_flops_per_token(L8) <= H100.gpu.peak("bf16")
+    assert math.isfinite(r["ttft_s"]) and r["ttft_s"] > 0
