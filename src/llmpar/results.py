@@ -516,8 +516,11 @@ class ValidateResult(Result):
     sources: list[dict[str, Any]]
     stack: str | None = None       # the stack every row was evaluated under, when one was asked for
     cross_validation: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None   # validate(serving=True): the published serving runs (docs/serving.md)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.serving is not None:
+            return {"serving": self.serving}
         return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
                 "sources": self.sources}
 

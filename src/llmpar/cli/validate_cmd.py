@@ -92,7 +92,9 @@ def _render(result, con) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="With --markdown: write the page here.")
 @click.option("--limit", type=click.IntRange(1), help="Only the first N runs of each source (a quick look).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...], "groups": [...], "sources": [...]}.')
-def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
+@click.option("--serving", is_flag=True, help="The published serving runs (validation/serving/) instead: "
+                                              "leave-one-source-out TTFT, TPOT and throughput errors.")
+def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, serving):
     """Published vs predicted for every shipped published run, grouped by source.
 
     Each row runs the model a user would run (its stack, hardware and layout; knobs the source
@@ -109,6 +111,13 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
     from llmpar.validate.core import validate as run_validation
 
     tol = parse_tolerance(tolerance)
+    if serving:
+        given = [n for n, v in (("--source", sources), ("--stack", stack), ("--tolerance", tolerance),
+                                ("--markdown", as_markdown), ("--out", out), ("--limit", limit)) if v]
+        if given:
+            raise UserError(f"--serving validates every published serving run; {', '.join(given)} changes nothing there")
+        _serving(as_json)
+        return
     if as_json and as_markdown:
         raise UserError("--json and --markdown: choose one")
     if out is not None and not as_markdown:
@@ -142,3 +151,39 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json):
         if bad:
             what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
             raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
+
+
+def _serving(as_json: bool) -> None:
+    """`validate --serving`: the leave-one-source-out block of llmpar.serving.report (docs/serving.md)."""
+    from llmpar.serving.report import validate_block
+
+    block = validate_block()
+    if as_json:
+        from llmpar.cli.common import echo_json
+
+        echo_json({"serving": block})
+        return
+    from rich.table import Table
+
+    from llmpar.cli.render import console
+
+    con = console()
+    t = Table(title=f"Published serving runs, leave-one-source-out ({block['rows']} rows from {block['sources']} "
+                    "sources; each source weighing the same)")
+    for h in ("figure", "figures", "sources", "median |error|", "signed median", "optimistic", "80 % coverage"):
+        t.add_column(h, justify="left" if h == "figure" else "right")
+    for name, d in block["cross_validation"].items():
+        t.add_row(name, str(d["figures"]), str(d["sources"]), f"{d['median_abs_error'] * 100:.1f} %",
+                  f"{d['signed_median'] * 100:+.1f} %", f"{d['optimistic_share'] * 100:.0f} %",
+                  f"{d['interval_coverage'] * 100:.0f} %")
+    con.print(t)
+    t = Table(title="Per source (median |error|, signed median, figures)")
+    for h in ("source", "throughput", "TPOT", "TTFT"):
+        t.add_column(h, justify="left" if h == "source" else "right")
+    for src, d in block["per_source"].items():
+        cells = [f"{d[k]['median_abs_error'] * 100:.0f} % ({d[k]['signed_median'] * 100:+.0f} %, {d[k]['figures']})"
+                 if k in d else "" for k in ("throughput", "tpot", "ttft")]
+        t.add_row(src, *cells)
+    con.print(t)
+    con.print("schemes: " + "; ".join(f"{k}: {v} figures" for k, v in block["figures_by_scheme"].items()),
+              highlight=False)

@@ -1,0 +1,61 @@
+"""Fit the shipped serving engines to validation/serving/ and record leave-one-source-out.
+
+    python scripts/fit_engines.py            # fit, write validation/serving-loso.json and
+                                             # validation/serving-residuals.json, print the values
+    python scripts/fit_engines.py --check    # only print the LOSO summary of the stored record
+
+The in-sample values printed are what engines/*.yaml carry as FITTED (docs/serving.md, Engines).
+Rerun after any change to the serving cost model, an engine profile or the serving data:
+tests/test_serving_evidence.py fails when the stored residuals are stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    from llmpar.serving import report
+    from llmpar.serving.fit import PARAMS, leave_one_source_out, predict_loso
+    from llmpar.serving.published import ENGINES, shipped_rows
+    from llmpar.specs.registry import load_engine
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    rows = shipped_rows()
+    engines = {n: load_engine(n) for n in ENGINES}
+    if args.check:
+        record = report.load_record().get("engines", {})
+    else:
+        record = {}
+        for name, eng in engines.items():
+            t = time.perf_counter()
+            record[name] = leave_one_source_out(rows, eng)
+            print(f"{name}: {len(record[name]['sources'])} sources, {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    results = predict_loso(rows, engines, record)
+    records = report.residual_records(results)
+    if not args.check:
+        (ROOT / "validation" / report.LOSO_FILE).write_text(json.dumps({"engines": record}, indent=1) + "\n")
+        res = [{"source": r.source, "kind": r.kind, "class": list(r.key), "residual": round(r.value, 6)}
+               for r in records]
+        text = "{\n \"residuals\": [\n" + ",\n".join("  " + json.dumps(x) for x in res) + "\n ]\n}\n"
+        (ROOT / "validation" / "serving-residuals.json").write_text(text)
+    for name, rec in record.items():
+        if rec.get("in_sample"):
+            print(name, dict(zip([f"{s}.{n}" for s, n, *_ in PARAMS], [round(v, 5) for v in rec["in_sample"]])))
+    print(json.dumps(report.summary(records), indent=1))
+    for s, d in report.per_source(records).items():
+        print(s, {k: f"{v['median_abs_error'] * 100:.0f}% ({v['signed_median'] * 100:+.0f}%, {v['figures']})"
+                  for k, v in d.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Fit an engine's achieved fractions and fixed costs to published (or your own) serving runs,
+and measure the fit honestly: leave one source out (docs/serving.md, Evidence).
+
+Parameters (:data:`PARAMS`): ``kernels.decode_bandwidth``, ``kernels.gemm_efficiency``,
+``overhead.per_step_s`` and ``overhead.per_request_s`` — one value each for every GPU
+generation (the data cannot yet separate them per generation). Loss: scipy's least_squares
+(trf, soft-L1 on the log residuals of every figure a row publishes), each source weighing the
+same, with a weak pull to the engine's prior (σ = 0.5 in log units for fractions, 5 ms for times).
+
+Leave-one-source-out: each source of an engine is predicted by the engine refitted without it; an
+engine with one source is predicted by its unfitted prior, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from llmpar.cost import serving_load as load
+from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.serving.published import ServingRow, engine_of, load_kwargs, predict, residuals
+
+#: (section, field, lower, upper, prior sigma); fractions in log space, times linear
+PARAMS = (("kernels", "decode_bandwidth", 0.3, 1.0, 0.5), ("kernels", "gemm_efficiency", 0.3, 1.0, 0.5),
+          ("overhead", "per_step_s", 0.0, 0.05, 0.005), ("overhead", "per_request_s", 0.0, 0.5, 0.005))
+
+
+def with_params(engine, values) -> Any:
+    """A copy of ``engine`` with PARAMS set to ``values`` (one per parameter)."""
+    parts = {"kernels": {}, "overhead": {}}
+    for (section, name, *_), v in zip(PARAMS, values):
+        parts[section][name] = float(v)
+    return engine.model_copy(update={
+        "kernels": engine.kernels.model_copy(update=parts["kernels"]),
+        "overhead": engine.overhead.model_copy(update=parts["overhead"])})
+
+
+#: the shipped engines' priors (engines/*.yaml before the fit, with their sources there): what a fit
+#: is pulled towards and where it starts, so refitting never starts from its own previous answer
+#: and a held-out source never leaks in through the prior
+PRIORS = {"vllm": [0.85, 0.85, 0.001, 0.005], "sglang": [0.85, 0.85, 0.0005, 0.005], "trtllm": [0.85, 0.85, 0.0003, 0.002]}
+
+
+def prior_values(engine, generation: str | None = None) -> list[float]:
+    """PRIORS for a shipped engine, else the engine file's own values (a user's profile)."""
+    from llmpar.specs.stack import per_gen
+
+    if engine.name in PRIORS and engine.extends is None:
+        return list(PRIORS[engine.name])
+    return [per_gen(getattr(getattr(engine, section), name), generation) for section, name, *_ in PARAMS]
+
+
+_SPECS: dict[tuple[str, str], Any] = {}
+
+
+def _specs(row: ServingRow):
+    from llmpar.specs.registry import load_hardware, load_model
+
+    key = (row.model, row.hardware)
+    if key not in _SPECS:
+        _SPECS[key] = (load_model(row.model), load_hardware(row.hardware))
+    return _SPECS[key]
+
+
+def _vector_key(row: ServingRow):
+    kind = next(iter(row.load))
+    if kind not in ("offline", "concurrency"):
+        return None
+    return (row.model, row.hardware, row.tp, row.pp, row.ep, row.weights, row.kv_dtype, row.gpus)
+
+
+def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None]:
+    """:func:`predict` for many rows; offline and closed-loop rows of one deployment at once (the
+    same closed-loop formula on arrays: cost/serving_load.py is array-polymorphic)."""
+    out: list[dict[str, float] | None] = [None] * len(rows)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        key = _vector_key(r)
+        if key is None:
+            try:
+                out[i] = predict(r, engine, _specs(r))
+            except Exception:   # noqa: BLE001 - a row the model cannot express is left unpredicted
+                out[i] = None
+        else:
+            groups[key].append(i)
+    for key, idx in groups.items():
+        r0 = rows[idx[0]]
+        model, hw = _specs(r0)
+        replicas = r0.replicas
+        cap = kv_capacity(model, hw, engine, tp=r0.tp, pp=r0.pp, weights=r0.weights, kv_dtype=r0.kv_dtype)
+        if not cap["fits"]:
+            continue
+        isl = np.array([rows[i].isl for i in idx], dtype=float)
+        osl = np.array([rows[i].osl for i in idx], dtype=float)
+        users = np.array([list(rows[i].load.values())[0] for i in idx], dtype=float) / replicas
+        limit = np.asarray(max_concurrency(cap, isl + osl), dtype=float)
+        dep = {"tp": r0.tp, "pp": r0.pp, "ep": r0.ep, "weights": r0.weights, "kv_dtype": r0.kv_dtype}
+        f = load.closed_loop(model, hw, engine, dep, isl, osl, users, np.maximum(limit, 1.0),
+                             int(cap["max_num_batched_tokens"]))
+        X = np.asarray(f["requests_per_s"], dtype=float) * replicas
+        for j, i in enumerate(idx):
+            if limit[j] < 1:
+                continue
+            out[i] = {"output_tokens_per_s": X[j] * osl[j], "total_tokens_per_s": X[j] * (isl[j] + osl[j]),
+                      "requests_per_s": X[j], "ttft_s": float(np.asarray(f["ttft_s"])[j]),
+                      "tpot_s": float(np.asarray(f["tpot_s"])[j]), "e2e_s": float(np.asarray(f["e2e_s"])[j])}
+    return out
+
+
+def row_residuals(rows, engine) -> list[dict[str, float]]:
+    return [residuals(r, p) for r, p in zip(rows, predict_many(rows, engine))]
+
+
+def _loss_vector(rows, engine, values, prior):
+    res = row_residuals(rows, with_params(engine, values))
+    counts: dict[str, int] = defaultdict(int)
+    for r, x in zip(rows, res):
+        counts[r.source] += len(x)
+    vec = []
+    for r, x in zip(rows, res):
+        w = 1.0 / math.sqrt(max(counts[r.source], 1))
+        vec.extend(w * v for v in x.values())
+        if not x:   # a row that no longer fits counts as a large miss
+            vec.append(2.0 / math.sqrt(max(counts[r.source], 1)))
+    for (section, name, lo, hi, sigma), v, p in zip(PARAMS, values, prior):
+        vec.append((math.log(v / p) if section == "kernels" else (v - p)) / sigma * 0.1)
+    return np.array(vec)
+
+
+def fit(rows: list[ServingRow], engine, generation: str | None = None) -> list[float]:
+    """Least-squares values of PARAMS for ``rows`` (all predicted with ``engine``)."""
+    from scipy.optimize import least_squares
+
+    prior = prior_values(engine, generation)
+    lo = [p[2] for p in PARAMS]
+    hi = [p[3] for p in PARAMS]
+    x0 = [min(max(v, lo_ + 1e-9), hi_ - 1e-9) for v, lo_, hi_ in zip(prior, lo, hi)]
+    sol = least_squares(lambda v: _loss_vector(rows, engine, v, prior), x0, bounds=(lo, hi), loss="soft_l1",
+                        f_scale=0.2, diff_step=1e-3, max_nfev=60)
+    return [float(v) for v in sol.x]
+
+
+def engine_rows(rows: list[ServingRow], name: str) -> list[ServingRow]:
+    """The rows measured on engine ``name`` itself (rows of an 'other' engine are never fitted)."""
+    return [r for r in rows if r.engine == name]
+
+
+def leave_one_source_out(rows: list[ServingRow], engine) -> dict[str, Any]:
+    """{"in_sample": values, "folds": {source: values or None (prior: the only source)}}."""
+    mine = engine_rows(rows, engine.name)
+    sources = sorted({r.source for r in mine})
+    record: dict[str, Any] = {"params": [f"{s}.{n}" for s, n, *_ in PARAMS], "sources": sources,
+                              "in_sample": fit(mine, engine) if mine else None, "folds": {}}
+    for s in sources:
+        rest = [r for r in mine if r.source != s]
+        record["folds"][s] = fit(rest, engine) if rest else None
+    return record
+
+
+def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[str, Any]):
+    """Residuals of every row under leave-one-source-out: each row's engine refitted without its
+    source (the prior where its source was the engine's only one; an 'other' engine's rows are
+    out of sample as they stand, under the in-sample vllm fit). Returns [(row, residuals, scheme)]."""
+    out = []
+    by_engine_source: dict[tuple[str, str], list[ServingRow]] = defaultdict(list)
+    for r in rows:
+        by_engine_source[(engine_of(r), r.source)].append(r)
+    for (name, source), group in sorted(by_engine_source.items()):
+        rec = record.get(name) or {}
+        base = engines[name]
+        folds = rec.get("folds", {})
+        if source in folds:
+            vals = folds[source]
+            scheme = "source" if vals is not None else "prior (the engine's only source)"
+            eng = with_params(base, vals if vals is not None else prior_values(base))
+        else:
+            vals = rec.get("in_sample")
+            eng = with_params(base, vals) if vals is not None else base
+            scheme = "out of sample (engine not fitted on it)"
+        for row, res in zip(group, row_residuals(group, eng)):
+            out.append((row, res, scheme))
+    return out
+
+
+__all__ = ["PARAMS", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
+           "load_kwargs"]
