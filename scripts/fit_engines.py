@@ -49,7 +49,9 @@ def main() -> int:
         (ROOT / "validation" / "serving-residuals.json").write_text(text)
     for name, rec in record.items():
         if rec.get("in_sample"):
-            print(name, dict(zip([f"{s}.{n}" for s, n, *_ in PARAMS], [round(v, 5) for v in rec["in_sample"]])))
+            fitted = rec["in_sample"]
+            print(name, dict(zip([f"{s}.{n}" for s, n, *_ in PARAMS], [round(v, 5) for v in fitted["values"]])),
+                  {f"decode_bandwidth.{g}": round(v, 4) for g, v in fitted["by_gen"].items()})
     print(json.dumps(report.summary(records), indent=1))
     for s, d in report.per_source(records).items():
         print(s, {k: f"{v['median_abs_error'] * 100:.0f}% ({v['signed_median'] * 100:+.0f}%, {v['figures']})"

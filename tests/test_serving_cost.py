@@ -43,13 +43,14 @@ def test_weight_bytes_of_a_decode_iteration():
 def test_decode_at_batch_1_and_64_from_bytes():
     """Batch 1 at 1,024 cached tokens, vLLM profile with decode_bandwidth 1 and no overheads.
     Achieved HBM bandwidth 3.35e12 x 0.89 (h100-sxm memory_efficiency) = 2.9815e12 B/s.
-    weights: 15,009,316,864 / 2.9815e12 = 5.03415 ms (the FLOPs, 2 x 7.5e9, take 22 us at
-    989e12 x 0.803 x 0.85: memory-bound).
+    weights: 15,009,316,864 / 2.9815e12 = 5.03415 ms (the FLOPs, 2 x 7.5e9, take 1.5 ms at
+    989e12 x 0.803 x 1/(1 + 64) x 0.6432, the GEMM curve's shape term at one token: memory-bound;
+    at 64 tokens 64/128 of the curve: 3.0 ms, still below the weights' 5.03 ms).
     KV: 2 x 8 heads x 128 x 2 B = 4,096 B per token per layer; 32 layers x 1,024 tokens read =
     134,217,728 B, plus the new token's 32 x 4,096 = 131,072 B written: 134,348,800 / 2.9815e12 =
     45.061 us. Batch 64 reads the same weights and 64x the KV cache: 64 x 134,217,728 + 64 x
     131,072 = 8,598,323,200 B = 2.88390 ms."""
-    e = _engine(decode_bandwidth=1.0, per_step_s=0.0)
+    e = _engine(decode_bandwidth=1.0, per_step_s=0.0, per_seq_s=0.0)
     bw = 3.35e12 * 0.89
     t1 = iteration_terms(L8, H100, e, tp=1, decode=1, context=1024)
     assert t1["linear_s"] == pytest.approx(15_009_316_864 / bw, rel=1e-12)
@@ -122,20 +123,36 @@ def test_queue_at_a_known_rate_obeys_littles_law():
 
 def test_closed_loop_with_constant_iterations():
     """With bandwidth and peak so high that only the fixed 10 ms per iteration counts, every
-    iteration takes T = 10 ms: TTFT = T/2 + 1 prefill iteration = 15 ms, TPOT = T, e2e = 15 ms +
+    iteration takes T = 10 ms. The steady mixed state (waves=False): TTFT = T/2 + 1 prefill
+    iteration = 15 ms, TPOT = T, e2e = 15 ms +
     (128 - 1) x 10 ms = 1.285 s; C = 4 clients -> X = 4 / 1.285 = 3.1128 requests/s."""
-    e = _engine(per_step_s=0.01, per_request_s=0.0)
+    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
     hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
         "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
     dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
-    r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192)
+    r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
     assert r["tpot_s"] == pytest.approx(0.01, rel=1e-6)
     assert r["ttft_s"] == pytest.approx(0.015, rel=1e-6)
     assert r["e2e_s"] == pytest.approx(1.285, rel=1e-6)
     assert r["requests_per_s"] == pytest.approx(4 / 1.285, rel=1e-6)
     # 8 clients with room for 4: the other 4 wait; C / X - e2e = 8 / 3.1128 - 1.285 = 1.285 s
-    r8 = load.closed_loop(L8, hw, e, dep, 1024, 128, 8, 4, 8192)
+    r8 = load.closed_loop(L8, hw, e, dep, 1024, 128, 8, 4, 8192, waves=False)
     assert r8["queue_s"] == pytest.approx(1.285, rel=1e-6)
+    # in waves: 4 x 1,024 prompt tokens fit one 8,192-token iteration (k = 1): TTFT = T = 10 ms,
+    # TPOT = T, e2e = 10 ms + 127 x 10 ms = 1.28 s, X = 4 / 1.28 = 3.125 requests/s
+    w = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192)
+    assert (w["ttft_s"], w["tpot_s"], w["e2e_s"]) == pytest.approx((0.01, 0.01, 1.28), rel=1e-6)
+    assert w["requests_per_s"] == pytest.approx(3.125, rel=1e-6)
+    # 32 clients: 32 x 1,024 = 32,768 tokens; with the decodes of finished prompts sharing the
+    # budget, k = ceil(32,768 / (8,192 - d_p)) = 5 (d_p = 32 x 4/10 = 12.8 -> 32,768 / 8,179.2 = 4.006);
+    # in-engine TTFT = (5 + 1)/2 x 10 ms = 30 ms and e2e 30 ms + 127 x 10 ms = 1.30 s; a wave ends
+    # after 5 x 10 ms + 127 x 10 ms = 1.32 s, so X = 32 / 1.32 = 24.24 requests/s and each client
+    # waits C/X - 1.30 s = 20 ms before its prompt is taken: TTFT 50 ms; TPOT 10 ms
+    w32 = load.closed_loop(L8, hw, e, dep, 1024, 128, 32, 385, 8192)
+    assert w32["prefill_iterations"] == 5
+    assert w32["requests_per_s"] == pytest.approx(32 / 1.32, rel=1e-6)
+    assert w32["ttft_s"] == pytest.approx(0.05, rel=1e-6)
+    assert w32["tpot_s"] == pytest.approx(0.01, rel=1e-6)
 
 
 @settings(max_examples=40, deadline=None)

@@ -13,7 +13,7 @@ The Python API (docs/api.md), the same computations as the CLI:
 """
 
 _API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "sweep", "collective", "validate",
-        "serve")
+        "serve", "serve_plan")
 
 # ``llmpar.plan`` and ``llmpar.validate`` are the API functions, but they are also the names of two
 # subpackages (the planner, the published-run validation). Python binds a subpackage as an attribute

@@ -493,6 +493,10 @@ def __getattr__(name):
         from llmpar.serving.run import serve_api
 
         return serve_api
+    if name == "serve_plan":
+        from llmpar.serving.plan import serve_plan_api
+
+        return serve_plan_api
     raise AttributeError(f"module 'llmpar.api' has no attribute {name!r}")
 
 # -------------------------------------------------------------------------------- collective

@@ -44,7 +44,7 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
 
         for p in spec_chain(spec_kind, str(spec)):
             if _same(out, p):
-                what = {"hardware": "hardware profile", "stacks": "stack"}.get(spec_kind, spec_kind)
+                what = {"hardware": "hardware profile", "stacks": "stack", "engines": "engine"}.get(spec_kind, spec_kind)
                 raise UserError(f"{option} {out} is the {what} it extends ({p}), or in its extends: chain: writing "
                                 "it would overwrite the base with a file that extends itself; write to another file")
 
@@ -66,8 +66,9 @@ def write_text(out: Path | str, text: str) -> Path:
 
 
 def write_spec(out: Path | str, text: str, kind: str) -> Path:
-    """A spec YAML (``kind`` "hardware" or "stacks") to ``out``, only once it loads."""
+    """A spec YAML (``kind`` "hardware", "stacks" or "engines") to ``out``, only once it loads."""
     from llmpar.specs import load_hardware, load_stack
+    from llmpar.specs.registry import load_engine
 
     out = Path(out)
     tmp = out.with_name(f".{out.stem}.llmpar-{os.getpid()}.tmp.yaml")
@@ -76,7 +77,7 @@ def write_spec(out: Path | str, text: str, kind: str) -> Path:
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
-        (load_hardware if kind == "hardware" else load_stack)(str(tmp))
+        {"hardware": load_hardware, "engines": load_engine}.get(kind, load_stack)(str(tmp))
         os.replace(tmp, out)
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -475,3 +475,6 @@ def _render_check(result, plot_path, no_chart) -> None:
 from llmpar.cli.calibrate_runs_cmd import runs_cmd  # noqa: E402  (its own module: calibrate_cmd is long enough)
 
 calibrate.add_command(runs_cmd)
+from llmpar.cli.calibrate_serve_cmd import serve_cmd  # noqa: E402  (serving benchmark outputs: docs/serving.md)
+
+calibrate.add_command(serve_cmd)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("llmpar.cli.plan_cmd", "plan", "Search TP/PP/DP/CP/EP layouts for N GPUs."),
     "sweep": ("llmpar.cli.sweep_cmd", "sweep", "Plan a list of GPU counts (and profiles): days, GPU-hours, energy, cost."),
     "serve": ("llmpar.cli.serve_cmd", "serve", "Serving on paper: TTFT, TPOT, throughput and KV capacity of one deployment."),
+    "serve-plan": ("llmpar.cli.serve_plan_cmd", "serve_plan", "Search serving deployments for the cheapest that meets TTFT/TPOT targets."),
     "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Fit the collective model to nccl-tests logs, a stack to your training runs."),
     "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }

@@ -170,12 +170,13 @@ def _serving(as_json: bool) -> None:
     con = console()
     t = Table(title=f"Published serving runs, leave-one-source-out ({block['rows']} rows from {block['sources']} "
                     "sources; each source weighing the same)")
-    for h in ("figure", "figures", "sources", "median |error|", "signed median", "optimistic", "80 % coverage"):
+    for h in ("figure", "figures", "sources", "median |error|", "signed median", "optimistic", "80 % coverage",
+              "rows pooled"):
         t.add_column(h, justify="left" if h == "figure" else "right")
     for name, d in block["cross_validation"].items():
         t.add_row(name, str(d["figures"]), str(d["sources"]), f"{d['median_abs_error'] * 100:.1f} %",
                   f"{d['signed_median'] * 100:+.1f} %", f"{d['optimistic_share'] * 100:.0f} %",
-                  f"{d['interval_coverage'] * 100:.0f} %")
+                  f"{d['interval_coverage'] * 100:.0f} %", f"{d['rows_pooled_median_abs_error'] * 100:.1f} %")
     con.print(t)
     t = Table(title="Per source (median |error|, signed median, figures)")
     for h in ("source", "throughput", "TPOT", "TTFT"):

@@ -8,7 +8,8 @@ contexts, chunk sizes and degrees may be numpy arrays (one entry per candidate).
 Per layer, on one GPU of a TP group of ``tp`` (the terms :func:`iteration_terms` returns):
 
 * **linear** — the roofline (Williams, Waterman & Patterson, CACM 2009) of the weight GEMMs:
-  max(weight bytes / achieved HBM bandwidth, linear FLOPs / achieved peak). Decode at small
+  max(weight bytes / achieved HBM bandwidth, linear FLOPs / achieved peak), the achieved peak
+  following the hardware GEMM curve's shape term e_max·N/(N + d_half) at N tokens. Decode at small
   batch reads every weight once per iteration (Pope et al. 2022, arXiv:2211.05102, §3.1: "the
   weights must be loaded ... each step"); the FLOPs are 2 x active parameters per token
   (Kaplan et al. 2020, arXiv:2001.08361, §2.1). MoE: a step of N tokens, each routed to k of E
@@ -163,7 +164,14 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     logits = b + (np.where(P > 0, 1.0, 0.0) if prefill_seqs is None else np.asarray(prefill_seqs, dtype=float))
     bw = hw.gpu.memory_bandwidth * hw.gpu.memory_efficiency * per_gen(engine.kernels.decode_bandwidth, gen)
     k = engine.kernels
-    peak_lin = hw.gpu.peak(compute_dtype(hw, weights)) * hw.gpu.gemm.max_efficiency * per_gen(k.gemm_efficiency, gen)
+    # the shape side of the hardware GEMM curve (cost/compute.py gemm_efficiency: e_max·d/(d + d_half),
+    # d = the smallest GEMM dimension = the iteration's tokens here): small decode batches reach a
+    # small fraction of the peak, as in the MAMF measurements the curve is fitted to. The curve's
+    # per-launch term F/(F + F_half) is left out: it is per GEMM, and a whole model's FLOPs are not
+    # one GEMM (the engine's per-layer cost stands for launches)
+    d = np.maximum(N, 1.0)
+    shape = hw.gpu.gemm.max_efficiency * d / (d + hw.gpu.gemm.half_dim)
+    peak_lin = hw.gpu.peak(compute_dtype(hw, weights)) * shape * per_gen(k.gemm_efficiency, gen)
     peak_att = hw.gpu.peak("bf16") * min(per_gen(k.attention_efficiency, gen), hw.gpu.gemm.max_efficiency)
 
     w_bytes = weight_bytes_per_gpu(model, t, e, weights, tokens=N)

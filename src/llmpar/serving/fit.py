@@ -2,8 +2,12 @@
 and measure the fit honestly: leave one source out (docs/serving.md, Evidence).
 
 Parameters (:data:`PARAMS`): ``kernels.decode_bandwidth``, ``kernels.gemm_efficiency``,
-``overhead.per_step_s`` and ``overhead.per_request_s`` — one value each for every GPU
-generation (the data cannot yet separate them per generation). Loss: scipy's least_squares
+``overhead.per_step_s``, ``overhead.per_request_s`` and ``overhead.per_seq_s``, one value each
+for every GPU generation; and ``kernels.decode_bandwidth`` of its own for each GPU generation
+other than Hopper (or, without Hopper rows, the most common) that has at least
+:data:`MIN_GENERATION_ROWS` rows (AMD's ROCm
+kernels reach a different share of HBM3 than NVIDIA's: the measured runs say how much), pulled
+to the shared value. Loss: scipy's least_squares
 (trf, soft-L1 on the log residuals of every figure a row publishes), each source weighing the
 same, with a weak pull to the engine's prior (σ = 0.5 in log units for fractions, 5 ms for times).
 
@@ -25,14 +29,30 @@ from llmpar.serving.published import ServingRow, engine_of, load_kwargs, predict
 
 #: (section, field, lower, upper, prior sigma); fractions in log space, times linear
 PARAMS = (("kernels", "decode_bandwidth", 0.3, 1.0, 0.5), ("kernels", "gemm_efficiency", 0.3, 1.0, 0.5),
-          ("overhead", "per_step_s", 0.0, 0.05, 0.005), ("overhead", "per_request_s", 0.0, 0.5, 0.005))
+          ("overhead", "per_step_s", 0.0, 0.05, 0.005), ("overhead", "per_request_s", 0.0, 0.5, 0.005),
+          ("overhead", "per_seq_s", 0.0, 0.001, 0.0001))
+
+
+MIN_GENERATION_ROWS = 2
+
+
+def _unpack(values):
+    """A fit result: a list (PARAMS only) or {"values": [...], "by_gen": {generation: bandwidth}}."""
+    if isinstance(values, dict):
+        return list(values["values"]), dict(values.get("by_gen") or {})
+    return list(values), {}
 
 
 def with_params(engine, values) -> Any:
-    """A copy of ``engine`` with PARAMS set to ``values`` (one per parameter)."""
+    """A copy of ``engine`` with PARAMS set to ``values`` (a list, one per parameter, or a fit
+    result with per-generation decode bandwidths)."""
+    vals, by_gen = _unpack(values)
     parts = {"kernels": {}, "overhead": {}}
-    for (section, name, *_), v in zip(PARAMS, values):
+    for (section, name, *_), v in zip(PARAMS, vals):
         parts[section][name] = float(v)
+    if by_gen:
+        parts["kernels"]["decode_bandwidth"] = {"default": parts["kernels"]["decode_bandwidth"],
+                                                **{g: float(v) for g, v in by_gen.items()}}
     return engine.model_copy(update={
         "kernels": engine.kernels.model_copy(update=parts["kernels"]),
         "overhead": engine.overhead.model_copy(update=parts["overhead"])})
@@ -41,7 +61,8 @@ def with_params(engine, values) -> Any:
 #: the shipped engines' priors (engines/*.yaml before the fit, with their sources there): what a fit
 #: is pulled towards and where it starts, so refitting never starts from its own previous answer
 #: and a held-out source never leaks in through the prior
-PRIORS = {"vllm": [0.85, 0.85, 0.001, 0.005], "sglang": [0.85, 0.85, 0.0005, 0.005], "trtllm": [0.85, 0.85, 0.0003, 0.002]}
+PRIORS = {"vllm": [0.85, 0.85, 0.001, 0.005, 0.0], "sglang": [0.85, 0.85, 0.0005, 0.005, 0.0],
+          "trtllm": [0.85, 0.85, 0.0003, 0.002, 0.0]}
 
 
 def prior_values(engine, generation: str | None = None) -> list[float]:
@@ -114,8 +135,10 @@ def row_residuals(rows, engine) -> list[dict[str, float]]:
     return [residuals(r, p) for r, p in zip(rows, predict_many(rows, engine))]
 
 
-def _loss_vector(rows, engine, values, prior):
-    res = row_residuals(rows, with_params(engine, values))
+def _loss_vector(rows, engine, values, prior, gens=()):
+    n = len(PARAMS)
+    fitted = {"values": list(values[:n]), "by_gen": dict(zip(gens, values[n:]))}
+    res = row_residuals(rows, with_params(engine, fitted))
     counts: dict[str, int] = defaultdict(int)
     for r, x in zip(rows, res):
         counts[r.source] += len(x)
@@ -127,20 +150,39 @@ def _loss_vector(rows, engine, values, prior):
             vec.append(2.0 / math.sqrt(max(counts[r.source], 1)))
     for (section, name, lo, hi, sigma), v, p in zip(PARAMS, values, prior):
         vec.append((math.log(v / p) if section == "kernels" else (v - p)) / sigma * 0.1)
+    for v in values[n:]:   # a generation's bandwidth is pulled to the shared one
+        vec.append(math.log(v / values[0]) / 0.5 * 0.1)
     return np.array(vec)
 
 
-def fit(rows: list[ServingRow], engine, generation: str | None = None) -> list[float]:
-    """Least-squares values of PARAMS for ``rows`` (all predicted with ``engine``)."""
+def _own_generations(rows) -> list[str]:
+    """Generations other than the most common that have MIN_GENERATION_ROWS rows (sorted)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[_specs(r)[1].gpu.generation] += 1
+    if not counts:
+        return []
+    # the shared value stands for Hopper where Hopper rows exist (most published runs, and what a
+    # generation without its own value falls back to), else for the most common generation
+    common = "hopper" if "hopper" in counts else max(sorted(counts), key=lambda g: counts[g])
+    return sorted(g for g, c in counts.items() if g != common and c >= MIN_GENERATION_ROWS)
+
+
+def fit(rows: list[ServingRow], engine, generation: str | None = None) -> dict[str, Any]:
+    """Least-squares values of PARAMS for ``rows`` (all predicted with ``engine``), and the decode
+    bandwidth of each generation of its own: {"values": [...], "by_gen": {generation: value}}."""
     from scipy.optimize import least_squares
 
     prior = prior_values(engine, generation)
-    lo = [p[2] for p in PARAMS]
-    hi = [p[3] for p in PARAMS]
-    x0 = [min(max(v, lo_ + 1e-9), hi_ - 1e-9) for v, lo_, hi_ in zip(prior, lo, hi)]
-    sol = least_squares(lambda v: _loss_vector(rows, engine, v, prior), x0, bounds=(lo, hi), loss="soft_l1",
-                        f_scale=0.2, diff_step=1e-3, max_nfev=60)
-    return [float(v) for v in sol.x]
+    gens = _own_generations(rows)
+    lo = [p[2] for p in PARAMS] + [PARAMS[0][2]] * len(gens)
+    hi = [p[3] for p in PARAMS] + [PARAMS[0][3]] * len(gens)
+    start = prior + [prior[0]] * len(gens)
+    x0 = [min(max(v, lo_ + 1e-9), hi_ - 1e-9) for v, lo_, hi_ in zip(start, lo, hi)]
+    sol = least_squares(lambda v: _loss_vector(rows, engine, v, prior, gens), x0, bounds=(lo, hi), loss="soft_l1",
+                        f_scale=0.2, diff_step=1e-3, max_nfev=80)
+    n = len(PARAMS)
+    return {"values": [float(v) for v in sol.x[:n]], "by_gen": {g: float(v) for g, v in zip(gens, sol.x[n:])}}
 
 
 def engine_rows(rows: list[ServingRow], name: str) -> list[ServingRow]:

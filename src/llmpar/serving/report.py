@@ -58,7 +58,10 @@ def summary(records: list[Residual], level: float = DEFAULT_LEVEL) -> dict[str, 
                      "median_abs_error": float(math.exp(weighted_quantile(np.abs(v), w, 0.5)) - 1.0),
                      "signed_median": float(math.exp(weighted_quantile(v, w, 0.5)) - 1.0),
                      "optimistic_share": float(np.sum(w * (v > 0)) / np.sum(w)),
-                     "interval_coverage": float(np.sum(w * cov) / np.sum(w)), "level": level}
+                     "interval_coverage": float(np.sum(w * cov) / np.sum(w)), "level": level,
+                     # every figure weighing the same (dominated by the largest sources)
+                     "rows_pooled_median_abs_error": float(math.exp(np.median(np.abs(v))) - 1.0),
+                     "rows_pooled_signed_median": float(math.exp(np.median(v)) - 1.0)}
     return out
 
 

@@ -1,0 +1,179 @@
+"""Read the serving benchmark outputs users already have (docs/serving.md, calibrate serve).
+
+One run per result, each a :class:`llmpar.serving.published.ServingRow` (the deployment comes from
+the command line: the outputs do not say which GPU, TP degree or precision served them):
+
+* ``vllm bench serve`` / ``benchmarks/benchmark_serving.py --save-result`` JSON (one object), and
+  JSON lines of the same (the llm-d and nightly scripts append one object per run);
+* ``python -m sglang.bench_serving --output-file`` JSON lines (0.4 compact lines and 0.5's full
+  dicts; the bare ``Infinity`` of an unlimited rate is read);
+* the "Serving Benchmark Result" summary both print (text logs);
+* ``trtllm-bench throughput`` "PERFORMANCE OVERVIEW" text (request and output throughput only;
+  ``--isl``/``--osl`` give the lengths it does not print).
+
+Lengths are the run's means: total input (output) tokens / completed requests; vLLM's random
+dataset gives exactly the lengths asked, SGLang's 0.4 random dataset draws them uniformly up to
+them (the means are what the engine served). Latencies are medians where printed, else means.
+The metric definitions these readers rely on (vLLM's TPOT = (e2e − TTFT)/(O − 1) per request,
+ITL per streamed chunk, SGLang's the same TPOT) are in tests/data/serving/SOURCES.md with the
+lines of the benchmark scripts they come from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from llmpar.errors import UserError
+
+MAX_BYTES = 64 * 2**20
+
+
+def _num(x) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    t = str(x).strip().lower()
+    if t in ("inf", "infinity"):
+        return math.inf
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """One run from a vLLM or SGLang result object (their key sets, all versions we know)."""
+    done = _num(d.get("completed"))
+    tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
+    if not done or tin is None or tout is None:
+        return None
+    rate = _num(d.get("request_rate"))
+    conc = _num(d.get("max_concurrency"))
+    if conc is not None and conc > 0:
+        load = {"concurrency": int(conc)}
+    elif rate is None or math.isinf(rate):
+        load = {"offline": int(_num(d.get("num_prompts")) or done)}
+    else:
+        load = {"rate": rate}
+    m: dict[str, Any] = {}
+    out = _num(d.get("output_throughput"))
+    if out:
+        m["output_tokens_per_s"] = out
+    for key, names in (("ttft_ms", ("median_ttft_ms", "mean_ttft_ms")),
+                       ("tpot_ms", ("median_tpot_ms", "mean_tpot_ms")),
+                       ("itl_ms", ("median_itl_ms", "mean_itl_ms")),
+                       ("e2e_ms", ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms", "mean_e2e_latency_ms"))):
+        for n in names:
+            v = _num(d.get(n))
+            if v is not None and v > 0 and math.isfinite(v):
+                m[key] = {"median" if n.startswith("median") else "mean": v}
+                break
+    return {"isl": tin / done, "osl": tout / done, "load": load, "measured": m, "where": where,
+            "model_id": d.get("model_id")}
+
+
+_TEXT_KEYS = {
+    "successful requests": "completed", "maximum request concurrency": "max_concurrency",
+    "max request concurrency": "max_concurrency", "max reqeuest concurrency": "max_concurrency",
+    "traffic request rate": "request_rate", "request rate configured (rps)": "request_rate",
+    "total input tokens": "total_input_tokens",
+    "total generated tokens": "total_output_tokens", "output token throughput (tok/s)": "output_throughput",
+    "median ttft (ms)": "median_ttft_ms", "mean ttft (ms)": "mean_ttft_ms", "median tpot (ms)": "median_tpot_ms",
+    "mean tpot (ms)": "mean_tpot_ms", "median itl (ms)": "median_itl_ms", "mean itl (ms)": "mean_itl_ms",
+    "median e2el (ms)": "median_e2el_ms", "median e2e latency (ms)": "median_e2e_latency_ms",
+}
+
+
+def _from_text(text: str, path: Path) -> list[dict[str, Any]]:
+    runs = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "Serving Benchmark Result" not in line:
+            continue
+        d: dict[str, Any] = {}
+        # the rate and concurrency lines print just above the block in older vLLM scripts
+        for ln in lines[max(0, i - 8):i]:
+            m = re.match(r"\s*([^:]+):\s*([^\s]+)", ln)
+            if m and _TEXT_KEYS.get(m.group(1).strip().lower()) in ("request_rate", "max_concurrency"):
+                d[_TEXT_KEYS[m.group(1).strip().lower()]] = m.group(2)
+        for ln in lines[i + 1:i + 60]:
+            if ln.startswith("=====") and len(d) > 2:
+                break
+            m = re.match(r"\s*([^:]+):\s*([^\s]+)", ln)
+            if m and m.group(1).strip().lower() in _TEXT_KEYS:
+                d[_TEXT_KEYS[m.group(1).strip().lower()]] = m.group(2)
+        run = _from_result(d, f"{path}:{i + 1}")
+        if run:
+            runs.append(run)
+    return runs
+
+
+def _field(text: str, label: str) -> str | None:
+    m = re.search(re.escape(label) + r":\s*([^\s]+)", text)
+    return m.group(1) if m else None
+
+
+def _trtllm(text: str, path: Path, isl, osl) -> list[dict[str, Any]]:
+    """trtllm-bench throughput's report: 0.17 prints "Token Throughput (tokens/sec)" (output tokens /
+    total latency, tests/data/serving/SOURCES.md) and the lengths; later versions "Total Output
+    Throughput" and no lengths. The engine details it states (TP size, KV-cache dtype) come along."""
+    if "PERFORMANCE OVERVIEW" not in text:
+        return []
+    m = (re.search(r"Total Output Throughput \(tokens/sec\):\s*([\d.]+)", text)
+         or re.search(r"Token Throughput \(tokens/sec\):\s*([\d.]+)", text))
+    if not m:
+        return []
+    a_in, a_out = _num(_field(text, "Average Input Length (tokens)")), _num(_field(text, "Average Output Length (tokens)"))
+    isl = a_in if a_in else isl
+    osl = a_out if a_out else osl
+    if isl is None or osl is None:
+        raise UserError(f"{path}: this trtllm-bench report does not print the request lengths: give --isl and --osl")
+    meas = {"output_tokens_per_s": float(m.group(1))}
+    n = re.search(r"Request Throughput \(req/sec\):\s*([\d.]+)", text)
+    if n:
+        meas["requests_per_s"] = float(n.group(1))
+    reqs = _num(_field(text, "Number of requests"))
+    stated = {k: v for k, v in (("tp", _num(_field(text, "TP Size"))), ("pp", _num(_field(text, "PP Size"))),
+                                ("kv_dtype", _field(text, "KV Cache Dtype"))) if v is not None}
+    line = text[:m.start()].count("\n") + 1
+    return [{"isl": float(isl), "osl": float(osl), "load": {"offline": int(reqs) if reqs else 1000}, "measured": meas,
+             "where": f"{path}:{line}", "model_id": _field(text, "Model"), "stated": stated}]
+
+
+def read(path: Path, isl=None, osl=None) -> list[dict[str, Any]]:
+    """Every run in one benchmark output file (module docstring); none found is an error naming it."""
+    if not path.is_file():
+        raise UserError(f"benchmark output not found: {path}")
+    if path.stat().st_size > MAX_BYTES:
+        raise UserError(f"{path}: larger than {MAX_BYTES // 2**20} MiB; not a benchmark summary")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    runs: list[dict[str, Any]] = []
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        for i, line in enumerate(text.splitlines() if "\n{" in stripped else [text]):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line, parse_constant=lambda c: math.inf if c == "Infinity" else math.nan)
+            except ValueError:
+                if i == 0 and "\n{" not in stripped:
+                    raise UserError(f"{path}: not valid JSON") from None
+                continue
+            if isinstance(obj, dict):
+                run = _from_result(obj, f"{path}:{i + 1}")
+                if run:
+                    runs.append(run)
+    else:
+        runs = _from_text(text, path) or _trtllm(text, path, isl, osl)
+    if not runs:
+        raise UserError(f"{path}: no serving benchmark result found (vllm bench serve / sglang.bench_serving JSON "
+                        f"or summary, trtllm-bench report)")
+    return runs

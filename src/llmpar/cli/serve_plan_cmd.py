@@ -1,0 +1,82 @@
+"""`llmpar serve-plan`: the cheapest deployment that meets TTFT and TPOT targets (docs/serving.md).
+
+The search is :func:`llmpar.serving.plan.serve_plan_api` (``llmpar.serve_plan``); this module
+parses, calls it and renders."""
+
+from __future__ import annotations
+
+import click
+
+from llmpar.cli.common import complete_hardware, complete_model, echo_json
+from llmpar.errors import CheckFailed
+
+
+@click.command("serve-plan")
+@click.argument("model", required=False, shell_complete=complete_model)
+@click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
+@click.option("--hardware", default="h100-sxm", show_default=True, shell_complete=complete_hardware)
+@click.option("--engine", default=None, help="Engines to compare: names (vllm,trtllm) or all (default vllm).")
+@click.option("--gpus", type=int, help="Use N GPUs as well as possible (most output tokens/s within the targets).")
+@click.option("--rate", type=float, help="Serve R requests/s with the fewest GPUs.")
+@click.option("--isl", type=int, default=1024, show_default=True, help="Prompt tokens per request.")
+@click.option("--osl", type=int, default=128, show_default=True, help="Output tokens per request.")
+@click.option("--ttft", help="Time-to-first-token target, with a unit (500ms).")
+@click.option("--tpot", help="Time-per-output-token target, with a unit (30ms).")
+@click.option("--weights", default=None, help="Weight precisions to compare, e.g. bf16,fp8 (default bf16).")
+@click.option("--gpu-hour-price", type=float, help="Price per GPU-hour: cost per million output tokens.")
+@click.option("--top", type=int, default=10, show_default=True, help="Rows shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve-plan).")
+def serve_plan(model, as_json, **kw):
+    """Search engines, precisions and TP x PP layouts of MODEL for the deployment that meets the targets.
+
+    \b
+    Examples:
+      llmpar serve-plan llama-3-70b --gpus 8 --ttft 500ms --tpot 30ms
+      llmpar serve-plan llama-3-8b --rate 20 --isl 2048 --osl 256 --tpot 20ms --gpu-hour-price 2.5
+    """
+    from llmpar.errors import UserError
+    from llmpar.serving.plan import serve_plan_api
+
+    if model is None and kw.get("hf") is None:
+        raise UserError("give a MODEL (e.g. llama-3-70b) or --hf config.json")
+    r = serve_plan_api(model, **kw)
+    if as_json:
+        echo_json({k: ([c.as_dict() for c in v] if k in ("candidates", "missed") else v) for k, v in r.items()})
+    else:
+        _render(r)
+    if not r["candidates"]:
+        m = r["missed"][0] if r["missed"] else None
+        why = (f"; closest: {m.engine} {m.weights} tp {m.tp} pp {m.pp} at one request has {m.binding} "
+               f"{(m.ttft_s if m.binding == 'TTFT' else m.tpot_s) * 1e3:.1f} ms") if m else ""
+        raise CheckFailed(f"no deployment meets the targets{why}")
+
+
+def _render(r) -> None:
+    from llmpar.cli.render import console, header, simple_table
+    from llmpar.units import fmt_seconds
+
+    con = console()
+    goal = f"{r['gpus']} GPUs" if r["gpus"] else f"{r['rate']:g} requests/s"
+    slo = ", ".join(x for x in ((f"TTFT <= {fmt_seconds(r['ttft_s'])}" if r["ttft_s"] else ""),
+                               (f"TPOT <= {fmt_seconds(r['tpot_s'])}" if r["tpot_s"] else "")) if x) or "no targets"
+    con.print(header(f"serve-plan {r['model']} on {r['hardware']}",
+                     [("goal", goal), ("requests", f"{r['isl']:,} in / {r['osl']:,} out"), ("targets", slo),
+                      ("searched", f"{r['evaluated']} deployments of {', '.join(r['engines'])}")]))
+    rows = []
+    for i, c in enumerate(r["candidates"], 1):
+        d = c.as_dict()
+        rows.append((i, c.engine, c.weights, f"tp{c.tp} pp{c.pp} x{c.replicas}", c.gpus, c.concurrency,
+                     fmt_seconds(c.ttft_s), fmt_seconds(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
+                     f"{d['output_tokens_per_s_per_gpu']:,.0f}",
+                     f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))
+    if rows:
+        con.print(simple_table(("#", "engine", "weights", "layout", "GPUs", "C/replica", "TTFT", "TPOT", "tok/s",
+                                "tok/s/GPU", "$/M tok"), rows))
+        con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
+                  "(docs/serving.md)", highlight=False)
+        unfitted = [n for n, ev in r["engine_evidence"].items() if ev == "prior only"]
+        if unfitted:
+            con.print(f"  [bold]{', '.join(unfitted)}: prior values only, fitted on no published run[/] - a rank "
+                      "that rests on them is a guess (docs/serving.md, Engines)", highlight=False)
+    else:
+        con.print("[bold red]no deployment meets the targets[/]")

@@ -1,0 +1,139 @@
+"""`llmpar calibrate serve`: fit an engine profile to your own serving benchmark outputs.
+
+docs/serving.md, "calibrate serve". The runs come from :mod:`llmpar.calibrate.serve_logs`; the
+deployment (model, hardware, TP/PP, precisions) from the options, checked against what a file
+states. Measurements are checked against physics before a fit sees them: a TPOT below the
+weight-read bound at the datasheet bandwidth, or output tokens/s above the compute roofline, is
+refused with file:line (the model, TP degree or precision given is not what ran). The fit is
+:func:`llmpar.serving.fit.fit` — the one fitter, as for the shipped engines — and its honest error
+is leave-one-file-out (two files or more) or leave-one-run-out (one file of three runs or more).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmpar.calibrate.serve_logs import read
+from llmpar.errors import UserError
+from llmpar.serving import fit as F
+from llmpar.serving.published import ServingRow
+
+MIN_RUNS = 2
+MAX_FIT_RMS = 1.0   # log units: a fit this far off is a wrong deployment, not a profile
+
+
+def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl) -> list[ServingRow]:
+    rows = []
+    for f in files:
+        path = Path(f)
+        for run in read(path, isl, osl):
+            st = run.get("stated", {})
+            if "tp" in st and int(st["tp"]) != tp:
+                raise UserError(f"{run['where']}: the run states TP Size {int(st['tp'])}; --tp {tp} was given")
+            kv = str(st.get("kv_dtype", "")).lower()
+            if kv in ("fp8", "bf16", "fp16") and kv != kv_dtype:
+                raise UserError(f"{run['where']}: the run states KV Cache Dtype {st['kv_dtype']}; --kv-dtype {kv_dtype} "
+                                "was given")
+            I, O = int(round(run["isl"])), max(1, int(round(run["osl"])))
+            if I + O > model.max_seq:
+                raise UserError(f"{run['where']}: {I:,} + {O:,} tokens exceed {model.name}'s context of {model.max_seq:,}")
+            from llmpar.serving.published import _measured
+
+            row = ServingRow(source=path.name, row=run["where"], engine=engine.name, model=model.name,
+                             hardware=hw.name, gpus=gpus, tp=tp, pp=pp, ep=1, isl=I, osl=O, load=run["load"],
+                             weights=weights, kv_dtype=kv_dtype, measured=_measured(run["measured"]))
+            if row.measured:
+                rows.append(row)
+    return rows
+
+
+def check_physics(rows, model, hw) -> None:
+    """Refuse a measurement no deployment of this model could produce (module docstring)."""
+    from llmpar.cost.serving import linear_flops_per_token, weight_bytes_per_gpu
+
+    for r in rows:
+        bound = weight_bytes_per_gpu(model, r.tp, 1, r.weights, tokens=1) / hw.gpu.memory_bandwidth
+        tpot = r.measured.get("tpot_s")
+        if tpot is not None and tpot < bound:
+            raise UserError(f"{r.row}: TPOT {tpot * 1e3:.3g} ms is below the {bound * 1e3:.3g} ms it takes to read "
+                            f"{model.name}'s {r.weights} weights per GPU at tp {r.tp} once at {hw.name}'s datasheet "
+                            "bandwidth: check --model, --tp and --weights")
+        out = r.measured.get("output_tokens_per_s")
+        if out is not None:
+            peak = hw.gpu.peak("fp8" if r.weights == "fp8" and "fp8" in hw.gpu.peak_flops else "bf16") * r.gpus
+            if out * (1 + r.isl / r.osl) * linear_flops_per_token(model) > peak:
+                raise UserError(f"{r.row}: {out:,.0f} output tokens/s of {r.isl:,}/{r.osl:,}-token requests need more "
+                                f"FLOP/s than {r.gpus} x {hw.name} peak: check --model and --gpus")
+
+
+def _errors(rows, engine) -> list[dict[str, float]]:
+    return F.row_residuals(rows, engine)
+
+
+def _median_abs(res: list[dict[str, float]]) -> dict[str, float]:
+    out = {}
+    for k in ("throughput", "tpot", "ttft"):
+        v = [abs(x[k]) for x in res if k in x]
+        if v:
+            out[k] = float(math.exp(np.median(v)) - 1.0)
+    return out
+
+
+def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=None, osl=None) -> dict[str, Any]:
+    rows = _rows(files, model, hw, engine, gpus=gpus, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype, isl=isl,
+                 osl=osl)
+    if len(rows) < MIN_RUNS:
+        raise UserError(f"{len(rows)} run(s) with a measurement in {', '.join(map(str, files))}: a fit of "
+                        f"{len(F.PARAMS)} parameters needs {MIN_RUNS} or more (runs at several loads)")
+    check_physics(rows, model, hw)
+    before = _errors(rows, engine)
+    fitted = F.fit(rows, engine)
+    after_engine = F.with_params(engine, fitted)
+    after = _errors(rows, after_engine)
+    flat = [v for x in after for v in x.values()]
+    rms = math.sqrt(sum(v * v for v in flat) / max(len(flat), 1))
+    if rms > MAX_FIT_RMS:
+        raise UserError(f"the fitted profile still misses the runs by {math.exp(rms) - 1:.0%} (rms): not an engine's "
+                        "constants but a different deployment; check --model, --hardware, --tp and --weights")
+    files_ = sorted({r.source for r in rows})
+    if len(files_) >= 2:
+        scheme, folds = "leave-one-file-out", [[r for r in rows if r.source == f] for f in files_]
+    elif len(rows) >= 3:
+        scheme, folds = "leave-one-run-out", [[r] for r in rows]
+    else:
+        scheme, folds = None, []
+    cv: list[dict[str, float]] = []
+    for held in folds:
+        rest = [r for r in rows if r not in held]
+        cv.extend(_errors(held, F.with_params(engine, F.fit(rest, engine))))
+    return {"rows": rows, "fitted": fitted, "engine": after_engine, "before": _median_abs(before),
+            "after": _median_abs(after), "cv_scheme": scheme, "cv": _median_abs(cv) if cv else None,
+            "per_row": [{"where": r.row, "isl": r.isl, "osl": r.osl, "load": r.load, "measured": r.measured,
+                         "error_before": b, "error_after": a} for r, b, a in zip(rows, before, after)]}
+
+
+def engine_yaml(base_name: str, result: dict[str, Any], files) -> str:
+    """The fitted profile: ``extends:`` the base engine, the fitted values, the calibration record."""
+    vals, by_gen = F._unpack(result["fitted"])
+    lines = [f"# written by llmpar calibrate serve on {date.today().isoformat()} from {', '.join(map(str, files))}",
+             f"name: {result['engine'].name}-calibrated", f"extends: {base_name}", "kernels:"]
+    sections: dict[str, list[str]] = {"kernels": [], "overhead": []}
+    for (section, name, *_), v in zip(F.PARAMS, vals):
+        if name == "decode_bandwidth" and by_gen:
+            inner = ", ".join([f"default: {v:.4f}"] + [f"{g}: {x:.4f}" for g, x in by_gen.items()])
+            sections[section].append(f"  {name}: {{{inner}}}")
+        else:
+            sections[section].append(f"  {name}: {v:.6g}")
+    lines += sections["kernels"] + ["overhead:"] + sections["overhead"]
+    lines += ["calibration:", f"  date: '{date.today().isoformat()}'", "  method: llmpar calibrate serve (serving/fit.py)",
+              f"  runs: {len(result['rows'])}",
+              "  in_sample_median_abs_error: {" + ", ".join(f"{k}: {v:.4f}" for k, v in result["after"].items()) + "}"]
+    if result["cv"]:
+        lines.append(f"  {result['cv_scheme'].replace('-', '_')}_median_abs_error: {{"
+                     + ", ".join(f"{k}: {v:.4f}" for k, v in result["cv"].items()) + "}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,233 @@
+"""`llmpar serve-plan`: the deployment that serves a load within latency targets at least cost.
+
+docs/serving.md, "serve-plan". Every candidate is evaluated with the same functions as
+`llmpar serve` (:mod:`llmpar.cost.serving_load`), on arrays of concurrencies at once:
+
+* candidates: engine x weight precision x (tp, pp) with tp a power of two dividing the heads,
+  at most the scale-up domain, and tp·pp replicas that fit the model and hold a KV pool;
+* operating point of one replica: the closed loop at C = 1, 2, 4, ... up to its max concurrency
+  (and the max itself); the steady state of a closed loop at C is that of an open loop at its
+  throughput X(C), so the largest X(C) whose TTFT and TPOT meet the targets is the replica's rate
+  under the SLO (the "goodput" of Zhong et al. 2024, DistServe, arXiv:2401.09670, §2.2);
+* ``--gpus N``: replicas = N / (tp·pp), ranked by output tokens/s within the SLO;
+  ``--rate R``: replicas = ceil(R / rate under SLO), ranked by GPUs (then tokens/s per GPU);
+* cost per million output tokens = GPUs x price per GPU-hour / (output tokens/s x 3600) x 1e6;
+* the frontier: for each candidate's points, output tokens/s per GPU against per-user tokens/s
+  (1/TPOT), the non-dominated ones (the plot serving engineers read).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmpar.cost import serving_load as load
+from llmpar.cost.serving import WEIGHT_DTYPES
+from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.errors import CheckFailed, UserError
+
+MAX_TP = 64
+
+
+@dataclass
+class Candidate:
+    engine: str
+    weights: str
+    tp: int
+    pp: int
+    replicas: int
+    gpus: int
+    max_concurrency: int
+    concurrency: int | None = None    # per replica, at the chosen operating point
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    output_tokens_per_s: float | None = None   # the deployment
+    requests_per_s: float | None = None
+    cost_per_million_tokens: float | None = None
+    meets: bool = False
+    binding: str = ""
+    miss_ratio: float = 0.0           # the binding target's value at C = 1 over the target (> 1: missed)
+    points: list[dict[str, float]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("engine", "weights", "tp", "pp", "replicas", "gpus", "max_concurrency",
+                                           "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
+                                           "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
+        d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
+        return d
+
+
+def _tps(model, hw) -> list[int]:
+    out, t = [], 1
+    while t <= min(MAX_TP, hw.nvlink_domain):
+        if model.heads % t == 0:
+            out.append(t)
+        t *= 2
+    return out
+
+
+def _grid(limit: int) -> np.ndarray:
+    """Concurrencies 1 .. limit in steps of 2^(1/4) (about 19 %), whole numbers, and the limit."""
+    k = np.arange(0, math.floor(4 * math.log2(max(limit, 1))) + 1)
+    return np.unique(np.append(np.round(2.0 ** (k / 4.0)), float(limit)))
+
+
+def _points(model, hw, engine, weights, tp, pp, isl, osl):
+    """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit."""
+    cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights)
+    if not cap["fits"]:
+        return None
+    limit = int(max_concurrency(cap, isl + osl))
+    if limit < 1:
+        return None
+    C = _grid(limit)
+    dep = {"tp": tp, "pp": pp, "ep": 1, "weights": weights, "kv_dtype": "bf16"}
+    f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
+    return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}
+
+
+def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
+         gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
+         price: float | None = None, max_pp: int = 8) -> dict[str, Any]:
+    """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
+    if (gpus is None) == (rate is None):
+        raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
+    if isl + osl > model.max_seq:
+        raise UserError(f"--isl {isl:,} + --osl {osl:,} exceeds {model.name}'s context of {model.max_seq:,}")
+    weights = weights or ["bf16"]
+    for w in weights:
+        if w not in WEIGHT_DTYPES:
+            raise UserError(f"unknown --weights {w!r}; choose from {', '.join(WEIGHT_DTYPES)}")
+    cands: list[Candidate] = []
+    for eng in engines:
+        for w in weights:
+            for tp in _tps(model, hw):
+                for pp in (p for p in (1, 2, 4, 8) if p <= max_pp and p <= model.layers):
+                    size = tp * pp
+                    if gpus is not None and (gpus % size):
+                        continue
+                    got = _points(model, hw, eng, w, tp, pp, isl, osl)
+                    if got is None:
+                        continue
+                    limit, C, f = got
+                    cands.append(_choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price))
+    if not cands:
+        raise_nothing_fits(model, hw, gpus)
+    key = ((lambda c: (-c.output_tokens_per_s,)) if gpus is not None
+           else (lambda c: (c.gpus, -(c.output_tokens_per_s / c.gpus))))
+    ok = sorted((c for c in cands if c.meets), key=key)
+    miss = sorted((c for c in cands if not c.meets), key=lambda c: c.miss_ratio)
+    return {"candidates": ok, "missed": miss, "frontier": _frontier(cands), "evaluated": len(cands)}
+
+
+def raise_nothing_fits(model, hw, gpus):
+    raise CheckFailed(f"no deployment of {model.name} fits on {hw.name}" + (f" within {gpus} GPUs" if gpus else "")
+                      + ": the weights leave no KV pool at any tp x pp")
+
+
+def _choose(engine, weights, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price) -> Candidate:
+    ok = np.ones(C.shape, dtype=bool)
+    if ttft is not None:
+        ok &= f["ttft_s"] <= ttft
+    if tpot is not None and osl > 1:
+        ok &= f["tpot_s"] <= tpot
+    size = tp * pp
+    points = [{"concurrency": float(c), "ttft_s": float(a), "tpot_s": float(b), "requests_per_s": float(x),
+               "output_tokens_per_s_per_gpu": float(x * osl / size)}
+              for c, a, b, x in zip(C, f["ttft_s"], f["tpot_s"], f["requests_per_s"])]
+    cand = Candidate(engine, weights, tp, pp, 0, 0, limit, points=points)
+    if not ok.any():
+        # the loosest point (C = 1) still misses: say which target binds there
+        cand.binding = ("TTFT" if ttft is not None and f["ttft_s"][0] > ttft else "TPOT")
+        cand.ttft_s, cand.tpot_s = float(f["ttft_s"][0]), float(f["tpot_s"][0])
+        cand.miss_ratio = (cand.ttft_s / ttft if cand.binding == "TTFT" else cand.tpot_s / tpot)
+        cand.replicas = (gpus // size) if gpus else 0
+        cand.gpus = cand.replicas * size
+        return cand
+    i = int(np.flatnonzero(ok)[np.argmax(f["requests_per_s"][ok])])
+    X = float(f["requests_per_s"][i])
+    replicas = gpus // size if gpus is not None else max(1, math.ceil(rate / X))
+    cand.replicas, cand.gpus = replicas, replicas * size
+    cand.concurrency = int(C[i])
+    cand.ttft_s, cand.tpot_s = float(f["ttft_s"][i]), float(f["tpot_s"][i])
+    served = X * replicas if gpus is not None else rate
+    cand.requests_per_s = served
+    cand.output_tokens_per_s = served * osl
+    cand.meets = True
+    if price is not None:
+        cand.cost_per_million_tokens = cand.gpus * price / (cand.output_tokens_per_s * 3600.0) * 1e6
+    return cand
+
+
+def _frontier(cands: list[Candidate]) -> list[dict[str, Any]]:
+    """Non-dominated (output tokens/s per GPU, tokens/s per user) points over every candidate."""
+    pts = []
+    for c in cands:
+        for p in c.points:
+            if p["tpot_s"] and math.isfinite(p["tpot_s"]):
+                pts.append({"engine": c.engine, "weights": c.weights, "tp": c.tp, "pp": c.pp,
+                            "concurrency": p["concurrency"], "tokens_per_s_per_gpu": p["output_tokens_per_s_per_gpu"],
+                            "tokens_per_s_per_user": 1.0 / p["tpot_s"], "ttft_s": p["ttft_s"]})
+    pts.sort(key=lambda p: (-p["tokens_per_s_per_user"], -p["tokens_per_s_per_gpu"]))
+    out, best = [], -1.0
+    for p in pts:
+        if p["tokens_per_s_per_gpu"] > best:
+            out.append(p)
+            best = p["tokens_per_s_per_gpu"]
+    return out
+
+
+def _slo(text, name: str) -> float | None:
+    """A latency target with its unit ('500ms', '0.5 s'); a bare number is refused (500 what?)."""
+    if text is None:
+        return None
+    from llmpar.units import parse_seconds
+
+    t = str(text).strip()
+    if t.replace(".", "", 1).isdigit():
+        raise UserError(f"--{name} {t}: give a unit, e.g. {t}ms or {t}s")
+    v = parse_seconds(t, f"--{name}")
+    if not (v > 0 and math.isfinite(v)):
+        raise UserError(f"--{name} must be a positive time, got {text!r}")
+    return v
+
+
+def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
+                   ttft=None, tpot=None, weights=None, gpu_hour_price=None, top=10):
+    """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
+    ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
+    from llmpar.inputs import load_hardware_spec, load_model_spec
+    from llmpar.serving.run import _int
+    from llmpar.specs.registry import load_engine, shipped_names
+
+    spec = load_model_spec(model, hf)[0]
+    hw = load_hardware_spec(hardware)
+    names = (["vllm"] if engine is None else shipped_names("engines") if engine == "all" else
+             [e.strip() for e in engine.split(",")] if isinstance(engine, str) else list(engine))
+    engines = [load_engine(n) for n in names]
+    isl = _int(isl, "isl", 1, spec.max_seq)
+    osl = _int(osl, "osl", 1, spec.max_seq)
+    gpus = _int(gpus, "gpus", 1, 1_048_576)
+    top = _int(top, "top", 1, 1000)
+    if rate is not None:
+        rate = float(rate)
+        if not (math.isfinite(rate) and rate > 0):
+            raise UserError(f"--rate must be a positive number of requests/s, got {rate!r}")
+    ws = [w.strip() for w in weights.split(",")] if isinstance(weights, str) else weights
+    price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price
+    if price is not None and not (isinstance(price, (int, float)) and math.isfinite(price) and price > 0):
+        raise UserError(f"--gpu-hour-price must be a positive number, got {price!r}")
+    t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
+    out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
+               price=price)
+    out["candidates"] = out["candidates"][:top]
+    # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
+    evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
+                         sum(1 for x in e.fitted_on if x.startswith("FITTED")) and "fitted" or "prior only")
+                for e in engines}
+    out.update(model=spec.name, hardware=hw.name, engines=names, isl=isl, osl=osl, ttft_s=t_ttft, tpot_s=t_tpot,
+               gpus=gpus, rate=rate, gpu_hour_price=price, engine_evidence=evidence)
+    return out

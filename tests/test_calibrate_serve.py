@@ -1,0 +1,109 @@
+"""`llmpar calibrate serve`: the readers on real benchmark outputs (tests/data/serving/, sources in
+its SOURCES.md), the physics checks, the fit and the profile it writes (docs/serving.md)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import REPO, assert_one_line_error
+
+from llmpar.calibrate.serve_logs import read
+
+DATA = REPO / "tests" / "data" / "serving"
+
+
+def test_vllm_json_and_its_text_summary_read_the_same_run():
+    """vllm bench serve (v0.15 keys), Llama 3.1 70B on 8 x H100: 1,000 prompts, 1,023,000 input and
+    128,000 output tokens -> 1,023 / 128 per request; max concurrency 100; 2,040.01 output tok/s."""
+    (j,) = read(DATA / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.json")
+    (t,) = read(DATA / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.txt")
+    for r in (j, t):
+        assert (r["isl"], r["osl"], r["load"]) == (1023, 128, {"concurrency": 100})
+        assert r["measured"]["output_tokens_per_s"] == pytest.approx(2040.01, abs=0.01)
+        assert r["measured"]["ttft_ms"]["median"] == pytest.approx(1680.33, abs=0.01)
+        assert r["measured"]["tpot_ms"]["median"] == pytest.approx(35.93, abs=0.01)
+
+
+def test_sglang_lines_with_infinity_and_variable_lengths():
+    """SGLang 0.4 compact lines: an unlimited rate is the bare Infinity; lengths are the means
+    (152,612 input tokens / 300 requests = 508.71)."""
+    runs = read(DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl")
+    assert runs[0]["isl"] == pytest.approx(152612 / 300)
+    assert runs[0]["load"] == {"rate": 1.0}
+    off = read(DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl")
+    assert all("offline" in r["load"] for r in off)
+
+
+def test_trtllm_reports_old_and_new():
+    """0.17 prints the lengths and 'Token Throughput'; the DeepSeek-R1 report prints neither
+    lengths: it needs --isl/--osl."""
+    (old,) = read(DATA / "trtllm-bench-llama3.1-8b-fp8-v0.17-tp1-isl128-osl128.txt")
+    assert (old["isl"], old["osl"], old["load"]) == (128, 128, {"offline": 3000})
+    assert old["measured"]["output_tokens_per_s"] == pytest.approx(28390.4265)
+    assert old["stated"] == {"tp": 1, "pp": 1, "kv_dtype": "FP8"}
+    with pytest.raises(Exception, match="--isl and --osl"):
+        read(DATA / "trtllm-bench-deepseek-r1-fp8-8xH200-tp8-ep8-isl1k-osl2k-c1024.txt")
+
+
+def test_rate_and_concurrency_above_the_block_in_old_logs():
+    runs = read(DATA / "vllm-benchmark-serving-llama3.2-3b-4xL40S-llmd-log.txt")
+    assert [r["load"] for r in runs] == [{"rate": 10.0}, {"rate": 30.0}, {"offline": 900}]
+
+
+def test_fit_writes_a_profile_that_loads_and_cross_validates(cli, tmp_path):
+    out = tmp_path / "sg.yaml"
+    r = cli("calibrate", "serve", DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl",
+            DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl", "--model", "llama-3.3-70b",
+            "--hardware", "h200", "--tp", "4", "--engine", "sglang", "--out", out, "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["cv_scheme"] == "leave-one-file-out"
+    assert all(math.isfinite(v) for v in d["cv"].values())
+    from llmpar.specs.registry import load_engine
+
+    e = load_engine(str(out))
+    assert e.extends == "sglang" and e.calibration["runs"] == 14
+    # the written profile serves: its figures differ from the base's
+    s = cli("serve", "llama-3.3-70b", "--hardware", "h200", "--tp", "4", "--rate", "2", "--isl", "512", "--osl", "512",
+            "--engine", out, "--json")
+    assert s.code == 0, s.err
+
+
+def test_a_run_of_another_model_is_refused_not_fitted(cli):
+    """Llama 3.2 3B runs (4 x L40S) read as Llama 3 8B on one H100: no set of engine constants
+    reaches them; the fit says so instead of writing a profile."""
+    assert_one_line_error(cli("calibrate", "serve", DATA / "vllm-benchmark-serving-llama3.2-3b-4xL40S-llmd-results.jsonl",
+                              "--model", "llama-3-8b"), "--model")
+
+
+def test_physics_refuses_an_impossible_tpot(cli, tmp_path):
+    """A TPOT of 1 ms for Llama 3 70B on one H100 in bf16: reading its 141 GB of weights once takes
+    141e9 / 3.35e12 = 42 ms at the datasheet bandwidth."""
+    f = tmp_path / "fast.json"
+    f.write_text('{"completed": 10, "total_input_tokens": 1000, "total_output_tokens": 1000, "request_rate": "inf", '
+                 '"max_concurrency": 1, "output_throughput": 900.0, "median_tpot_ms": 1.0, "median_ttft_ms": 20.0}')
+    g = tmp_path / "fast2.json"
+    g.write_text(f.read_text())
+    assert_one_line_error(cli("calibrate", "serve", f, g, "--model", "llama-3-70b", "--hardware", "h200"),
+                          "below the", "weight")
+
+
+def test_stated_tp_must_match(cli):
+    assert_one_line_error(cli("calibrate", "serve", DATA / "trtllm-bench-llama3.1-8b-fp8-v0.17-tp1-isl128-osl128.txt",
+                              "--model", "llama-3.1-8b", "--tp", "2", "--kv-dtype", "fp8", "--weights", "fp8"),
+                          "TP Size 1")
+
+
+def test_one_run_is_too_few_and_out_never_overwrites_an_input(cli, tmp_path):
+    one = DATA / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.json"
+    assert_one_line_error(cli("calibrate", "serve", one, "--model", "llama-3.1-70b", "--tp", "8"), "needs 2")
+    assert_one_line_error(cli("calibrate", "serve", one, "--model", "llama-3.1-70b", "--tp", "8", "--out", one),
+                          "one of the files")
+
+
+def test_not_a_benchmark_file(cli, tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("hello\n")
+    assert_one_line_error(cli("calibrate", "serve", f, "--model", "llama-3-8b"), "no serving benchmark result")
+    assert_one_line_error(cli("calibrate", "serve", tmp_path / "missing.json", "--model", "llama-3-8b"), "not found")

@@ -1,0 +1,73 @@
+"""`llmpar serve-plan` / ``llmpar.serve_plan``: the search uses serve's functions, meets the targets
+it reports, and says which target binds when nothing does (docs/serving.md, serve-plan)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import assert_one_line_error
+
+import llmpar
+from llmpar.serving.plan import _grid
+
+
+def test_every_reported_deployment_meets_the_targets_and_matches_serve():
+    r = llmpar.serve_plan("llama-3-70b", gpus=8, ttft="500ms", tpot="30ms")
+    assert r["candidates"]
+    for c in r["candidates"]:
+        assert c.ttft_s <= 0.5 and c.tpot_s <= 0.030 and c.gpus == 8
+        # the same figures `serve` gives for that deployment at that concurrency
+        s = llmpar.serve("llama-3-70b", gpus=c.gpus, tp=c.tp, pp=c.pp, concurrency=c.concurrency * c.replicas,
+                         engine=c.engine, weights=c.weights)
+        assert s.tpot_s == pytest.approx(c.tpot_s, rel=1e-9)
+        assert s.output_tokens_per_s == pytest.approx(c.output_tokens_per_s, rel=1e-9)
+    ranked = [c.output_tokens_per_s for c in r["candidates"]]
+    assert ranked == sorted(ranked, reverse=True)
+
+
+def test_rate_goal_picks_the_fewest_gpus_and_prices_them():
+    """20 requests/s: replicas = ceil(20 / the replica's rate within the target); cost per million
+    output tokens = GPUs x $2.5 / (20 x 256 tokens/s x 3600) x 1e6."""
+    r = llmpar.serve_plan("llama-3-8b", rate=20, isl=2048, osl=256, tpot="20ms", gpu_hour_price=2.5)
+    best = r["candidates"][0]
+    assert best.gpus == min(c.gpus for c in r["candidates"])
+    assert best.output_tokens_per_s == pytest.approx(20 * 256)
+    assert best.cost_per_million_tokens == pytest.approx(best.gpus * 2.5 / (20 * 256 * 3600) * 1e6)
+
+
+def test_frontier_is_non_dominated():
+    f = llmpar.serve_plan("llama-3-8b", gpus=1)["frontier"]
+    for a in f:
+        assert not any(b["tokens_per_s_per_user"] > a["tokens_per_s_per_user"]
+                       and b["tokens_per_s_per_gpu"] > a["tokens_per_s_per_gpu"] for b in f)
+
+
+def test_grid_steps_of_a_quarter_octave():
+    # 2^(k/4) rounded: 1, 1, 1, 2, 2, 2, 3, 3, 4, 5, 6, 7, 8 ... then the limit
+    assert list(_grid(10)) == [1, 2, 3, 4, 5, 6, 7, 8, 10]
+
+
+def test_unreachable_target_exits_1_naming_the_binding_target(cli):
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--tpot", "5ms"),
+                          "no deployment meets the targets", "TPOT", code=1)
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (("llama-3-8b", "--gpus", "8", "--tpot", "30"), "give a unit"),
+    (("llama-3-8b", "--tpot", "30ms"), "--gpus N"),
+    (("llama-3-8b", "--gpus", "8", "--rate", "3"), "--gpus N"),
+    (("llama-3-8b", "--rate", "-1"), "--rate"),
+    (("llama-3-8b", "--gpus", "1", "--weights", "int3"), "int3"),
+    (("llama-3-8b", "--gpus", "1", "--engine", "tgi"), "unknown engine"),
+])
+def test_bad_input(cli, args, culprit):
+    assert_one_line_error(cli("serve-plan", *args), culprit)
+
+
+def test_json_is_finite(cli):
+    r = cli("serve-plan", "llama-3-8b", "--gpus", "2", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    for c in d["candidates"]:
+        assert all(math.isfinite(v) for v in (c["ttft_s"], c["tpot_s"], c["output_tokens_per_s"]))
