@@ -33,6 +33,17 @@ _spec.loader.exec_module(rd)
 
 CASES = [(page, i, cmd) for page in rd.pages() for i, cmd in enumerate(rd.extract(page))]
 FIX = "run `python scripts/render_docs.py` to rewrite the page's outputs"
+# the pages whose commands take longest run from their own test files (tests/test_docs_*.py), so
+# pytest-xdist (--dist loadfile) can put them on different workers (docs/testing.md, Time budget)
+SHARDS = {"docs/planner.md": "planner", "docs/serving.md": "serving"}
+
+
+def shard_of(page: Path) -> str:
+    return SHARDS.get(page.relative_to(REPO).as_posix(), "")
+
+
+def cases(shard: str = ""):
+    return [(p, i) for p, i, _ in CASES if shard_of(p) == shard], [c.where for p, _, c in CASES if shard_of(p) == shard]
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,10 +51,12 @@ def _page_results(page: Path):
     return rd.run_page(page)
 
 
-@pytest.mark.parametrize(
-    "page,index", [(p, i) for p, i, _ in CASES], ids=[c.where for _, _, c in CASES]
-)
+@pytest.mark.parametrize("page,index", cases()[0], ids=cases()[1])
 def test_page_command(page, index):
+    check_page_command(page, index)
+
+
+def check_page_command(page, index):
     cmd, ran = _page_results(page)[index]
     if cmd.skip:
         pytest.skip(f"not run: {cmd.skip}")
@@ -104,7 +117,7 @@ def test_skips_are_few_and_said():
     assert len(skipped) <= 15, [c.where for c in skipped]
 
 
-def test_validation_page_is_generated():
+def check_validation_page_is_generated():
     """docs/validation.md is `llmpar validate --markdown`, not written by hand (about 3 s)."""
     fresh = rd.generate("docs/validation.md")
     assert fresh.code == 0

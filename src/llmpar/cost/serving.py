@@ -194,16 +194,20 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
 
     act = N * model.hidden * 2.0
     n_dense, n_moe = _layer_counts(model)
-    ar = collective_time(hw, "all_reduce", np.maximum(act, 1.0), np.maximum(t, 1))
-    ar = np.where((t > 1) & (N > 0), ar, 0.0)
+
+    def comm(collective, size, group, on):
+        # a degree of 1 everywhere costs nothing: skip the collective model (most of serve's time)
+        if not np.any(on):
+            return np.zeros(np.broadcast(size, group).shape) if np.ndim(size) or np.ndim(group) else 0.0
+        return np.where(on, collective_time(hw, collective, np.maximum(size, 1.0), np.maximum(group, 2)), 0.0)
+
+    ar = comm("all_reduce", act, t, (t > 1) & (N > 0))
     moe_k = model.moe.top_k if model.moe is not None else 0
-    a2a = collective_time(hw, "all_to_all", np.maximum(act * moe_k, 1.0), np.maximum(e, 1))
-    a2a = np.where((e > 1) & (N > 0), a2a, 0.0)
+    a2a = comm("all_to_all", act * moe_k, e, (e > 1) & (N > 0) & (n_moe > 0))
     tp_s = ar * (2 * L - np.where(e > 1, n_moe, 0))
     ep_s = 2.0 * n_moe * a2a
-    stage_act = act / t
-    hop = collective_time(hw, "send_recv", np.maximum(stage_act, 1.0), 2)
-    pp_s = np.where((p > 1) & (N > 0), (p - 1) * hop, 0.0)
+    hop = comm("send_recv", act / t, 2.0 + 0.0 * p, (p > 1) & (N > 0))
+    pp_s = (p - 1) * hop
 
     o = engine.overhead
     overhead_s = np.where(N > 0, per_gen(o.per_step_s, gen) + per_gen(o.per_seq_s, gen) * logits
