@@ -49,6 +49,11 @@ def test_api_matches_cli_and_replicas_scale_throughput():
     (("llama-3-8b", "--memory-fraction", "1.5"), "--memory-fraction"),
     (("llama-3-8b", "--batch", "100000"), "--batch"),
     (("llama-3-8b", "--engine", "nope"), "unknown engine"),
+    (("llama-3-8b", "--acceptance", "0.7"), "--spec-tokens"),
+    (("llama-3-8b", "--spec-tokens", "3"), "--acceptance"),
+    (("llama-3-8b", "--spec-tokens", "3", "--acceptance", "1.5"), "--acceptance"),
+    (("llama-3-8b", "--prefix-hit", "1"), "--prefix-hit"),
+    (("llama-3-8b", "--spec-tokens", "40", "--acceptance", "0.5"), "--spec-tokens"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, culprit):
     assert_one_line_error(cli("serve", *args), culprit)

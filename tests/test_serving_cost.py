@@ -181,3 +181,30 @@ def test_throughput_never_above_the_compute_roofline(C, isl, osl, engine):
     tokens_per_s = r["requests_per_s"] * (isl + osl - 1)   # the last output token needs no forward
     assert tokens_per_s * linear_flops_per_token(L8) <= H100.gpu.peak("bf16")
     assert math.isfinite(r["ttft_s"]) and r["ttft_s"] > 0
+
+
+def test_speculative_decoding_tokens_per_step_and_tpot():
+    """Leviathan et al. 2023 eq. 1: k = 3 drafts accepted with a = 0.7 emit
+    E = (1 - 0.7^4) / (1 - 0.7) = 0.7599 / 0.3 = 2.5330 tokens per step; a = 1 emits k + 1.
+    With every iteration at T = 10 ms plus the draft's 3 x 10 ms / 32 layers = 0.9375 ms, the mixed
+    state's TPOT is 10.9375 ms / 2.5330 = 4.3180 ms."""
+    assert load.accepted_per_step({"spec_tokens": 3, "acceptance": 0.7}) == pytest.approx(2.5330, abs=1e-4)
+    assert load.accepted_per_step({"spec_tokens": 3, "acceptance": 1.0}) == 4
+    assert load.accepted_per_step({}) == 1
+    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
+    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
+        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
+    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "spec_tokens": 3, "acceptance": 0.7}
+    r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
+    assert r["tpot_s"] == pytest.approx(0.0109375 / 2.5330, rel=1e-3)
+
+
+def test_prefix_cache_prefills_only_the_miss():
+    """A hit share of 0.75 on 1,024-token prompts computes 256 tokens, attending after the 768
+    cached ones: the prefill's linear FLOPs are a quarter of a full prompt's."""
+    assert load._prompt({"prefix_hit": 0.75}, 1024) == (256, 768)
+    e = load_engine("vllm")
+    full = iteration_terms(L8, H100, e, tp=1, prefill=1024)
+    miss = iteration_terms(L8, H100, e, tp=1, prefill=256, prefill_context=768)
+    head = 2.0 * 4096 * 128256   # one sequence's logits, the same in both
+    assert (miss["linear_flops"] - head) == pytest.approx((full["linear_flops"] - head) / 4, rel=1e-12)

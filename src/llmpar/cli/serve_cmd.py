@@ -37,6 +37,9 @@ from llmpar.errors import CheckFailed
 @click.option("--max-num-batched-tokens", type=int, help="Tokens per iteration (default: the engine's).")
 @click.option("--memory-fraction", type=float, help="Share of GPU memory the engine takes (vLLM "
                                                     "--gpu-memory-utilization; default: the engine's).")
+@click.option("--spec-tokens", type=int, help="Speculative decoding: draft tokens per step (EAGLE/MTP; with --acceptance).")
+@click.option("--acceptance", type=float, help="Share of draft tokens the target accepts (0-1).")
+@click.option("--prefix-hit", type=float, help="Share of each prompt served from the prefix cache (0-1).")
 @click.option("--interval-level", default=None, help="Level of the error bands (default 80%).")
 @click.option("--explain", is_flag=True, help="Show the decode and prefill iteration term by term.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve).")

@@ -144,14 +144,17 @@ def linear_flops_per_token(model):
 
 
 def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dtype="bf16",
-                    decode=0, context=0, prefill=0, prefill_context=0, prefill_seqs=None, prefill_span=None):
+                    decode=0, context=0, prefill=0, prefill_context=0, prefill_seqs=None, prefill_span=None,
+                    decode_tokens=1):
     """Seconds of one iteration for one micro-batch through every layer of a replica, by term
     (module docstring): ``decode`` sequences at mean ``context`` cached tokens each, plus
     ``prefill`` prompt tokens attending to ``prefill_context`` earlier tokens on average (a chunk
     of P tokens after c0 cached ones: c0 + P/2 causal). ``prefill_span``: the tokens of one
     sequence in the chunk when it holds several prompts (each attends within its own: c0 + span/2;
     default P). ``prefill_seqs``: sequences whose prefill ends in the iteration (their first
-    token's logits; default: 1 if prefill > 0). Returns a dict
+    token's logits; default: 1 if prefill > 0). ``decode_tokens``: tokens each decoding sequence
+    feeds (k + 1 when it verifies k speculative tokens: each needs the weights' FLOPs, its logits
+    and the score FLOPs over the context; the KV cache is read once). Returns a dict
     of arrays/floats: linear_s, attention_s, tp_s, ep_s, overhead_s, pp_s, total_s, and the bytes
     and FLOPs behind them."""
     gen = hw.gpu.generation
@@ -159,9 +162,10 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     p = np.asarray(pp, dtype=float)
     e = np.asarray(ep, dtype=float)
     b = np.asarray(decode, dtype=float)
+    q = float(decode_tokens)
     P = np.asarray(prefill, dtype=float)
-    N = b + P
-    logits = b + (np.where(P > 0, 1.0, 0.0) if prefill_seqs is None else np.asarray(prefill_seqs, dtype=float))
+    N = b * q + P
+    logits = b * q + (np.where(P > 0, 1.0, 0.0) if prefill_seqs is None else np.asarray(prefill_seqs, dtype=float))
     bw = hw.gpu.memory_bandwidth * hw.gpu.memory_efficiency * per_gen(engine.kernels.decode_bandwidth, gen)
     k = engine.kernels
     # the shape side of the hardware GEMM curve (cost/compute.py gemm_efficiency: e_max·d/(d + d_half),
@@ -184,7 +188,7 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     ctx = effective_context(model, context)
     dq, dv = attention_dims(model, absorbed=True)
     kv_read = L * b * ctx * kv_tok
-    dec_flops = L * 2.0 * b * ctx * heads_t * (dq + dv)
+    dec_flops = L * 2.0 * b * q * ctx * heads_t * (dq + dv)
     pq, pv = attention_dims(model, absorbed=False)
     span = P if prefill_span is None else np.asarray(prefill_span, dtype=float)
     pctx = effective_context(model, np.asarray(prefill_context, dtype=float) + span / 2.0)

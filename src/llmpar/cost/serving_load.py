@@ -38,8 +38,12 @@ With n requests running and an iteration budget of B tokens (``max_num_batched_t
 * Offline (N requests at once, ``--rate inf``): the closed loop (waves) at C = N; duration N/X.
 * Static batch (B requests prefilled together, then decoded together; no new arrivals).
 
-The fluid model gives means (p50 of a fixed-length workload equals its mean up to the iteration
-phase); it does not model tails. Array-polymorphic in the load and the degrees.
+Speculative decoding (``dep["spec_tokens"]`` k, ``dep["acceptance"]`` a) turns the O − 1 decode
+iterations of a request into D = (O − 1)/E, E the expected tokens per step
+(:func:`accepted_per_step`); a prefix-cache hit share (``dep["prefix_hit"]``) prefills only
+I·(1 − h) tokens, attending to all I. The fluid model gives means (p50 of a fixed-length workload
+equals its mean up to the iteration phase); it does not model tails. Array-polymorphic in the
+load and the degrees.
 """
 
 from __future__ import annotations
@@ -51,50 +55,86 @@ from llmpar.cost.serving import iteration_terms
 from llmpar.specs.stack import per_gen
 
 
+def accepted_per_step(dep):
+    """Tokens a decode step emits: 1, or with speculative decoding of k draft tokens each accepted
+    with probability a, E = (1 − a^(k+1))/(1 − a) (Leviathan et al. 2023, arXiv:2211.17192, §3.1,
+    eq. 1; a = 1: k + 1)."""
+    k, a = dep.get("spec_tokens", 0), dep.get("acceptance", 0.0)
+    if not k:
+        return 1.0
+    return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def _steps(dep, O):
+    """Decode iterations a request of O output tokens takes: (O − 1)/E."""
+    return np.maximum(np.asarray(O, dtype=float) - 1.0, 0.0) / accepted_per_step(dep)
+
+
+def _prompt(dep, I):
+    """(prompt tokens computed, tokens before them): with a prefix-cache hit share h the first I·h
+    tokens' KV is reused, the other I·(1 − h) are computed and attend to all I."""
+    h = dep.get("prefix_hit", 0.0)
+    I = np.asarray(I, dtype=float)
+    return np.maximum(I * (1.0 - h), 1.0), I * h
+
+
 def _iter(model, hw, engine, dep, d, ctx, c, c0, seqs, span=None):
-    return iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
-                           kv_dtype=dep["kv_dtype"], decode=d, context=ctx, prefill=c, prefill_context=c0,
-                           prefill_seqs=seqs, prefill_span=span)
+    """One iteration; with speculative decoding each decoding sequence verifies k + 1 tokens in the
+    target and the draft proposes k (an EAGLE/MTP draft of one block: Li et al. 2024, EAGLE,
+    arXiv:2401.15077, §3; DeepSeek-V3 §2.2), costing k/L of the target's decode-only iteration."""
+    k = dep.get("spec_tokens", 0)
+    t = iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
+                        kv_dtype=dep["kv_dtype"], decode=d, context=ctx, prefill=c, prefill_context=c0,
+                        prefill_seqs=seqs, prefill_span=span, decode_tokens=1 + k)
+    if k:
+        draft = iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
+                                kv_dtype=dep["kv_dtype"], decode=d, context=ctx)["total_s"]
+        t = dict(t, total_s=t["total_s"] + np.where(np.asarray(d) > 0, k * draft / model.layers, 0.0))
+    return t
 
 
 def _state(model, hw, engine, dep, isl, osl, n, budget):
     """The steady iteration with n running (module docstring): a dict of t̄, t(d, c), k_p, r, d."""
-    I = np.asarray(isl, dtype=float)
+    I_full = np.asarray(isl, dtype=float)
+    I, cached = _prompt(dep, I_full)
     O = np.asarray(osl, dtype=float)
+    D = _steps(dep, O)
     n = np.asarray(n, dtype=float)
     chunked = engine.scheduler.chunked_prefill
-    d = n * (O - 1.0) / O
+    d = n * D / (D + 1.0)
     for _ in range(3):
         room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
         k1 = np.maximum(1.0, I / room)
-        r = np.minimum(n / (O - 1.0 + k1), room / I)
-        d = (O - 1.0) * r
+        r = np.minimum(n / (D + k1), room / I)
+        d = D * r
     room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
     p_bar = r * I
     c = np.minimum(np.maximum(I, p_bar), room)
     phi = np.minimum(1.0, p_bar / c)
     k_p = np.maximum(n - d, 0.0) / np.maximum(r, 1e-300)
-    c0 = np.where(I > c, (I - c) / 2.0, 0.0)
+    c0 = cached + np.where(I > c, (I - c) / 2.0, 0.0)
     mb = np.asarray(dep["pp"], dtype=float)
-    ctx = I + O / 2.0
+    ctx = I_full + O / 2.0
     t_dec = _iter(model, hw, engine, dep, d / mb, ctx, 0.0, 0.0, 0.0)["total_s"]
     t_pf = _iter(model, hw, engine, dep, d / mb, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
     t_bar = (1.0 - phi) * t_dec + phi * t_pf
     return {"t_bar": t_bar, "t_pf": t_pf, "k_p": k_p, "r": r, "d": d}
 
 
-def _metrics(engine, hw, isl, osl, n, st, users=None):
+def _metrics(engine, hw, isl, osl, n, st, users=None, dep=None):
     O = np.asarray(osl, dtype=float)
+    D = _steps(dep or {}, O)
     t_bar, t_pf, k_p = st["t_bar"], st["t_pf"], st["k_p"]
     req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
     ttft_run = t_bar / 2.0 + k_p * t_pf
-    e2e_run = ttft_run + (O - 1.0) * t_bar
+    e2e_run = ttft_run + D * t_bar
     X = np.minimum(n / e2e_run, st["r"] / t_bar)
     wait = 0.0
     if users is not None:   # closed loop: the queue is what C clients beyond n wait (Little's law)
         wait = np.maximum(users / X - e2e_run - req, 0.0)
     ttft = ttft_run + req + wait
-    return {"ttft_s": ttft, "tpot_s": np.where(O > 1, t_bar, np.nan), "e2e_s": ttft + (O - 1.0) * t_bar,
+    tpot = np.where(O > 1, D * t_bar / np.maximum(O - 1.0, 1.0), np.nan)
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + D * t_bar,
             "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
             "prefill_iterations": k_p, "iteration_s": t_bar, "prefill_iteration_s": t_pf}
 
@@ -102,8 +142,10 @@ def _metrics(engine, hw, isl, osl, n, st, users=None):
 def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
     """n requests of identical lengths that start together and stay together (module docstring,
     "Waves"): k prefill iterations of ≤ B tokens, then decode at batch n."""
-    I = np.asarray(isl, dtype=float)
+    I_full = np.asarray(isl, dtype=float)
+    I, cached = _prompt(dep, I_full)
     O = np.asarray(osl, dtype=float)
+    D = _steps(dep, O)
     n = np.asarray(n, dtype=float)
     mb = np.asarray(dep["pp"], dtype=float)
     k = np.maximum(1.0, np.ceil(n * I / budget))
@@ -112,15 +154,15 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
         k = np.maximum(1.0, np.ceil(n * I / np.maximum(budget - d_p, 1.0)))
     d_p = n * (k - 1.0) / (2.0 * k)
     c = n * I / k
-    t_p = _iter(model, hw, engine, dep, d_p / mb, I + 1.0, c / mb, 0.0, c / I / mb, np.minimum(c, I))["total_s"]
-    t_d = _iter(model, hw, engine, dep, n / mb, I + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
+    t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, cached, c / I / mb, np.minimum(c, I))["total_s"]
+    t_d = _iter(model, hw, engine, dep, n / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     ttft_run = (k + 1.0) / 2.0 * t_p
-    m = np.minimum(np.maximum(O - 1.0, 0.0), (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase
-    tpot = np.where(O > 1, (m * t_p + (O - 1.0 - m) * t_d) / np.maximum(O - 1.0, 1.0), np.nan)
+    m = np.minimum(D, (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase
+    tpot = np.where(O > 1, (m * t_p + (D - m) * t_d) / np.maximum(O - 1.0, 1.0), np.nan)
     e2e_run = ttft_run + np.where(O > 1, (O - 1.0) * tpot, 0.0)
     # Little's law (n always in the system), capped by one wave's work per wave: the last prompt of a
-    # wave ends its prefill at k·t_p and decodes O - 1 more iterations
-    X = np.minimum(n / e2e_run, n / (k * t_p + np.maximum(O - 1.0, 0.0) * t_d))
+    # wave ends its prefill at k·t_p and decodes D more iterations
+    X = np.minimum(n / e2e_run, n / (k * t_p + D * t_d))
     req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
     wait = np.maximum(users / X - e2e_run - req, 0.0)
     ttft = ttft_run + req + wait
@@ -135,14 +177,14 @@ def closed_loop(model, hw, engine, dep, isl, osl, concurrency, limit, budget, wa
     such as ``vllm bench serve --max-concurrency`` on fixed lengths); False: the steady mixed state."""
     C = np.asarray(concurrency, dtype=float)
     n = np.minimum(C, limit)
-    mixed = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget), users=C)
+    mixed = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget), users=C, dep=dep)
     if not waves:
         return {k: scalar_out(v) for k, v in mixed.items()}
     # waves hold while a prompt fits one iteration's budget; a prompt that needs several chunks is
     # prefilled one after another, which staggers the clients into the mixed state
     # (docs/serving.md, Under load: the published runs behind this rule)
     w = _waves(model, hw, engine, dep, isl, osl, n, budget, C)
-    one_chunk = np.asarray(isl, dtype=float) <= budget
+    one_chunk = _prompt(dep, isl)[0] <= budget
     return {k: scalar_out(np.where(one_chunk, w[k], mixed[k])) for k in w}
 
 
@@ -155,7 +197,7 @@ def capacity_rate(model, hw, engine, dep, isl, osl, limit, budget):
 def _e2e_run(model, hw, engine, dep, isl, osl, n, budget):
     """Engine time of one request (no queueing) with n running: t̄/2 + k_p·t(d, c) + (O − 1)·t̄."""
     st = _state(model, hw, engine, dep, isl, osl, n, budget)
-    return st["t_bar"] / 2.0 + st["k_p"] * st["t_pf"] + (np.asarray(osl, dtype=float) - 1.0) * st["t_bar"]
+    return st["t_bar"] / 2.0 + st["k_p"] * st["t_pf"] + _steps(dep, osl) * st["t_bar"]
 
 
 GRID = 48
@@ -183,7 +225,7 @@ def open_loop(model, hw, engine, dep, isl, osl, rate, limit, budget):
     cap = float(capacity_rate(model, hw, engine, dep, isl, osl, limit, budget))
     O = float(osl)
     n = min(_running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget), float(limit))
-    out = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget))
+    out = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget), dep=dep)
     out["requests_per_s"] = min(lam, cap)
     out["output_tokens_per_s"] = out["requests_per_s"] * O
     out["capacity_requests_per_s"] = cap
@@ -201,15 +243,18 @@ def offline(model, hw, engine, dep, isl, osl, prompts, limit, budget):
 def static_batch(model, hw, engine, dep, isl, osl, batch):
     """B requests prefilled in one pass, then decoded together for O − 1 iterations."""
     B = np.asarray(batch, dtype=float)
-    I = np.asarray(isl, dtype=float)
+    I_full = np.asarray(isl, dtype=float)
+    I, cached = _prompt(dep, I_full)
     O = np.asarray(osl, dtype=float)
+    D = _steps(dep, O)
     mb = np.asarray(dep["pp"], dtype=float)
-    t_pf = _iter(model, hw, engine, dep, 0.0, 0.0, B * I / mb, 0.0, B / mb, I)["total_s"]
-    t_dec = _iter(model, hw, engine, dep, B / mb, I + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
+    t_pf = _iter(model, hw, engine, dep, 0.0, 0.0, B * I / mb, cached, B / mb, I)["total_s"]
+    t_dec = _iter(model, hw, engine, dep, B / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
     ttft = t_pf + req
-    e2e = ttft + (O - 1.0) * t_dec
-    out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, t_dec, np.nan), "e2e_s": e2e, "requests_per_s": B / e2e,
+    e2e = ttft + D * t_dec
+    tpot = np.where(O > 1, D * t_dec / np.maximum(O - 1.0, 1.0), np.nan)
+    out = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "requests_per_s": B / e2e,
            "output_tokens_per_s": B * O / e2e, "running": B, "queue_s": 0.0 * B, "prefill_iterations": 1.0 + 0.0 * B,
            "iteration_s": t_dec, "prefill_iteration_s": t_pf}
     return {k: scalar_out(v) for k, v in out.items()}

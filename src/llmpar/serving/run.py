@@ -34,9 +34,13 @@ class Deployment:
     replicas: int
     weights: str
     kv_dtype: str
+    spec_tokens: int = 0        # speculative decoding: draft tokens per step
+    acceptance: float = 0.0     # ... each accepted with this probability
+    prefix_hit: float = 0.0     # share of each prompt served from the prefix cache
 
     def dep(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "weights": self.weights, "kv_dtype": self.kv_dtype}
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "weights": self.weights, "kv_dtype": self.kv_dtype,
+                "spec_tokens": self.spec_tokens, "acceptance": self.acceptance, "prefix_hit": self.prefix_hit}
 
 
 def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
@@ -51,7 +55,17 @@ def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
     return v
 
 
-def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None) -> Deployment:
+def _share(value, name: str, top_open: bool) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not (0.0 <= value < 1.0 if top_open else 0.0 <= value <= 1.0):
+        raise UserError(f"--{name} must be a share between 0 and {'1 (exclusive)' if top_open else '1'}, got {value!r}")
+    return float(value)
+
+
+def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None, spec_tokens=None,
+               acceptance=None, prefix_hit=None) -> Deployment:
     """Resolve the degrees: tp defaults to the GPUs of one replica (gpus / pp), gpus to tp x pp;
     ep 1 (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
     --enable-expert-parallel is ep = tp)."""
@@ -82,7 +96,14 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
                         f"divide --tp {tp}")
     if model.moe is not None and ep > 1 and model.moe.experts % ep:
         raise UserError(f"--ep {ep} does not divide the model's {model.moe.experts} experts")
-    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv)
+    k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
+    if acceptance is not None and not k:
+        raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
+    if k and acceptance is None:
+        raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
+                        "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
+    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, _share(acceptance, "acceptance", False),
+                      _share(prefix_hit, "prefix-hit", True))
 
 
 def _load_kind(concurrency, rate, batch, prompts):
@@ -98,14 +119,16 @@ def _load_kind(concurrency, rate, batch, prompts):
 
 def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
-          max_num_batched_tokens=None, memory_fraction=None) -> dict[str, Any]:
+          max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
+          prefix_hit=None) -> dict[str, Any]:
     """One deployment under one load: the figures of docs/serving.md as a plain dict."""
     isl = _int(isl, "isl", 1, model.max_seq)
     osl = _int(osl, "osl", 1, model.max_seq)
     if isl + osl > model.max_seq:
         raise UserError(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds {model.name}'s context of "
                         f"{model.max_seq:,}")
-    d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype)
+    d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
+                   spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit)
     kind = _load_kind(concurrency, rate, batch, prompts)
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
     budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
@@ -120,6 +143,15 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
         out["notes"].append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
                             "multiplied in 16-bit (weight-only)")
+    if d.spec_tokens:
+        from llmpar.cost.serving_load import accepted_per_step
+
+        out["notes"].append(f"speculative decoding: {d.spec_tokens} draft tokens at acceptance {d.acceptance:g} emit "
+                            f"{accepted_per_step(d.dep()):.2f} tokens per step (Leviathan et al. 2023 eq. 1); no "
+                            "published run with it is in the evidence: the bands do not cover it")
+    if d.prefix_hit:
+        out["notes"].append(f"prefix cache: {d.prefix_hit:.0%} of each prompt reused (prefill computes the rest); "
+                            "no published run with it is in the evidence")
     if not cap["fits"] or limit < 1:
         out["fits"] = False
         return out
@@ -174,7 +206,7 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
 def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
-              interval_level=None):
+              interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -190,7 +222,8 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
         rate = _rate(rate)
     out = serve(spec, hw, eng, gpus=gpus, tp=tp, pp=pp, ep=ep, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
                 batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction)
+                max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction,
+                spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit)
     iv = None
     if out["fits"]:
         d = out["deployment"]
