@@ -596,3 +596,19 @@ def test_offloading_fixed_against_its_rules_is_one_line(cli):
     assert res.code == 2 and "offload_layers=20 needs pp 1" in res.err
     res = cli("plan", "llama-3-70b", "--gpus", "64", "--offload-layers", "20", "--recompute", "full")
     assert res.code == 2 and "offload_layers needs recompute none" in res.err
+
+
+def test_memory_in_chunks_changes_no_figure(monkeypatch):
+    """The planner evaluates memory CHUNK candidates at a time (plan/search.py); with chunks of 997
+    (a prime, so chunks end mid-block) the plan is the one a single pass gives, figure for figure."""
+    from llmpar.plan import search as S
+
+    def run():
+        r = llmpar.plan("mixtral-8x7b", gpus=64, top=5).model_dump()
+        r["space"].pop("search_s", None)
+        r.pop("elapsed_s", None)
+        return r
+
+    one = run()
+    monkeypatch.setattr(S, "CHUNK", 997)
+    assert run() == one

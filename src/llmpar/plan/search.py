@@ -70,6 +70,39 @@ def _pick(d: dict, idx) -> dict:
     return {k: (np.asarray(v)[idx] if np.ndim(v) else v) for k, v in d.items()}
 
 
+#: candidates whose memory is evaluated at once: the arrays of a chunk stay in the CPU caches and
+#: their buffers are reused chunk after chunk (one 1.9 M-candidate pass spent most of its time
+#: faulting in fresh pages); the same formula, the same numbers (docs/planner.md, Speed)
+CHUNK = 1 << 17
+#: what every candidate keeps beyond the chunk (the rejection counts and the nothing-fits message)
+_KEEP_ALL = ("total_bytes", "capacity_bytes", "runtime_bytes", "host_bytes")
+
+
+def _memory_in_chunks(model, hw, par: Parallel, settings, reserve, margin: float, n: int):
+    """``cost.memory.memory_per_gpu`` over the candidates CHUNK at a time: ({"fit": the full result
+    for the candidates that fit (HBM and host), "all": _KEEP_ALL for every candidate}, hbm, host)."""
+    from llmpar.cost.memory import memory_per_gpu
+
+    fit_parts, all_parts, hbm_parts, host_parts = [], {k: [] for k in _KEEP_ALL}, [], []
+    for start in range(0, max(n, 1), CHUNK):
+        stop = min(n, start + CHUNK)
+        sub = SP.subset(par, slice(start, stop)) if n > CHUNK else par
+        m = memory_per_gpu(model, hw, sub, settings, reserve)
+        shape = (stop - start,)
+        hbm = np.broadcast_to(np.asarray(fits_with_margin(m["total_bytes"], m["capacity_bytes"], margin), dtype=bool),
+                              shape)
+        host = np.broadcast_to(np.asarray(m["host_fits"], dtype=bool), shape)
+        for k in _KEEP_ALL:
+            all_parts[k].append(np.broadcast_to(np.asarray(m[k], dtype=float), shape))
+        fit_parts.append(_pick(m, np.flatnonzero(hbm & host)))
+        hbm_parts.append(hbm)
+        host_parts.append(host)
+    fit = {k: (np.concatenate([np.broadcast_to(np.asarray(p[k]), np.shape(p["total_bytes"])) for p in fit_parts])
+               if any(np.ndim(p[k]) for p in fit_parts) else fit_parts[0][k]) for k in fit_parts[0]}
+    return ({"fit": fit, "all": {k: np.concatenate(v) for k, v in all_parts.items()}},
+            np.concatenate(hbm_parts), np.concatenate(host_parts))
+
+
 def _order(objective: str, t, mem, par: Parallel) -> np.ndarray:
     """Candidates best first; exact ties broken by the other objective, then the simpler layout."""
     primary, secondary = (t, mem) if objective == "time" else (mem, t)
@@ -239,31 +272,28 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     (SpaceSummary). Raises CheckFailed (exit 1) when no layout passes the divisibility/batch/schedule
     rules or none fits in memory.
     """
-    from llmpar.cost.memory import memory_per_gpu
     from llmpar.cost.step import step_time
 
     t0 = time.perf_counter()
     cand = SP.enumerate_space(model, spec, settings)
     if cand.size == 0:
         raise _nothing_valid(cand, spec, model)
-    mem = memory_per_gpu(model, hw, cand.par, settings, reserve)
-    hbm = np.asarray(fits_with_margin(mem["total_bytes"], mem["capacity_bytes"], margin or 0.0), dtype=bool)
-    host = np.broadcast_to(np.asarray(mem["host_fits"], dtype=bool), hbm.shape)
+    mem, hbm, host = _memory_in_chunks(model, hw, cand.par, settings, reserve, margin or 0.0, cand.size)
     fits = hbm & host
     n_fit = int(np.count_nonzero(fits))
     rejected = dict(cand.rejected)
     rejected["memory"] = int(np.count_nonzero(~hbm))
     rejected["host_memory"] = int(np.count_nonzero(hbm & ~host))
     if n_fit == 0 and hbm.any():
-        h = float(np.min(np.asarray(mem["host_bytes"], dtype=float)[hbm]))
+        h = float(np.min(np.asarray(mem["all"]["host_bytes"], dtype=float)[hbm]))
         raise CheckFailed(f"every layout that fits in HBM offloads more activations than {hw.name}'s host memory "
                           f"holds: at least {h / 1e9:,.1f} GB per GPU against host_memory_per_gpu "
                           + (f"{hw.host_memory_per_gpu / 1e9:,.1f} GB" if hw.host_memory_per_gpu else "(not stated)"))
     if n_fit == 0:
-        raise _nothing_fits(model, mem, cand.par, units, margin or 0.0)
+        raise _nothing_fits(model, mem["all"], cand.par, units, margin or 0.0)
     idx = np.flatnonzero(fits)
     par = SP.subset(cand.par, idx)
-    mem = _pick(mem, idx)
+    mem = mem["fit"]
     out = step_time(model, hw, par, settings, with_memory=False)
     t = np.asarray(out["step_time_s"], dtype=float)
     total = np.asarray(mem["total_bytes"], dtype=float)

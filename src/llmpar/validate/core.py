@@ -122,9 +122,21 @@ class ValidationResult:
 
 # ------------------------------------------------------------------------------ evaluation
 
+_HEADER_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
 def _header_text(path: Path) -> dict[str, Any]:
     """The file's descriptive header (about, left_out), which the runs reader does not keep: the
-    YAML above the top-level ``runs:`` key (the whole file if there is none)."""
+    YAML above the top-level ``runs:`` key (the whole file if there is none); parsed once per
+    process while the file is unchanged (a copy goes out)."""
+    st = Path(path).stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _HEADER_CACHE:
+        _HEADER_CACHE[key] = _parse_header(Path(path))
+    return dict(_HEADER_CACHE[key])
+
+
+def _parse_header(path: Path) -> dict[str, Any]:
     import yaml
 
     text = path.read_text(encoding="utf-8")
@@ -194,18 +206,40 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
             "median_abs_error": float(np.median(e))}
 
 
+_READ_CACHE: dict[tuple[str, int, int], Any] = {}
+
+
+def _read_source(path):
+    """read_runs([path]), parsed once per process while the file is unchanged: validate reads a
+    fitted source once as shipped and again per cross-validation fold (the playbook's 1,127-run
+    YAML takes about a second to parse). Each caller gets its own lists and layout dicts (the
+    other fields of a MeasuredRun are immutable values), so no caller's change reaches another."""
+    import dataclasses
+
+    from llmpar.calibrate.runs_io import RunsRead, read_runs
+
+    st = Path(path).stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _READ_CACHE:
+        if len(_READ_CACHE) > 64:
+            _READ_CACHE.clear()
+        _READ_CACHE[key] = read_runs([path])
+    r = _READ_CACHE[key]
+    return RunsRead(runs=[dataclasses.replace(m, layout=dict(m.layout)) for m in r.runs], notes=list(r.notes),
+                    models=dict(r.models), files=[dict(f) for f in r.files])
+
+
 def evaluate_source(name: str, stack: Any = None, limit: int | None = None, configurations: set | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
     """One shipped source through calibrate/runs.py; (its header, its rows). ``configurations``:
     only the runs of these (model, GPUs, hardware) configurations (calibrate.runs.configurations),
     as a cross-validation fold evaluates its held-out ones."""
     from llmpar.calibrate.runs import comparable_peak, configurations as run_configurations, measured_step_time, predict, prepare
-    from llmpar.calibrate.runs_io import read_runs
     from llmpar.cost.flops import flops_utilization, per_gpu_rate
     from llmpar.specs import load_hardware
 
     path = _resolve_source(name)
-    read = read_runs([path])
+    read = _read_source(path)
     head = {**_header_text(path), **(read.files[0] if read.files else {})}
     runs_in = read.runs[:limit] if limit else read.runs
     if configurations is not None:
