@@ -108,7 +108,15 @@ def test_parse_inputs():
     assert T.parse_inputs("300B")["tokens"] == 300e9
     assert T.parse_inputs("2.5e12")["tokens"] == 2.5e12
     assert T.parse_inputs(2.5e12, pue=1.2, gpu_hour_price=2.5, power_per_gpu="900 W") == {
-        "tokens": 2.5e12, "pue": 1.2, "gpu_hour_price": 2.5, "power_per_gpu_w": 900.0}
+        "tokens": 2.5e12, "pue": 1.2, "gpu_hour_price": 2.5, "power_per_gpu_w": 900.0, "failure_rate": None,
+        "restart_s": None, "checkpoint_bandwidth": None, "checkpoint": None}
+    g = T.parse_inputs("1T", failure_rate=2e-5, restart_time="5min", checkpoint_bandwidth="25 GB/s", checkpoint="async")
+    assert (g["failure_rate"], g["restart_s"], g["checkpoint_bandwidth"], g["checkpoint"]) == (2e-5, 300.0, 25e9, "async")
+    for bad in (dict(tokens="1T", failure_rate=0), dict(tokens="1T", failure_rate="often"), dict(tokens="1T", failure_rate=5),
+                dict(tokens="1T", restart_time="soon"), dict(tokens="1T", restart_time="30d"),
+                dict(tokens="1T", checkpoint_bandwidth="25"), dict(tokens="1T", checkpoint="lazy"), dict(failure_rate=1e-5)):
+        with pytest.raises(UserError):
+            T.parse_inputs(**bad)
     for bad in (dict(tokens="lots"), dict(tokens="15T", pue=0.9), dict(tokens="15T", gpu_hour_price=0),
                 dict(tokens="15T", power_per_gpu="900 V"), dict(pue=1.2), dict(gpu_hour_price=2.5)):
         with pytest.raises(UserError):
@@ -188,3 +196,46 @@ def test_plan_cli_tokens(cli):
     res = cli("plan", "llama-3-8b", "--gpus", "8", "--top", "1", "--tokens", "15T", "--gpu-hour-price", "2.5")
     assert res.code == 0, res.err
     assert "#1 to train 15T tokens" in res.out and "cost" in res.out
+
+
+def test_goodput_by_hand():
+    """cost/goodput.py on numbers a reader can redo.
+
+    Llama 3: lambda = 419 / (16,384 x 54 x 24 h) = 1.9734e-5 per GPU-hour; on 16,384 GPUs the job
+    fails every 3,600 / (1.9734e-5 x 16,384) = 11,135 s = 3.093 h.
+    Llama 3.1 405B checkpoint: 405,853,388,800 parameters x (2 + 12) B = 5.682 TB; 2,048 nodes x
+    400 GB/s = 819 TB/s, capped at Tectonic's 2 TB/s: W = 2.841 s.
+    Young/Daly: tau = sqrt(2 x 2.841 x 11,135) - 2.841 = 251.5 - 2.84 = 248.7 s.
+    Goodput = 248.7 / 251.5 x (1 - (251.5 / 2 + 600) / 11,135) = 0.98870 x 0.93482 = 0.9243."""
+    from llmpar.cost import goodput as G
+
+    assert G.LLAMA3_FAILURES_PER_GPU_HOUR == pytest.approx(1.9734e-5, rel=1e-4)
+    M = G.job_mtbf_s(16384, G.LLAMA3_FAILURES_PER_GPU_HOUR)
+    assert M == pytest.approx(11135.0, rel=1e-3)
+    S = 405_853_388_800 * 14
+    W = G.checkpoint_write_s(S, 2048, 400e9, G.TECTONIC_BYTES_PER_S)
+    assert W == pytest.approx(2.841, rel=1e-3)
+    tau = G.young_daly_interval_s(W, M)
+    assert tau == pytest.approx(248.7, rel=1e-3)
+    g = G.goodput(tau, W, 600.0, M)
+    assert g == pytest.approx(0.9243, rel=1e-3)
+    # asynchronous saves stall only for the host copy: 5.682 TB / 16,384 GPUs = 346.8 MB at 64 GB/s =
+    # 5.42 ms, and cannot checkpoint more often than the 2.84 s write: tau = max(sqrt(2 x 0.00542 x
+    # 11,135) - 0.00542, 2.84) = 10.98 s; goodput = 10.98 / 10.99 x (1 - (10.99 / 2 + 600) / 11,135)
+    # = 0.99951 x 0.94562 = 0.9452: the restart, not the checkpoint, is what async saves leave
+    e = G.estimate(gpus=16384, gpus_per_node=8, checkpoint_bytes=S, per_node_bytes_per_s=400e9,
+                   host_bytes_per_s_per_gpu=64e9, mode="async")
+    assert e["checkpoint_stall_s"] == pytest.approx(S / 16384 / 64e9, rel=1e-9)
+    assert e["checkpoint_interval_s"] == pytest.approx(10.98, rel=2e-3)
+    assert e["goodput"] == pytest.approx(10.98 / (10.98 + 0.00542) * (1 - (10.99 / 2 + 600) / 11135), rel=2e-3)
+    # a job that fails faster than it restarts trains nothing
+    assert G.goodput(100.0, 10.0, 600.0, 300.0) == 0.0
+
+
+def test_plan_reports_effective_days(cli):
+    r = cli("plan", "llama-3-70b", "--gpus", "64", "--tokens", "1T", "--json")
+    assert r.code == 0, r.err
+    t = r.json()["training"]
+    g = t["goodput"]
+    assert 0 < g["goodput"] <= 1
+    assert g["effective_days"] == pytest.approx(t["days"] / g["goodput"], rel=1e-9)

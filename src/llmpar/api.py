@@ -385,6 +385,10 @@ def step(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
+    failure_rate=None,
+    restart_time=None,
+    checkpoint_bandwidth=None,
+    checkpoint=None,
     interval_level=None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
@@ -406,7 +410,8 @@ def step(
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf path/config.json")
     dp_overlap, tp_overlap, ep_overlap = (fraction(dp_overlap, "dp_overlap"), fraction(tp_overlap, "tp_overlap"),
                                           fraction(ep_overlap, "ep_overlap"))
-    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
+                               checkpoint_bandwidth, checkpoint)
     level = EV.level_value(interval_level)
     mem = memory(model, hardware=hardware, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp,
                  recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, microbatches=microbatches,
@@ -456,7 +461,8 @@ def step(
     if train_in["tokens"] is not None:
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=numbers["tokens_per_s"], gpus=int(par.gpus),
                                tokens_per_step=int(par.tokens_per_step), pue=train_in["pue"],
-                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"],
+                               checkpoint_bytes=TR.checkpoint_bytes_of(spec, settings), train_in=train_in)
     iv = EV.query("speed", settings, hw, spec, par, level)
     interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"], training,
                              hw.gpu.gemm.max_efficiency)

@@ -155,9 +155,9 @@ def render(r) -> None:
         cols += [("days", True)]
         if level is not None:
             cols.append((f"days ({level * 100:.0f} %)", True))
-        cols += [("GPU-hours", True), ("MWh", True)]
+        cols += [("eff. days", True), ("GPU-hours", True), ("MWh", True)]
         if priced:
-            cols.append(("cost", True))
+            cols += [("eff. cost", True)]
     for c, right in cols:
         table.add_column(c, justify="right" if right else "left", no_wrap=True)
     notes: list[str] = []
@@ -177,10 +177,13 @@ def render(r) -> None:
                 iv = row.interval()
                 cells.append(f"{fmt_days(iv['days'][0])}-{fmt_days(iv['days'][1])}" + ("*" if iv["evidence"]["extrapolated"]
                                                                                          else "") if iv else "-")
-            cells += [fmt_quantity(t["gpu_hours"]),
+            g = t.get("goodput") or {}
+            cells += [(f"{fmt_days(g['effective_days'])} ({g['goodput'] * 100:.0f}%)" if g.get("effective_days")
+                       is not None else "-"),
+                      fmt_quantity(t["gpu_hours"]),
                       fmt_quantity(t["energy_mwh"]) if t["energy_mwh"] is not None else "?"]
             if priced:
-                cells.append(fmt_quantity(t["cost"]) if t["cost"] is not None else "-")
+                cells.append(fmt_quantity(g["effective_cost"]) if g.get("effective_cost") is not None else "-")
         table.add_row(*cells)
     con.print(table)
     for i, n in enumerate(notes, 1):
@@ -189,4 +192,6 @@ def render(r) -> None:
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
               "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
               + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
-                 "published run of its class; --json has the evidence)" if has_t and level is not None else "") + "[/dim]")
+                 "published run of its class; --json has the evidence)" if has_t and level is not None else "")
+              + ("; eff. days (goodput %): with failures, checkpoints and restarts, days / goodput; eff. cost the same; "
+                 "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else "") + "[/dim]")

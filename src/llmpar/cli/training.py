@@ -7,7 +7,8 @@ import click
 
 from llmpar.units import fmt_watts
 
-TRAINING_KEYS = ("tokens", "pue", "gpu_hour_price", "power_per_gpu")
+TRAINING_KEYS = ("tokens", "pue", "gpu_hour_price", "power_per_gpu", "failure_rate", "restart_time",
+                 "checkpoint_bandwidth", "checkpoint")
 
 _TRAINING_OPTIONS = [
     click.option("--tokens", default=None, metavar="N",
@@ -20,6 +21,14 @@ _TRAINING_OPTIONS = [
     click.option("--power-per-gpu", default=None, metavar="W",
                  help="Average power per GPU including its node share, e.g. 900W (default: the profile's "
                       "maximum node power / GPUs per node: an upper bound)."),
+    click.option("--failure-rate", default=None, metavar="PER_GPU_HOUR",
+                 help="Failures per GPU-hour for the goodput (default Llama 3's 2.0e-5: 419 in 54 days on 16K H100s)."),
+    click.option("--restart-time", default=None, metavar="T",
+                 help="From a failure to training again, e.g. 10min, 300s (default 10 min, an assumption)."),
+    click.option("--checkpoint-bandwidth", default=None, metavar="BW",
+                 help="Checkpoint write bandwidth per node, e.g. 25GB/s (default: the node's scale-out NICs)."),
+    click.option("--checkpoint", type=click.Choice(("sync", "async")), default=None,
+                 help="Checkpoint saves stall training (sync, the default) or only copy to host memory (async)."),
     click.option("--interval-level", default=None, metavar="P",
                  help="Level of the intervals printed beside every time, throughput, MFU, day and cost figure, "
                       "e.g. 80% or 0.9 (default 80 %; docs/validation.md, Intervals)."),
@@ -71,4 +80,21 @@ def print_training(con, t: dict | None, title: str = "") -> None:
 
     con.print()
     con.print((f"[bold]{title}[/bold] " if title else "") + training_line(t), highlight=False)
-    R.print_assumptions(con, t["assumptions"])
+    g = t.get("goodput")
+    if g is not None:
+        con.print("  " + goodput_line(t), highlight=False)
+    R.print_assumptions(con, t["assumptions"] + (g["assumptions"] if g else []))
+
+
+def goodput_line(t: dict) -> str:
+    """with failures and checkpoints: goodput 93.1 % -> 186.5 days · 4.6M GPU-hours · cost 11.5M (...)."""
+    g = t["goodput"]
+    if g["effective_days"] is None:
+        return (f"with failures and checkpoints: goodput 0 %: the job fails every {g['mtbf_s'] / 3600:.3g} h, "
+                f"faster than it can checkpoint and restart")
+    parts = [f"{fmt_days(g['effective_days'])} days", f"{fmt_quantity(g['effective_gpu_hours'])} GPU-hours"]
+    if g.get("effective_cost") is not None:
+        parts.append(f"cost {fmt_quantity(g['effective_cost'])}")
+    return (f"with failures and checkpoints: goodput {g['goodput'] * 100:.1f} % -> " + "  ·  ".join(parts)
+            + f" (a failure every {g['mtbf_s'] / 3600:.3g} h, checkpoint every {g['checkpoint_interval_s'] / 60:.3g} min,"
+            f" {g['checkpoint_stall_s']:.3g} s each)")

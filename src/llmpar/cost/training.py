@@ -97,13 +97,47 @@ MAX_PRICE = 1e6
 MAX_POWER_PER_GPU_W = 1e5
 
 
-def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None) -> dict[str, Any]:
-    """The inputs as numbers: tokens '15T' / '300B' / 2.5e12 (units.parse_count), PUE >= 1,
-    price > 0, power '900 W' (units.parse_power), each within its MAX_* bound. Raises UserError
-    (exit 2) for bad values."""
-    from llmpar.units import parse_count, parse_power
+MAX_FAILURE_RATE = 1.0      # failures per GPU-hour: one per GPU every hour is already no training
+MAX_RESTART_S = 7 * 86_400.0
 
-    out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None}
+
+def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None, failure_rate=None,
+                 restart_time=None, checkpoint_bandwidth=None, checkpoint=None) -> dict[str, Any]:
+    """The inputs as numbers: tokens '15T' / '300B' / 2.5e12 (units.parse_count), PUE >= 1,
+    price > 0, power '900 W' (units.parse_power), each within its MAX_* bound; the goodput inputs
+    (cost/goodput.py): failures per GPU-hour, restart time ('10min', '600 s'), checkpoint bandwidth
+    per node ('25 GB/s'), checkpoint mode sync | async. Raises UserError (exit 2) for bad values."""
+    from llmpar.cost.goodput import MODES
+    from llmpar.units import parse_bandwidth, parse_count, parse_power, parse_seconds
+
+    out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None,
+                           "failure_rate": None, "restart_s": None, "checkpoint_bandwidth": None, "checkpoint": None}
+    if failure_rate is not None:
+        try:
+            value = float(failure_rate)
+        except (TypeError, ValueError):
+            raise UserError(f"--failure-rate must be failures per GPU-hour (e.g. 2e-5), got {failure_rate!r}") from None
+        if not np.isfinite(value) or value <= 0 or value > MAX_FAILURE_RATE:
+            raise UserError(f"--failure-rate must be failures per GPU-hour in (0, {MAX_FAILURE_RATE:g}] (Llama 3: "
+                            f"2.0e-5), got {failure_rate!r}")
+        out["failure_rate"] = value
+    if restart_time is not None:
+        text = str(restart_time).strip().lower()
+        if text.endswith("min"):
+            text = f"{float(text[:-3]) * 60.0} s" if text[:-3].strip().replace(".", "", 1).isdigit() else text
+        out["restart_s"] = parse_seconds(text, "--restart-time")
+        if out["restart_s"] > MAX_RESTART_S:
+            raise UserError(f"--restart-time {restart_time} is above a week: a typing slip?")
+    if checkpoint_bandwidth is not None:
+        from llmpar.units import refuse_bare_small
+
+        bw, _ = parse_bandwidth(checkpoint_bandwidth, "--checkpoint-bandwidth")
+        refuse_bare_small(checkpoint_bandwidth, bw, 1e6, "--checkpoint-bandwidth", "GB/s")
+        out["checkpoint_bandwidth"] = bw
+    if checkpoint is not None:
+        if checkpoint not in MODES:
+            raise UserError(f"--checkpoint must be one of {', '.join(MODES)}, got {checkpoint!r}")
+        out["checkpoint"] = checkpoint
     if tokens is not None:
         out["tokens"] = parse_count(tokens, "--tokens")
         if out["tokens"] > MAX_TOKENS:
@@ -129,13 +163,58 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None)
         if out["power_per_gpu_w"] > MAX_POWER_PER_GPU_W:
             raise UserError(f"--power-per-gpu {power_per_gpu} is above {MAX_POWER_PER_GPU_W / 1e3:g} kW per GPU: a "
                             "typing slip?")
-    if out["tokens"] is None and any(out[k] is not None for k in ("pue", "gpu_hour_price", "power_per_gpu_w")):
-        raise UserError("--pue, --gpu-hour-price and --power-per-gpu need --tokens (the token budget to train on)")
+    given = [k for k in ("pue", "gpu_hour_price", "power_per_gpu_w", "failure_rate", "restart_s",
+                         "checkpoint_bandwidth", "checkpoint") if out[k] is not None]
+    if out["tokens"] is None and given:
+        raise UserError("--pue, --gpu-hour-price, --power-per-gpu, --failure-rate, --restart-time, "
+                        "--checkpoint-bandwidth and --checkpoint need --tokens (the token budget to train on)")
     return out
 
 
+def checkpoint_bytes_of(model, settings) -> float:
+    """Bytes of one checkpoint a restart needs: every parameter's 16-bit weight and optimizer
+    states, Ψ·(weights + optimizer) bytes (ZeRO §3.1: 2Ψ + 12Ψ for mixed-precision Adam)."""
+    from llmpar.cost.params import total_params
+    from llmpar.cost.states import bytes_per_param
+
+    b = bytes_per_param(settings)
+    return float(total_params(model)) * (float(b.weights) + float(b.optimizer))
+
+
+def goodput_of(hw, gpus, checkpoint_bytes, train_in: dict[str, Any] | None) -> dict[str, Any]:
+    """cost/goodput.py's figures for ``gpus`` GPUs of ``hw`` with the given (or default) inputs,
+    and the assumptions behind them."""
+    from llmpar.cost import goodput as G
+
+    t = train_in or {}
+    rate = t.get("failure_rate") or G.LLAMA3_FAILURES_PER_GPU_HOUR
+    restart = G.DEFAULT_RESTART_S if t.get("restart_s") is None else t["restart_s"]
+    mode = t.get("checkpoint") or "sync"
+    nic = hw.tiers[-1].bandwidth if hw.tiers else 50e9
+    per_node = t.get("checkpoint_bandwidth") or nic * hw.gpus_per_node
+    host = (hw.host_bandwidth or 32e9) / max(1, hw.gpus_per_host_link)
+    g = G.estimate(gpus=gpus, gpus_per_node=hw.gpus_per_node, checkpoint_bytes=checkpoint_bytes,
+                   per_node_bytes_per_s=per_node, host_bytes_per_s_per_gpu=host, failures_per_gpu_hour=rate,
+                   restart_s=restart, mode=mode)
+    notes = [
+        f"failures: {rate:.3g} per GPU-hour" + (" (--failure-rate)" if t.get("failure_rate") else
+                                                f", {G.LLAMA3_SOURCE}") + f": the job fails every "
+        f"{float(np.min(g['mtbf_s'])) / 3600:.3g} h",
+        f"checkpoints: {checkpoint_bytes / 1e12:.3g} TB (16-bit weights + optimizer states), {mode}, at "
+        f"{per_node / 1e9:.3g} GB/s per node" + (" (--checkpoint-bandwidth)" if t.get("checkpoint_bandwidth") else
+                                                 " (the node's scale-out NICs: an assumption)")
+        + f", at most {G.TECTONIC_BYTES_PER_S / 1e12:g} TB/s in all (Meta's Tectonic, Llama 3 §3.3.1); "
+        f"Young/Daly interval",
+        f"restart: {restart / 60:.3g} min from a failure to training again"
+        + (" (--restart-time)" if t.get("restart_s") is not None else " (an assumption; --restart-time)"),
+    ]
+    return {k: (v if np.ndim(v) else float(v)) if not isinstance(v, str) else v for k, v in g.items()} | \
+        {"assumptions": notes}
+
+
 def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue: float | None = None,
-             gpu_hour_price: float | None = None, power_per_gpu_w: float | None = None) -> dict[str, Any]:
+             gpu_hour_price: float | None = None, power_per_gpu_w: float | None = None,
+             checkpoint_bytes: float | None = None, train_in: dict[str, Any] | None = None) -> dict[str, Any]:
     """Days, GPU-hours, energy and cost to train ``tokens`` on ``gpus`` GPUs of profile ``hw``.
 
     Power: ``power_per_gpu_w`` if given (an average the user measured), else the profile's
@@ -179,7 +258,16 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
     if price is None:
         notes.append("cost: no price (--gpu-hour-price, or gpu_hour_price in your hardware profile)")
     energy = None if power is None else energy_mwh(hours, power, pue_value)
+    good = None
+    if checkpoint_bytes is not None:
+        good = goodput_of(hw, gpus, checkpoint_bytes, train_in)
+        g = good["goodput"]
+        good["effective_days"] = None if g <= 0 else train_days(tokens, tokens_per_s) / g
+        good["effective_gpu_hours"] = None if g <= 0 else hours / g
+        good["effective_energy_mwh"] = None if (g <= 0 or energy is None) else energy / g
+        good["effective_cost"] = None if (g <= 0 or price is None) else training_cost(hours, price) / g
     return {
+        "goodput": good,
         "tokens": tokens,
         "tokens_per_s": tokens_per_s,
         "steps": None if tokens_per_step is None else _int(train_steps(tokens, tokens_per_step)),
@@ -211,5 +299,5 @@ def power_per_gpu_w_of(hw):
     return board
 
 
-__all__ = ["energy_mwh", "estimate", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
+__all__ = ["checkpoint_bytes_of", "energy_mwh", "estimate", "goodput_of", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
            "power_per_gpu_w_of", "scaling_efficiency", "train_days", "train_steps", "train_time_s", "training_cost"]

@@ -453,6 +453,10 @@ def plan(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
+    failure_rate=None,
+    restart_time=None,
+    checkpoint_bandwidth=None,
+    checkpoint=None,
     margin: float | None = None,
     keep_points: bool = False,
     interval_level=None,
@@ -548,7 +552,8 @@ def plan(
             notes.append(f"pipeline schedules searched: those stack {settings.stack.name} implements "
                          f"({', '.join(x for x in settings.stack.schedules if x != 'gpipe')}); not "
                          f"{', '.join(left)} (--allow schedule=NAME to add one)")
-    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
+                               checkpoint_bandwidth, checkpoint)
 
     # activation offloading is searched where the framework has it and the hardware states its host link
     offload = (settings.stack.activation_offloading and hw.host_bandwidth is not None
@@ -577,7 +582,8 @@ def plan(
     if train_in["tokens"] is not None:
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=gpus,
                                tokens_per_step=global_batch * seq, pue=train_in["pue"],
-                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"],
+                               checkpoint_bytes=TR.checkpoint_bytes_of(spec_model, settings), train_in=train_in)
         training["interval"] = EV.speed_json(found["interval"], best.step_time_s, best.tokens_per_s, best.mfu,
                                              training, hw.gpu.gemm.max_efficiency)
     return PlanResult(

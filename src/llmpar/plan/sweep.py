@@ -145,7 +145,8 @@ def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
     if train_in["tokens"] is not None:
         training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=n,
                                tokens_per_step=r.global_batch * r.seq, pue=train_in["pue"],
-                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"])
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"],
+                               checkpoint_bytes=TR.checkpoint_bytes_of(spec, r.settings), train_in=train_in)
     return SweepRow(gpus=n, hardware=hw.name, status="ok", plan=best, training=training), r
 
 
@@ -158,6 +159,10 @@ def sweep(
     pue=None,
     gpu_hour_price=None,
     power_per_gpu=None,
+    failure_rate=None,
+    restart_time=None,
+    checkpoint_bandwidth=None,
+    checkpoint=None,
     seq: int | None = None,
     global_batch: int | None = None,
     tokens_per_batch: int | None = None,
@@ -183,7 +188,8 @@ def sweep(
     if bad:
         raise UserError(f"sweep() keeps plan #1 at each count by step time; it takes no {', '.join(bad)}")
     counts = parse_gpu_list(gpus)
-    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu)
+    train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
+                               checkpoint_bandwidth, checkpoint)
     hws = _hardware_list(hardware)
     defaults: list[str] = []
     notes: list[str] = []
@@ -241,6 +247,10 @@ def sweep(
                 t = next((r.training for r in rows if r.training is not None and r.hardware == hw.name), None)
                 if t is not None:
                     notes += [f"{hw.name} {a}" for a in t["assumptions"] if a.startswith("power:")]
+            # goodput's inputs (cost/goodput.py); the failure interval is the largest count's
+            g = next((t["goodput"] for t in reversed(with_t) if t.get("goodput")), None)
+            if g is not None:
+                notes += ["goodput " + a for a in g["assumptions"]]
     return SweepResult(
         model=spec.name, model_requested=alias, hardware=[h.name for h in hws], gpus=counts, seq=int(seq),
         global_batch=int(global_batch), tokens=train_in["tokens"], rows=rows,
