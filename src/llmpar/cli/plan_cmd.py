@@ -7,6 +7,8 @@ tables, JSON or CSV.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import csv
 import io
 
@@ -67,6 +69,10 @@ _OUTPUT = [
                  help="Memory display unit: GB = 1e9, GiB = 2^30."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
     click.option("--csv", "as_csv", is_flag=True, help="Print the plan rows as CSV (nested keys joined with dots)."),
+    click.option("--emit", type=click.Choice(("megatron", "torchtitan", "deepspeed")), default=None,
+                 help="Print plan #1 as the framework's launch configuration (docs/launch.md) instead of the table."),
+    click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="With --emit: write the configuration to this file (and print the table)."),
 ]
 
 
@@ -105,8 +111,17 @@ def plan(model, **kw):
 
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
     plot_path = kw.pop("plot_path")
+    emit, out = kw.pop("emit"), kw.pop("out")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
+    if out is not None and emit is None:
+        raise UserError("--out writes the --emit configuration: give --emit megatron|torchtitan|deepspeed")
+    if emit is not None and (as_json or as_csv):
+        raise UserError("--emit prints the launch configuration: leave out --json/--csv")
+    if out is not None:
+        from llmpar.outputs import check_out
+
+        check_out(out)
     try:
         result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
     except CheckFailed as exc:
@@ -124,6 +139,17 @@ def plan(model, **kw):
         from llmpar.cli import plots
 
         plots.save(plots.plan_figure(result, units=units), plot_path)
+    if emit is not None:
+        text = _emit(emit, model, kw, result)
+        if out is None:
+            click.echo(text, nl=False)
+            return
+        from llmpar.outputs import write_text
+
+        write_text(out, text)
+        render(result, units=units)
+        click.echo(f"wrote {out} (--emit {emit}: plan #1's launch configuration)")
+        return
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:
@@ -133,6 +159,17 @@ def plan(model, **kw):
         render(result, units=units)
         if plot_path is not None:
             click.echo(f"plot: {plot_path}")
+
+
+def _emit(framework, model, kw, result) -> str:
+    """Plan #1 as ``framework``'s configuration (llmpar.launch)."""
+    from llmpar import launch
+    from llmpar.inputs import load_hardware_spec, load_model_spec
+
+    spec = load_model_spec(model or (None if kw.get("hf") else result.model), kw.get("hf"))[0]
+    hw = load_hardware_spec(kw.get("hardware") or result.hardware)
+    return launch.emit(framework, spec, hw, result.settings, result.best.parallel, global_batch=result.global_batch,
+                       seq=result.seq)
 
 
 # --------------------------------------------------------------------------------------- CSV

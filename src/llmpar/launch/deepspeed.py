@@ -1,0 +1,58 @@
+"""A DeepSpeed config (ds_config JSON) for one layout (docs/launch.md, DeepSpeed).
+
+The keys are DeepSpeed's config keys (launch/flags/deepspeed.txt at a pinned commit):
+train_batch_size (sequences per step), train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+bf16/fp16.enabled, zero_optimization.stage with overlap_comm (the stack's DP overlap),
+contiguous_gradients and reduce_bucket_size (the stack's bucket). DeepSpeed's config holds no
+tensor, pipeline or context degree (Megatron-DeepSpeed takes those as Megatron flags, a
+PipelineModule its stages in code): such a layout is refused with the reason, as are FP8,
+activation offloading and recompute, which the config does not set by itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+from llmpar.errors import UserError
+
+
+def config_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dict:
+    d = par.as_dict()
+    if d["tp"] > 1 or d["pp"] > 1 or d["cp"] > 1 or d["ep"] > 1:
+        raise UserError("--emit deepspeed: DeepSpeed's config has no tensor, pipeline, context or expert degree "
+                        f"(tp {d['tp']} pp {d['pp']} cp {d['cp']} ep {d['ep']} here): Megatron-DeepSpeed takes them as "
+                        "Megatron flags (--emit megatron), or plan with --fix tp=1,pp=1,cp=1")
+    if settings.dtype == "fp8":
+        raise UserError("--emit deepspeed: FP8 is Transformer Engine's, set in the model code, not in the config")
+    if d["offload_layers"]:
+        raise UserError("--emit deepspeed: activation offloading to host memory is not a config key")
+    if d["recompute"] != "none":
+        raise UserError("--emit deepspeed: recompute is the model's (deepspeed.checkpointing in its forward), not a "
+                        "config key; plan with --fix recompute=none or set it in the model")
+    ov = settings.stack.overlap
+    zero = {"stage": d["zero"], "overlap_comm": (settings.dp_overlap or 0) > 0, "contiguous_gradients": True}
+    if ov.dp_bucket_bytes:
+        zero["reduce_bucket_size"] = int(ov.dp_bucket_bytes)
+    cfg = {"train_batch_size": global_batch, "train_micro_batch_size_per_gpu": d["micro_batch"],
+           "gradient_accumulation_steps": d["microbatches"], "zero_optimization": zero}
+    if settings.dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    elif settings.dtype == "fp16":
+        cfg["fp16"] = {"enabled": True}
+    cfg["steps_per_print"] = 1   # the smoke run's per-step lines (docs/launch.md, The loop back)
+    return cfg
+
+
+def emit(model, hw, settings, par, *, global_batch: int, seq: int) -> str:
+    return json.dumps(config_of(model, hw, settings, par, global_batch=global_batch, seq=seq), indent=2) + "\n"
+
+
+def dotted_keys(cfg: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in cfg.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += dotted_keys(v, name + ".")
+        else:
+            out.append(name)
+    return out

@@ -1,0 +1,168 @@
+"""`plan --emit`: launch configurations in each framework's own names (docs/launch.md).
+
+Every emitted name is checked against the framework's argument definitions at a pinned commit
+(src/llmpar/launch/flags/*.txt, each file's header names its source), so a renamed flag fails here;
+a known plan's flag set is written out by hand; what a framework cannot express is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error
+
+from llmpar import launch
+from llmpar.inputs import make_settings
+from llmpar.launch import deepspeed, megatron, torchtitan
+from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel
+from llmpar.specs.registry import load_hardware, load_model
+
+FLAGS = Path(launch.__file__).parent / "flags"
+H100 = load_hardware("h100-sxm")
+
+
+def names(framework: str) -> set[str]:
+    lines = (FLAGS / f"{framework}.txt").read_text().splitlines()
+    return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
+def layouts():
+    """Layouts that together use every knob the emitters map (each a valid plan row's shape)."""
+    R, S = RECOMPUTE.index, SCHEDULES.index
+    yield "llama-3-70b", "bf16", Parallel(tp=8, pp=4, dp=16, cp=1, zero=1, sp=True, micro_batch=1, microbatches=32,
+                                          seq=8192, schedule=S("interleaved"), virtual_stages=5, recompute=R("none"))
+    yield "llama-3-70b", "fp8", Parallel(tp=4, pp=1, dp=16, cp=2, zero=2, sp=True, micro_batch=1, microbatches=8,
+                                         seq=8192, recompute=R("selective"))
+    yield "llama-3-70b", "bf16", Parallel(tp=8, pp=4, dp=2, zero=3, sp=True, micro_batch=1, microbatches=16, seq=8192,
+                                          recompute=R("full"), recompute_layers=5)
+    yield "llama-3-8b", "bf16", Parallel(tp=1, pp=1, dp=8, zero=0, micro_batch=2, microbatches=4, seq=8192,
+                                         recompute=R("full"), offload_layers=4)
+    yield "mixtral-8x7b", "bf16", Parallel(tp=2, pp=2, dp=16, ep=8, etp=1, zero=1, sp=True, micro_batch=1,
+                                           microbatches=16, seq=4096, schedule=S("1f1b"))
+
+
+@pytest.mark.parametrize("case", list(layouts()), ids=lambda c: f"{c[0]}-{c[1]}-{c[2].as_dict()['schedule']}")
+def test_every_megatron_flag_exists_at_the_pinned_commit(case):
+    model, dtype, par = case
+    spec = load_model(model)
+    fl = megatron.flags(spec, H100, make_settings(spec, dtype=dtype), par, global_batch=512, seq=par.seq)
+    unknown = [f for f, _ in fl if f not in names("megatron")]
+    assert not unknown, f"not in megatron/training/arguments.py at the pinned commit: {unknown}"
+
+
+def test_the_405b_plan_flags_by_hand():
+    """Llama 3.1 405B, tp 8 pp 16 interleaved v = 8 (126 layers: 126 / (16 x 8) is not whole -> refused)
+    and v = 1 (1F1B): the layout flags are the plan's degrees; the distributed optimizer is ZeRO 1."""
+    spec = load_model("llama-3.1-405b")
+    st = make_settings(spec)
+    R, S = RECOMPUTE.index, SCHEDULES.index
+    par = Parallel(tp=8, pp=16, dp=64, zero=1, sp=True, micro_batch=1, microbatches=32, seq=8192,
+                   schedule=S("interleaved"), virtual_stages=8, recompute=R("none"))
+    with pytest.raises(Exception, match="126 layers do not split into 16 x 8"):
+        megatron.flags(spec, H100, st, par, global_batch=2048, seq=8192)
+    par = Parallel(tp=8, pp=16, dp=64, zero=1, sp=True, micro_batch=1, microbatches=32, seq=8192,
+                   schedule=S("1f1b"), recompute=R("none"))
+    fl = dict(megatron.flags(spec, H100, st, par, global_batch=2048, seq=8192))
+    assert {k: fl[k] for k in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                               "--context-parallel-size", "--micro-batch-size", "--global-batch-size",
+                               "--seq-length", "--num-layers", "--hidden-size", "--num-attention-heads",
+                               "--num-query-groups", "--ffn-hidden-size")} == {
+        "--tensor-model-parallel-size": "8", "--pipeline-model-parallel-size": "16", "--context-parallel-size": "1",
+        "--micro-batch-size": "1", "--global-batch-size": "2048", "--seq-length": "8192", "--num-layers": "126",
+        "--hidden-size": "16384", "--num-attention-heads": "128", "--num-query-groups": "8",
+        "--ffn-hidden-size": "53248"}
+    assert "--sequence-parallel" in fl and "--use-distributed-optimizer" in fl and "--bf16" in fl
+    assert "--recompute-granularity" not in fl and "--use-megatron-fsdp" not in fl
+    # Llama 3 70B, 80 layers on pp 4 x v 5 = 20 chunks: 4 layers per virtual stage
+    spec = load_model("llama-3-70b")
+    v5 = dict(megatron.flags(spec, H100, make_settings(spec), Parallel(
+        tp=8, pp=4, dp=2, zero=1, sp=True, microbatches=8, seq=8192, schedule=S("interleaved"), virtual_stages=5),
+        global_batch=16, seq=8192))
+    assert v5["--num-layers-per-virtual-pipeline-stage"] == "4"
+
+
+def test_recompute_and_zero_mappings():
+    spec = load_model("llama-3-70b")
+    st = make_settings(spec)
+    R = RECOMPUTE.index
+    part = dict(megatron.flags(spec, H100, st, Parallel(tp=8, pp=4, dp=2, zero=3, sp=True, microbatches=16, seq=8192,
+                                                          recompute=R("full"), recompute_layers=5),
+                               global_batch=32, seq=8192))
+    assert (part["--recompute-granularity"], part["--recompute-method"], part["--recompute-num-layers"]) == \
+        ("full", "block", "5")
+    assert part["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    every = dict(megatron.flags(spec, H100, st, Parallel(tp=8, dp=8, zero=2, sp=True, seq=8192, recompute=R("full")),
+                                global_batch=64, seq=8192))
+    assert (every["--recompute-method"], every["--recompute-num-layers"]) == ("uniform", "1")
+    assert every["--data-parallel-sharding-strategy"] == "optim_grads"
+
+
+@pytest.mark.parametrize("case", list(layouts()), ids=lambda c: f"{c[0]}-{c[1]}-{c[2].as_dict()['schedule']}")
+def test_every_torchtitan_key_exists_or_the_layout_is_refused(case):
+    model, dtype, par = case
+    spec = load_model(model)
+    try:
+        cfg = torchtitan.settings_of(spec, H100, make_settings(spec, dtype=dtype), par, global_batch=512, seq=par.seq)
+    except Exception as exc:   # refused: the reason names the knob
+        assert "--emit torchtitan" in str(exc)
+        return
+    keys = {f"{s}.{k}" for s, kv in cfg.items() for k in kv}
+    assert not keys - names("torchtitan"), sorted(keys - names("torchtitan"))
+
+
+def test_torchtitan_batches_by_hand():
+    """With PP, a rank's batch per step is b x m = 2 x 8 = 16, split into micro-batches of 2; FSDP
+    (ZeRO 3) shards over dp = 4; without PP local_batch_size is b and torchtitan accumulates to the
+    global batch."""
+    spec = load_model("llama-3-8b")
+    st = make_settings(spec)
+    pp = torchtitan.settings_of(spec, H100, st, Parallel(tp=2, pp=2, dp=4, zero=3, sp=True, micro_batch=2,
+                                                           microbatches=8, seq=8192), global_batch=64, seq=8192)
+    assert pp["training"] == {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 8192}
+    assert pp["parallelism"]["pipeline_parallel_microbatch_size"] == 2
+    assert (pp["parallelism"]["data_parallel_shard_degree"], pp["parallelism"]["data_parallel_replicate_degree"]) == (4, 1)
+    ddp = torchtitan.settings_of(spec, H100, st, Parallel(dp=8, zero=0, micro_batch=2, microbatches=4, seq=8192),
+                                 global_batch=64, seq=8192)
+    assert ddp["training"]["local_batch_size"] == 2
+    assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (8, 1)
+
+
+def test_deepspeed_keys_exist_and_batches_multiply():
+    """train_batch_size = micro-batch x accumulation x dp: 2 x 4 x 8 = 64."""
+    spec = load_model("llama-3-8b")
+    cfg = deepspeed.config_of(spec, H100, make_settings(spec), Parallel(dp=8, zero=2, micro_batch=2, microbatches=4,
+                                                                         seq=8192), global_batch=64, seq=8192)
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 8
+    assert not set(deepspeed.dotted_keys(cfg)) - names("deepspeed"), sorted(set(deepspeed.dotted_keys(cfg)) - names("deepspeed"))
+
+
+def test_refusals_name_the_knob():
+    spec = load_model("llama-3-70b")
+    st = make_settings(spec)
+    with pytest.raises(Exception, match="tensor, pipeline"):
+        deepspeed.config_of(spec, H100, st, Parallel(tp=8, dp=8, seq=8192), global_batch=64, seq=8192)
+    with pytest.raises(Exception, match="ZeRO 1"):
+        torchtitan.settings_of(spec, H100, st, Parallel(tp=8, dp=8, zero=1, sp=True, seq=8192), global_batch=64, seq=8192)
+    with pytest.raises(Exception, match="zb-h1"):
+        megatron.flags(spec, H100, st, Parallel(tp=8, pp=4, dp=2, sp=True, microbatches=8, seq=8192,
+                                                 schedule=SCHEDULES.index("zb-h1")), global_batch=16, seq=8192)
+
+
+def test_plan_emit_cli(cli, tmp_path):
+    r = cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "megatron")
+    assert r.code == 0, r.err
+    assert r.out.startswith("# llmpar plan for llama-3-70b") and "--tensor-model-parallel-size" in r.out
+    assert "llmpar calibrate runs" in r.out          # the smoke run that closes the loop
+    out = tmp_path / "args.sh"
+    r = cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "megatron", "--out", out)
+    assert r.code == 0 and out.read_text().startswith("# llmpar plan") and "wrote" in r.out
+    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--out", out), "--emit")
+    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "megatron", "--json"), "--json")
+    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "torchtitan"), "offload")
+
+
+def test_the_smoke_run_names_exist_too():
+    """The logging options each emitted file tells the user to add for the smoke run."""
+    assert {"--log-interval", "--log-throughput"} <= names("megatron")
+    assert "metrics.log_freq" in names("torchtitan")
+    assert "steps_per_print" in names("deepspeed")
