@@ -17,6 +17,7 @@ from llmpar.cost import training as T
 from llmpar.errors import UserError
 from llmpar.specs import registry
 from llmpar.specs.hardware import Hardware
+from llmpar.specs.registry import load_hardware
 from llmpar.units import parse_power
 
 from conftest import assert_one_line_error
@@ -239,3 +240,38 @@ def test_plan_reports_effective_days(cli):
     g = t["goodput"]
     assert 0 < g["goodput"] <= 1
     assert g["effective_days"] == pytest.approx(t["days"] / g["goodput"], rel=1e-9)
+
+
+def test_prices_per_profile_and_per_million_tokens():
+    """h100-sxm=2.5,b200=4.5 (aliases resolve: h100 is h100-sxm); 15e12 tokens at 1e6 tokens/s on
+    1,024 GPUs = 4,266,667 GPU-hours x 2.5 = 10,666,667, i.e. 10,666,667 / 15e6 = 0.711 per million
+    training tokens."""
+    prices = T.parse_prices("h100=2.5,b200=4.5")
+    assert prices == {"h100-sxm": 2.5, "b200": 4.5}
+    t = T.estimate(load_hardware("h100-sxm"), tokens=15e12, tokens_per_s=1e6, gpus=1024, gpu_hour_price=prices)
+    assert t["cost"] == pytest.approx(10_666_666.67) and t["gpu_hour_price"] == 2.5
+    assert t["cost_per_million_tokens"] == pytest.approx(10_666_666.67 / 15e6)
+    none = T.estimate(load_hardware("a100-80gb"), tokens=15e12, tokens_per_s=1e6, gpus=1024, gpu_hour_price=prices)
+    assert none["cost"] is None and any("names no price for a100-80gb" in n for n in none["assumptions"])
+    for bad in ("h100=2.5,h100-sxm=3", "nope=2", "h100=-1", "h100:2", "cheap"):
+        with pytest.raises(UserError):
+            T.parse_prices(bad)
+
+
+def test_deadline_units():
+    assert T.parse_deadline("90d") == 90 and T.parse_deadline("12w") == 84 and T.parse_deadline("48h") == 2
+    for bad in ("90", "soon", "-3d", "0d"):
+        with pytest.raises(UserError):
+            T.parse_deadline(bad)
+
+
+def test_sweep_deadline_picks_the_smallest_count_that_makes_it():
+    import llmpar
+
+    s = llmpar.sweep("llama-3-8b", gpus=[8, 16, 32, 64], tokens="1T", deadline="30d")
+    rows = {r.gpus: r for r in s.rows}
+    d = s.deadline["by_hardware"]["h100-sxm"]
+    # the first count (in order) whose effective days are within 30; every smaller count misses
+    assert d["effective_days"] <= 30
+    assert all(rows[n].training["goodput"]["effective_days"] > 30 for n in rows if n < d["gpus"])
+    assert d["effective_days"] == pytest.approx(rows[d["gpus"]].training["goodput"]["effective_days"])

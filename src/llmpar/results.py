@@ -436,6 +436,8 @@ class SweepResult(Result):
     elapsed_s: float = 0.0
     defaults_used: list[str] = []
     assumptions: list[str] = []
+    # --deadline: per profile, the smallest count that trains the budget in time (None: none does)
+    deadline: dict[str, Any] | None = None
 
     @property
     def any_ok(self) -> bool:
@@ -456,6 +458,7 @@ class SweepResult(Result):
             "elapsed_s": self.elapsed_s,
             "defaults_used": list(self.defaults_used),
             "assumptions": list(self.assumptions),
+            "deadline": self.deadline,
         }
 
 

@@ -49,6 +49,9 @@ def _plan_options(f):
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @overlap_options
 @training_options
+@click.option("--deadline", default=None, metavar="T",
+              help="With --tokens: the smallest swept count per profile that trains the budget within T (90d, 12w, "
+                   "2160h), with failures and checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV (nested keys joined with dots).")
 @plot_option("tokens/s, MFU and days vs GPUs, one line per hardware")
@@ -188,6 +191,15 @@ def render(r) -> None:
     con.print(table)
     for i, n in enumerate(notes, 1):
         con.print(f"[{i}] {n}", highlight=False, markup=False)
+    if r.deadline is not None:
+        for name, d in r.deadline["by_hardware"].items():
+            if d is None:
+                con.print(f"deadline {fmt_days(r.deadline['days'])} days: no swept count of {name} makes it "
+                          "(add larger counts to --gpus)", highlight=False)
+            else:
+                cost = f", cost {fmt_quantity(d['cost'])}" if d.get("cost") is not None else ""
+                con.print(f"deadline {fmt_days(r.deadline['days'])} days: {name} needs {d['gpus']:,} GPUs "
+                          f"({fmt_days(d['effective_days'])} days with failures and checkpoints{cost})", highlight=False)
     con.print()
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
               "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"

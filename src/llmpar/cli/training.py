@@ -15,9 +15,9 @@ _TRAINING_OPTIONS = [
                  help="Token budget to train on, e.g. 15T, 300B, 2.5e12: adds days, GPU-hours, energy and cost."),
     click.option("--pue", default=None, type=float,
                  help="Facility power usage effectiveness (>= 1) multiplying the IT energy (default 1: IT only)."),
-    click.option("--gpu-hour-price", default=None, type=float, metavar="PRICE",
-                 help="Your price of one GPU-hour (any currency; default: gpu_hour_price in your hardware "
-                      "profile; none ships)."),
+    click.option("--gpu-hour-price", default=None, metavar="PRICE",
+                 help="Your price of one GPU-hour (any currency), one for all or per profile: 2.5 or "
+                      "h100-sxm=2.5,b200=4.5 (default: gpu_hour_price in your hardware profile; none ships)."),
     click.option("--power-per-gpu", default=None, metavar="W",
                  help="Average power per GPU including its node share, e.g. 900W (default: the profile's "
                       "maximum node power / GPUs per node: an upper bound)."),

@@ -97,6 +97,51 @@ MAX_PRICE = 1e6
 MAX_POWER_PER_GPU_W = 1e5
 
 
+def _price(value, text) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--gpu-hour-price {text!r}: expected a price (2.5) or per profile (h100-sxm=2.5,b200=4.5)") \
+            from None
+    if not np.isfinite(v) or v <= 0 or v > MAX_PRICE:
+        raise UserError(f"--gpu-hour-price {text!r}: a price must be positive and at most {MAX_PRICE:,.0f}")
+    return v
+
+
+def parse_prices(value):
+    """A price per GPU-hour for every profile (2.5), or per profile ('h100-sxm=2.5,b200=4.5', or a
+    dict): {canonical profile name: price}; each name must be a shipped profile or alias."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, str) and "=" in value:
+        items = []
+        for part in value.split(","):
+            if "=" not in part:
+                raise UserError(f"--gpu-hour-price {value!r}: {part.strip()!r} is not PROFILE=PRICE")
+            k, v = part.split("=", 1)
+            items.append((k.strip(), v.strip()))
+    else:
+        return _price(value, value)
+    from llmpar.specs.registry import resolved_name, shipped_names
+
+    out: dict[str, float] = {}
+    for k, v in items:
+        name, _ = resolved_name(k, "hardware")
+        if name not in shipped_names("hardware") and not str(k).endswith((".yaml", ".yml")):
+            raise UserError(f"--gpu-hour-price: {k!r} is not a hardware profile (`llmpar hardware` lists them)")
+        if name in out:
+            raise UserError(f"--gpu-hour-price: {k!r} is priced twice")
+        out[name] = _price(v, value)
+    return out
+
+
+def price_for(prices, hw):
+    """The price of ``hw`` from parse_prices' result (None where a map does not name it)."""
+    if prices is None or not isinstance(prices, dict):
+        return prices
+    return prices.get(hw.name)
+
+
 MAX_FAILURE_RATE = 1.0      # failures per GPU-hour: one per GPU every hour is already no training
 MAX_RESTART_S = 7 * 86_400.0
 
@@ -151,13 +196,7 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
             raise UserError(f"--pue must be a number from 1 to {MAX_PUE:g} (facility energy / IT energy), got {pue!r}")
         out["pue"] = value
     if gpu_hour_price is not None:
-        try:
-            value = float(gpu_hour_price)
-        except (TypeError, ValueError):
-            raise UserError(f"--gpu-hour-price must be a positive number, got {gpu_hour_price!r}") from None
-        if not np.isfinite(value) or value <= 0 or value > MAX_PRICE:
-            raise UserError(f"--gpu-hour-price must be a positive number up to {MAX_PRICE:,.0f}, got {gpu_hour_price!r}")
-        out["gpu_hour_price"] = value
+        out["gpu_hour_price"] = parse_prices(gpu_hour_price)
     if power_per_gpu is not None:
         out["power_per_gpu_w"] = parse_power(power_per_gpu, "--power-per-gpu")
         if out["power_per_gpu_w"] > MAX_POWER_PER_GPU_W:
@@ -169,6 +208,21 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
         raise UserError("--pue, --gpu-hour-price, --power-per-gpu, --failure-rate, --restart-time, "
                         "--checkpoint-bandwidth and --checkpoint need --tokens (the token budget to train on)")
     return out
+
+
+def parse_deadline(text) -> float:
+    """'90d', '12w', '2160h' -> days; a bare number is refused (90 what?)."""
+    t = str(text).strip().lower()
+    scale = {"d": 1.0, "w": 7.0, "h": 1.0 / 24.0}
+    if not t or t[-1] not in scale:
+        raise UserError(f"--deadline {text!r}: give a unit: 90d, 12w or 2160h")
+    try:
+        v = float(t[:-1]) * scale[t[-1]]
+    except ValueError:
+        raise UserError(f"--deadline {text!r}: expected a number of days, weeks or hours, e.g. 90d") from None
+    if not np.isfinite(v) or v <= 0 or v > 36_500:
+        raise UserError(f"--deadline {text!r}: must be a positive time up to 100 years")
+    return v
 
 
 def checkpoint_bytes_of(model, settings) -> float:
@@ -252,7 +306,11 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
     if power is not None:
         notes.append(f"PUE {pue_value:g}" + (": IT equipment only, the facility's cooling and losses excluded "
                                              "(--pue to include them)" if pue is None else " (--pue)"))
+    mapped = isinstance(gpu_hour_price, dict)
+    gpu_hour_price = price_for(gpu_hour_price, hw)
     price, price_source = gpu_hour_price, "--gpu-hour-price" if gpu_hour_price is not None else None
+    if mapped and price is None and getattr(hw, "gpu_hour_price", None) is None:
+        notes.append(f"cost: --gpu-hour-price names no price for {hw.name}")
     if price is None and getattr(hw, "gpu_hour_price", None) is not None:
         price, price_source = float(hw.gpu_hour_price), f"hardware profile {hw.name}"
     if price is None:
@@ -266,6 +324,8 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
         good["effective_gpu_hours"] = None if g <= 0 else hours / g
         good["effective_energy_mwh"] = None if (g <= 0 or energy is None) else energy / g
         good["effective_cost"] = None if (g <= 0 or price is None) else training_cost(hours, price) / g
+        good["effective_cost_per_million_tokens"] = (None if good["effective_cost"] is None
+                                                     else good["effective_cost"] / tokens * 1e6)
     return {
         "goodput": good,
         "tokens": tokens,
@@ -283,6 +343,7 @@ def estimate(hw, *, tokens: float, tokens_per_s, gpus, tokens_per_step=None, pue
         "gpu_hour_price": price,
         "price_source": price_source,
         "cost": None if price is None else training_cost(hours, price),
+        "cost_per_million_tokens": None if price is None else training_cost(hours, price) / tokens * 1e6,
         "assumptions": notes,
     }
 
@@ -299,5 +360,5 @@ def power_per_gpu_w_of(hw):
     return board
 
 
-__all__ = ["checkpoint_bytes_of", "energy_mwh", "estimate", "goodput_of", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
+__all__ = ["parse_deadline", "parse_prices", "price_for", "checkpoint_bytes_of", "energy_mwh", "estimate", "goodput_of", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
            "power_per_gpu_w_of", "scaling_efficiency", "train_days", "train_steps", "train_time_s", "training_cost"]

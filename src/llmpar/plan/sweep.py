@@ -163,6 +163,7 @@ def sweep(
     restart_time=None,
     checkpoint_bandwidth=None,
     checkpoint=None,
+    deadline=None,
     seq: int | None = None,
     global_batch: int | None = None,
     tokens_per_batch: int | None = None,
@@ -190,7 +191,17 @@ def sweep(
     counts = parse_gpu_list(gpus)
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
                                checkpoint_bandwidth, checkpoint)
+    due = None
+    if deadline is not None:
+        if train_in["tokens"] is None:
+            raise UserError("--deadline is the time to train --tokens in: give the token budget too")
+        due = TR.parse_deadline(deadline)
     hws = _hardware_list(hardware)
+    if isinstance(train_in["gpu_hour_price"], (int, float)) and len(hws) > 1:
+        notes_price = [f"one --gpu-hour-price for {', '.join(h.name for h in hws)}: GPU types rarely cost the same "
+                       "(give one each: --gpu-hour-price " + ",".join(f"{h.name}=P" for h in hws) + ")"]
+    else:
+        notes_price = []
     defaults: list[str] = []
     notes: list[str] = []
     if model is None and hf is None:
@@ -251,12 +262,31 @@ def sweep(
             g = next((t["goodput"] for t in reversed(with_t) if t.get("goodput")), None)
             if g is not None:
                 notes += ["goodput " + a for a in g["assumptions"]]
+    notes += notes_price
     return SweepResult(
         model=spec.name, model_requested=alias, hardware=[h.name for h in hws], gpus=counts, seq=int(seq),
         global_batch=int(global_batch), tokens=train_in["tokens"], rows=rows,
         settings=first.settings if first is not None else None, elapsed_s=time.perf_counter() - t0,
-        defaults_used=defaults, assumptions=notes,
+        defaults_used=defaults, assumptions=notes, deadline=None if due is None else _deadline(rows, hws, due),
     )
+
+
+def _deadline(rows: list[SweepRow], hws, days: float) -> dict[str, Any]:
+    """Per profile: the smallest swept count whose effective days (with failures and checkpoints;
+    the ideal days where goodput is unknown) meet ``days``, with its days and cost; None where none
+    of the counts does."""
+    out: dict[str, Any] = {"days": days, "by_hardware": {}}
+    for hw in hws:
+        best = None
+        for r in sorted((r for r in rows if r.hardware == hw.name and r.ok and r.training), key=lambda r: r.gpus):
+            g = r.training.get("goodput") or {}
+            eff = g.get("effective_days") if g else r.training["days"]
+            if eff is not None and eff <= days:
+                best = {"gpus": r.gpus, "days": r.training["days"], "effective_days": eff,
+                        "cost": g.get("effective_cost") if g else r.training["cost"]}
+                break
+        out["by_hardware"][hw.name] = best
+    return out
 
 
 def _scaling(rows: list[SweepRow], notes: list[str]) -> None:
