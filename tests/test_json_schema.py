@@ -47,7 +47,8 @@ MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
     "bytes_per_param.fp8_weight_cache", "bytes_per_param.convention", "bytes_per_param.gradients_fp32_accumulated",
     "model_states_bytes", "activation_bytes_per_layer", "capacity_bytes", "usable_bytes", "fits", "verdict",
     "margin_bytes", "uncertainty", "communicators", "max_micro_batch", "most_loaded_stage", "assumptions[]")
-TRAINING_MEMORY = MEMORY + tuple(f"interval.{k}" for k in MEMORY_INTERVAL)
+TRAINING_MEMORY = MEMORY + tuple(f"interval.{k}" for k in MEMORY_INTERVAL) + tuple(
+    f"changes_that_fit[].{k}" for k in ("change", "total_bytes", "fits", "step_time_s", "step_time_ratio"))
 
 STEP_FIGURES = COMMON + SETTINGS + (
     "tokens_per_step", "step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu",

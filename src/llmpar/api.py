@@ -313,8 +313,13 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
 
     interval = EV.memory_json(EV.query("memory", settings, hw, spec, par), float(out["total_bytes"]),
                               float(out["capacity_bytes"]))
+    changes = None
+    if not bool(out["fits"]):
+        from llmpar.remedies import fit_changes
+
+        changes = fit_changes(spec, hw, settings, par, layout, res_bytes)
     return MemoryResult.model_construct(
-        interval=interval,
+        interval=interval, changes_that_fit=changes,
         model=spec.name, model_requested=alias, hardware=hw.name, parallel=par, settings=settings, mode="training",
         params_total=float(P.total_params(spec)), params_per_gpu=float(out["params_per_gpu"]),
         memory={k: float(out[k]) for k in MEMORY_COMPONENTS},

@@ -102,6 +102,8 @@ class MemoryResult(Result):
     inference: dict[str, Any] | None = None
     # training mode: the total's interval from published peaks (llmpar.evidence.memory_json)
     interval: dict[str, Any] | None = None
+    # training mode, DOES NOT FIT: the changes that would fit, each computed (llmpar.remedies)
+    changes_that_fit: list[dict[str, Any]] | None = None
 
     @property
     def gpus(self) -> int:
@@ -158,6 +160,8 @@ class MemoryResult(Result):
         }
         if self.interval is not None:
             out["interval"] = dict(self.interval)
+        if self.changes_that_fit is not None:
+            out["changes_that_fit"] = [dict(c) for c in self.changes_that_fit]
         if self.inference is not None:
             out["inference"] = dict(self.inference)
         if self.stages is not None:

@@ -131,7 +131,11 @@ def _verdict_text(r, fmt, unit) -> str:
     if r.max_micro_batch == 0:
         tail = f"; no {what} fits"
         if r.mode == "training":
-            tail += f": model states alone are {fmt(r.model_states_bytes)} {unit}"
+            if r.model_states_bytes >= cap:
+                tail += f": the model states alone ({fmt(r.model_states_bytes)} {unit}) exceed the HBM"
+            else:
+                tail += (f": model states {fmt(r.model_states_bytes)} {unit} + runtime {fmt(r.memory['runtime_bytes'])} "
+                         f"{unit} + one {what}'s activations and working set exceed the HBM")
         return head + tail
     return head + f"; largest {what} that fits: {r.max_micro_batch}"
 
@@ -210,3 +214,13 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
         lo, hi = iv["total_bytes"]
         con.print(f"  total {fmt(lo)}-{fmt(hi)} {unit} ({R.interval_text(iv)})"
                   + ("; its top exceeds the HBM" if iv["may_not_fit"] else ""), highlight=False)
+    changes = getattr(r, "changes_that_fit", None)
+    if changes is not None:
+        if not changes:
+            con.print("  no single change (nor a pair) of recompute, ZeRO, micro-batch, gradient dtype, GPU count, tp, "
+                      "pp or offloading fits: `llmpar plan` searches every combination", highlight=False)
+        else:
+            con.print("  what would fit (each computed; step time against this layout's):", highlight=False)
+            for c in changes[:6]:
+                rel = f", step {c['step_time_ratio']:.2f}x" if c.get("step_time_ratio") else ""
+                con.print(f"    {c['change']}: {fmt(c['total_bytes'])} {unit}{rel}", highlight=False)
