@@ -6,6 +6,8 @@ renders them as a rich breakdown with a memory verdict, or as JSON.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass
 
 import click
@@ -37,6 +39,8 @@ _NOTES = {
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
 @overlap_options
 @training_options
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE.json", help="Also write the modelled step as a Chrome/Perfetto trace (docs/time-model.md).")
 def step(model, **kw):
     """Step time of MODEL on a layout: tokens/s, MFU, HFU and the time breakdown.
 
@@ -50,11 +54,25 @@ def step(model, **kw):
     from llmpar import api
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
+    trace_path = kw.pop("trace_path")
+    if trace_path is not None:
+        from llmpar.outputs import check_out
+
+        check_out(trace_path)
     result = api.step(model, **kw)
+    if trace_path is not None:
+        import json
+
+        from llmpar.outputs import write_text
+        from llmpar.step_trace import chrome_trace
+
+        write_text(trace_path, json.dumps(chrome_trace(result)) + "\n")
     if out["as_json"]:
         echo_json(result.to_dict())
         return
     render(result, units=out["units"], explain=out["explain"])
+    if trace_path is not None:
+        click.echo(f"trace: {trace_path} (open it in https://ui.perfetto.dev or chrome://tracing)")
 
 
 @dataclass
