@@ -161,3 +161,15 @@ def test_plan_table_keeps_rank_step_and_mfu_readable_on_narrow_terminals(width):
     assert "…" not in text
     for p in r.plans:
         assert f"{p.mfu * 100:.1f}%" in text
+
+
+def test_csv_cells_are_json_not_python_reprs(cli):
+    import csv
+    import io
+    import json
+
+    r = cli("plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--csv")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert rows[0]["parallel.sp"] in ("true", "false")
+    assert len(json.loads(rows[0]["interval.mfu"])) == 2
+    assert not any(v in ("True", "False", "None") for row in rows for v in row.values())

@@ -195,8 +195,20 @@ def to_csv(rows: list[dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     w.writeheader()
     for r in flat:
-        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        w.writerow({k: _cell(v) for k, v in r.items()})
     return buf.getvalue()
+
+
+def _cell(v):
+    """One CSV cell: empty for None, JSON for booleans, lists and mappings (true, [1, 2]), never a
+    Python repr (docs/json.md, CSV)."""
+    import json
+
+    if v is None:
+        return ""
+    if isinstance(v, (bool, list, tuple, dict)):
+        return json.dumps(v)
+    return v
 
 
 def _csv_row(p) -> dict:
