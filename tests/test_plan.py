@@ -612,3 +612,16 @@ def test_memory_in_chunks_changes_no_figure(monkeypatch):
     one = run()
     monkeypatch.setattr(S, "CHUNK", 997)
     assert run() == one
+
+
+def test_min_gpus_is_the_first_count_that_fits():
+    """Llama 3 8B: on one H100 no layout fits (8.03e9 parameters x 18 B of mixed-precision Adam states
+    is 144.5 GB, and nothing shards on one GPU); on two, ZeRO 3 halves the states: --min-gpus says 2,
+    and its plan is plan(gpus=2)'s."""
+    with pytest.raises(CheckFailed):
+        llmpar.plan("llama-3-8b", gpus=1, top=1)
+    r = llmpar.plan("llama-3-8b", min_gpus=True, top=1)
+    assert r.gpus == 2 and "1 did not" in r.assumptions[0]
+    assert r.best.step_time_s == pytest.approx(llmpar.plan("llama-3-8b", gpus=2, top=1).best.step_time_s, rel=1e-12)
+    with pytest.raises(UserError, match="--min-gpus"):
+        llmpar.plan("llama-3-8b", min_gpus=True, gpus=8)

@@ -24,7 +24,9 @@ from llmpar.units import fmt_seconds
 _LAYOUT = [
     click.option("--hardware", "hardware", default=None, shell_complete=complete_hardware,
                  help="Shipped profile or YAML path (default h100-sxm)."),
-    click.option("--gpus", type=int, help="GPUs to plan for (required)."),
+    click.option("--gpus", type=int, help="GPUs to plan for (required, unless --min-gpus)."),
+    click.option("--min-gpus", is_flag=True, help="Plan at the smallest GPU count (1, 2, 4, ...) at which the model "
+                                                  "trains at all, instead of --gpus."),
     click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
     click.option("--global-batch", type=int, help="Sequences per step (default 4,194,304 tokens / seq)."),
     click.option("--tokens-per-batch", type=int, help="Tokens per step instead of --global-batch (a multiple of seq)."),

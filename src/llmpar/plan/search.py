@@ -418,6 +418,35 @@ def _pos(value, what: str, hi: int | None = None, required: bool = False):
     return None if value is None else int(value)
 
 
+#: the counts --min-gpus tries, in order: powers of two from one GPU (a node's count and its
+#: multiples are powers of two on every shipped profile)
+MIN_GPUS_TRIED = tuple(2 ** k for k in range(0, 21))
+
+
+def _smallest(args: dict) -> PlanResult:
+    """plan(min_gpus=True): the plan at the smallest count of MIN_GPUS_TRIED at which some layout
+    fits (every rule and the memory), with the counts that did not in its assumptions."""
+    kw = {k: v for k, v in args.items() if k not in ("min_gpus", "layout", "gpus")}
+    kw.update(args["layout"])
+    if args["gpus"] is not None:
+        raise UserError("--min-gpus searches the GPU count: leave out --gpus")
+    failed: list[str] = []
+    for n in MIN_GPUS_TRIED:
+        try:
+            r = plan(gpus=n, **kw)
+        except FixConflict as exc:
+            failed.append(f"{n}: {exc}")
+            continue
+        except CheckFailed as exc:
+            failed.append(f"{n}: {str(exc).split(':')[0]}")
+            continue
+        r.assumptions.insert(0, f"--min-gpus: {n:,} GPUs is the smallest count (of 1, 2, 4, ...) at which a layout "
+                                "fits" + (f"; {', '.join(x.split(':')[0] for x in failed)} did not" if failed else ""))
+        return r
+    raise CheckFailed(f"no count up to {MIN_GPUS_TRIED[-1]:,} GPUs trains {args['model']} "
+                      f"({failed[-1] if failed else 'no layout'})")
+
+
 def plan(
     model=None,
     *,
@@ -460,6 +489,7 @@ def plan(
     margin: float | None = None,
     keep_points: bool = False,
     interval_level=None,
+    min_gpus: bool = False,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -481,6 +511,8 @@ def plan(
     (:func:`search`, docs/planner.md); ``space.tight`` counts the TIGHT ones kept.
     ``interval_level`` (default 0.8): the level of every row's ``interval`` (:mod:`llmpar.evidence`).
     """
+    if min_gpus:
+        return _smallest(dict(locals()))
     from llmpar.cost import training as TR
     from llmpar.cost.memory import check_convention
 
