@@ -100,7 +100,8 @@ def test_sweep_figure_one_line_per_hardware_per_panel(cli, tmp_path):
     r = sweep("llama-3-8b", gpus="8,16,32", hardware="h100-sxm,a100-80gb", tokens="1T")
     fig = plots.sweep_figure(r)
     axes = fig.axes
-    assert [ax.get_ylabel() for ax in axes] == ["tokens/s", "MFU (%)", "days to train"]
+    assert [ax.get_ylabel() for ax in axes] == ["tokens/s", "MFU (%)",
+                                                "days to train (with failures and checkpoints)"]
     for ax in axes:
         assert ax.get_xlabel() == "GPUs"
         assert _legend(ax) == ["h100-sxm", "a100-80gb"]
@@ -110,8 +111,15 @@ def test_sweep_figure_one_line_per_hardware_per_panel(cli, tmp_path):
     h100 = [row for row in r.rows if row.hardware == "h100-sxm"]
     assert list(axes[0].get_lines()[0].get_ydata()) == pytest.approx([row.plan.tokens_per_s for row in h100])
     assert "llama-3-8b" in fig._suptitle.get_text()
-    # without --tokens: no days panel
+    # the days plotted are the table's eff. days (goodput)
+    assert list(axes[2].get_lines()[0].get_ydata()) == pytest.approx(
+        [row.training["goodput"]["effective_days"] for row in h100])
+    # the swept counts are the ticks, written as counts (not 2^3)
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["8", "16", "32"]
+    # without --tokens: no days panel; with a price: a cost panel
     assert len(plots.sweep_figure(sweep("llama-3-8b", gpus="8,16")).axes) == 2
+    priced = plots.sweep_figure(sweep("llama-3-8b", gpus="8,16", tokens="1T", gpu_hour_price=2.0))
+    assert priced.axes[3].get_title() == "cost to train vs GPUs"
     out = tmp_path / "sweep.png"
     res = cli("sweep", "llama-3-8b", "--gpus", "8,16", "--plot", out)
     assert res.code == 0, res.err
@@ -218,3 +226,20 @@ def test_calibrate_check_figure_is_drawn_by_plots(cli, tmp_path):
     fig = plots.calibrate_check_figure(C.check(parsed, str(tmp_path / "truth.yaml"), tolerance=0.25))
     ax = fig.axes[0]
     assert ax.get_ylabel() == "busbw (GB/s)" and _legend(ax) == ["slow.txt measured", "slow.txt predicted"]
+
+
+def test_serve_frontier_figure(cli, tmp_path):
+    """serve-plan --plot: every candidate's points, the frontier line, #1 starred at its own figures."""
+    import llmpar
+
+    r = llmpar.serve_plan("llama-3-8b", gpus=2, tpot="20ms")
+    fig = plots.serve_frontier_figure(r)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "output tokens/s per user (1 / TPOT)" and ax.get_ylabel() == "output tokens/s per GPU"
+    b = r["candidates"][0]
+    star = ax.collections[-1].get_offsets()[0]
+    assert list(star) == pytest.approx([1.0 / b.tpot_s, b.output_tokens_per_s / b.gpus])
+    out = tmp_path / "frontier.svg"
+    res = cli("serve-plan", "llama-3-8b", "--gpus", "2", "--plot", out)
+    assert res.code == 0, res.err
+    assert "<svg" in out.read_text()

@@ -123,24 +123,66 @@ def plan_figure(r, units: str = "gb", max_families: int = 12):
 
 # ------------------------------------------------------------------------------------ sweep
 
+def _human(v: float, _pos=None) -> str:
+    """Axis labels in human units: 1.2M, 350k, 42 (tokens/s, GPU-hours, cost)."""
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def _gpu_ticks(ax, counts) -> None:
+    """The swept GPU counts themselves as the log-axis ticks (256, 512, ... 4,096, not 2^8)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = sorted(set(counts))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{int(round(v)):,}"))
+    if len(ticks) > 6:
+        for label in ax.get_xticklabels():
+            label.set_rotation(45)
+
+
 def sweep_figure(r):
-    """`llmpar sweep`: tokens/s, MFU and (with --tokens) days to train vs GPUs, one line per hardware."""
+    """`llmpar sweep`: tokens/s, MFU and (with --tokens) days to train vs GPUs, one line per hardware;
+    with a price, a cost panel; GPU counts as the ticks, human units on the axes; days and cost with
+    failures and checkpoints (goodput) where it was computed, as the table's eff. columns."""
+    from matplotlib.ticker import FuncFormatter
+
     plt = _plt()
     has_days = r.tokens is not None
-    panels = [("tokens/s", "tokens/s"), ("MFU (%)", "mfu")] + ([("days to train", "days")] if has_days else [])
+    priced = has_days and any(row.ok and row.training and row.training.get("cost") is not None for row in r.rows)
+    panels = [("tokens/s", "tokens/s"), ("MFU (%)", "mfu")] + ([("days to train", "days")] if has_days else []) \
+        + ([("cost to train", "cost")] if priced else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
     axes = axes[0]
+    counts = []
+
+    def eff(row, key):
+        t = row.training
+        if not t:
+            return float("nan")
+        g = t.get("goodput") or {}
+        v = g.get("effective_days" if key == "days" else "effective_cost") if g else None
+        return v if v is not None else (t.get(key) if t.get(key) is not None else float("nan"))
+
     for name in r.hardware:
         ok = [row for row in r.rows if row.hardware == name and row.ok]
         x = [row.gpus for row in ok]
+        counts += x
         values = {"tokens/s": [row.plan.tokens_per_s for row in ok], "mfu": [row.plan.mfu * 100 for row in ok],
-                  "days": [row.training["days"] if row.training else float("nan") for row in ok]}
+                  "days": [eff(row, "days") for row in ok], "cost": [eff(row, "cost") for row in ok]}
         for ax, (_, key) in zip(axes, panels):
             ax.plot(x, values[key], "o-", label=name)
-    for ax, (label, _) in zip(axes, panels):
+    for ax, (label, key) in zip(axes, panels):
         ax.set_xscale("log", base=2)
+        if counts:
+            _gpu_ticks(ax, counts)
         ax.set_xlabel("GPUs")
-        ax.set_ylabel(label)
+        ax.set_ylabel(label + (" (with failures and checkpoints)" if key in ("days", "cost") else ""))
+        if key in ("tokens/s", "cost"):
+            ax.yaxis.set_major_formatter(FuncFormatter(_human))
         ax.set_title(label + " vs GPUs")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small", title="hardware", title_fontsize="small")
@@ -150,6 +192,39 @@ def sweep_figure(r):
 
         budget = f", {fmt_tokens(r.tokens)} tokens"
     fig.suptitle(f"llmpar sweep {r.model} (global batch {r.global_batch:,} x seq {r.seq:,}{budget})")
+    fig.tight_layout()
+    return fig
+
+
+def serve_frontier_figure(r):
+    """`llmpar serve-plan --plot`: output tokens/s per GPU against tokens/s per user (1 / TPOT) for
+    every candidate's operating points, the non-dominated frontier as a line, the chosen deployment
+    marked: the plot serving engineers read."""
+    from matplotlib.ticker import FuncFormatter
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for c in r["candidates"] + r["missed"]:
+        pts = [p for p in c.points if p["tpot_s"] and p["tpot_s"] == p["tpot_s"]]
+        if pts:
+            ax.scatter([1.0 / p["tpot_s"] for p in pts], [p["output_tokens_per_s_per_gpu"] for p in pts], s=8, alpha=0.35,
+                       label=f"{c.engine} {c.weights} tp{c.tp} pp{c.pp}")
+    f = r["frontier"]
+    if f:
+        ax.plot([p["tokens_per_s_per_user"] for p in f], [p["tokens_per_s_per_gpu"] for p in f], "k-", lw=1.5,
+                label="frontier (every point; the TTFT target not applied)")
+    if r["candidates"]:
+        b = r["candidates"][0]
+        ax.scatter([1.0 / b.tpot_s], [b.output_tokens_per_s / b.gpus], marker="*", s=200, c="red", zorder=5,
+                   label=f"#1 {b.engine} tp{b.tp} pp{b.pp} x{b.replicas}")
+    if r.get("tpot_s"):
+        ax.axvline(1.0 / r["tpot_s"], ls="--", c="grey", lw=1, label="TPOT target")
+    ax.set_xlabel("output tokens/s per user (1 / TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.yaxis.set_major_formatter(FuncFormatter(_human))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", ncol=2)
+    ax.set_title(f"llmpar serve-plan {r['model']} on {r['hardware']} ({r['isl']:,} in / {r['osl']:,} out)")
     fig.tight_layout()
     return fig
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import complete_hardware, complete_model, echo_json
+from llmpar.cli.common import complete_hardware, complete_model, echo_json, plot_option
 from llmpar.errors import CheckFailed
 
 
@@ -26,7 +26,8 @@ from llmpar.errors import CheckFailed
 @click.option("--gpu-hour-price", type=float, help="Price per GPU-hour: cost per million output tokens.")
 @click.option("--top", type=int, default=10, show_default=True, help="Rows shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve-plan).")
-def serve_plan(model, as_json, **kw):
+@plot_option("the frontier of output tokens/s per GPU against tokens/s per user, every candidate's points")
+def serve_plan(model, as_json, plot_path, **kw):
     """Search engines, precisions and TP x PP layouts of MODEL for the deployment that meets the targets.
 
     \b
@@ -40,6 +41,10 @@ def serve_plan(model, as_json, **kw):
     if model is None and kw.get("hf") is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf config.json")
     r = serve_plan_api(model, **kw)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.serve_frontier_figure(r), plot_path)
     if as_json:
         echo_json({k: ([c.as_dict() for c in v] if k in ("candidates", "missed") else v) for k, v in r.items()})
     else:
