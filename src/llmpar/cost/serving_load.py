@@ -205,30 +205,45 @@ GRID = 48
 
 def _running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget):
     """The n that solves n = λ·e2e_run(n) (Little's law) on [0, limit]: g(n) = λ·e2e_run(n) − n is
-    positive at 0 and falls while the rate is sustainable; two grid passes of GRID points bracket the
-    first root (a vectorised bisection: one array evaluation per pass)."""
-    lo, hi = 0.0, float(limit)
+    positive at 0 and falls while the rate is sustainable; three grid passes of GRID points bracket
+    the first root (a vectorised bisection: one array evaluation per pass). Array-polymorphic: one
+    row of the grid per rate (with its own lengths and limit)."""
+    lam = np.atleast_1d(np.asarray(lam, dtype=float))
+    shape = np.broadcast(lam, np.asarray(isl), np.asarray(osl), np.asarray(limit)).shape
+    lam = np.broadcast_to(lam, shape).reshape(-1)
+    I = np.broadcast_to(np.asarray(isl, dtype=float), shape).reshape(-1, 1)
+    O = np.broadcast_to(np.asarray(osl, dtype=float), shape).reshape(-1, 1)
+    top = np.broadcast_to(np.asarray(limit, dtype=float), shape).reshape(-1)
+    lo, hi = np.zeros_like(top), top.copy()
+    done = np.zeros(top.shape, dtype=bool)
+    frac = np.arange(1, GRID + 1, dtype=float) / GRID
     for _ in range(3):
-        n = np.linspace(lo, hi, GRID + 1)[1:]
-        g = lam * _e2e_run(model, hw, engine, dep, isl, osl, n, budget) - n
-        below = np.flatnonzero(g <= 0)
-        if below.size == 0:
-            return float(limit)
-        i = int(below[0])
-        lo, hi = (float(n[i - 1]) if i > 0 else lo), float(n[i])
-    return hi
+        n = lo[:, None] + (hi - lo)[:, None] * frac[None, :]
+        g = lam[:, None] * _e2e_run(model, hw, engine, dep, I, O, n, budget) - n
+        below = g <= 0
+        has = below.any(axis=1)
+        i = np.argmax(below, axis=1)
+        rows = np.arange(top.size)
+        new_hi = n[rows, i]
+        new_lo = np.where(i > 0, n[rows, np.maximum(i - 1, 0)], lo)
+        done |= ~has & (_ == 0)
+        lo = np.where(has, new_lo, lo)
+        hi = np.where(has, new_hi, hi)
+    out = np.where(done, top, hi).reshape(shape)
+    return scalar_out(out if out.ndim else out[()]) if out.size > 1 else float(out.reshape(-1)[0])
 
 
 def open_loop(model, hw, engine, dep, isl, osl, rate, limit, budget):
-    """Poisson arrivals at ``rate`` requests/s (a scalar); ``saturated`` where it exceeds capacity."""
-    lam = float(rate)
-    cap = float(capacity_rate(model, hw, engine, dep, isl, osl, limit, budget))
-    O = float(osl)
-    n = min(_running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget), float(limit))
+    """Poisson arrivals at ``rate`` requests/s (a number or an array, with the lengths and limits
+    broadcast against it); ``saturated`` where it exceeds capacity."""
+    lam = np.asarray(rate, dtype=float)
+    cap = np.asarray(capacity_rate(model, hw, engine, dep, isl, osl, limit, budget), dtype=float)
+    O = np.asarray(osl, dtype=float)
+    n = np.minimum(_running_at_rate(model, hw, engine, dep, isl, osl, lam, limit, budget), limit)
     out = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget), dep=dep)
-    out["requests_per_s"] = min(lam, cap)
+    out["requests_per_s"] = np.minimum(lam, cap)
     out["output_tokens_per_s"] = out["requests_per_s"] * O
-    out["capacity_requests_per_s"] = cap
+    out["capacity_requests_per_s"] = cap + 0.0 * lam
     out["saturated"] = lam >= cap
     return {k: scalar_out(v) for k, v in out.items()}
 

@@ -88,9 +88,10 @@ def _specs(row: ServingRow):
 
 def _vector_key(row: ServingRow):
     kind = next(iter(row.load))
-    if kind not in ("offline", "concurrency"):
+    if kind not in ("offline", "concurrency", "rate") or (kind == "rate" and str(row.load["rate"]).lower() == "inf"):
         return None
-    return (row.model, row.hardware, row.tp, row.pp, row.ep, row.weights, row.kv_dtype, row.gpus)
+    return ("rate" if kind == "rate" else "closed", row.model, row.hardware, row.tp, row.pp, row.ep, row.weights,
+            row.kv_dtype, row.gpus)
 
 
 def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None]:
@@ -116,11 +117,15 @@ def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None
             continue
         isl = np.array([rows[i].isl for i in idx], dtype=float)
         osl = np.array([rows[i].osl for i in idx], dtype=float)
-        users = np.array([list(rows[i].load.values())[0] for i in idx], dtype=float) / replicas
-        limit = np.asarray(max_concurrency(cap, isl + osl), dtype=float)
+        per_replica = np.array([float(list(rows[i].load.values())[0]) for i in idx], dtype=float) / replicas
+        limit = np.broadcast_to(np.asarray(max_concurrency(cap, isl + osl), dtype=float), isl.shape)
         dep = {"tp": r0.tp, "pp": r0.pp, "ep": r0.ep, "weights": r0.weights, "kv_dtype": r0.kv_dtype}
-        f = load.closed_loop(model, hw, engine, dep, isl, osl, users, np.maximum(limit, 1.0),
-                             int(cap["max_num_batched_tokens"]))
+        budget = int(cap["max_num_batched_tokens"])
+        if key[0] == "rate":   # Poisson arrivals: every rate of the deployment in one grid (serving_load.open_loop)
+            f = load.open_loop(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
+        else:
+            f = load.closed_loop(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
+        f = {k: np.broadcast_to(np.asarray(v, dtype=float), isl.shape) for k, v in f.items()}
         X = np.asarray(f["requests_per_s"], dtype=float) * replicas
         for j, i in enumerate(idx):
             if limit[j] < 1:
