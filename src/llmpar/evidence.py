@@ -162,18 +162,24 @@ def interval(residuals, kind: str, key: tuple[str, ...], level: float = DEFAULT_
     raise AssertionError("unreachable")
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_residuals() -> tuple[Residual, ...]:
-    """The residuals recorded in validation/residuals.json (empty if the file is absent or unreadable)."""
+@functools.lru_cache(maxsize=4)
+def read_residuals(filename: str = RESIDUALS_FILE) -> tuple[Residual, ...]:
+    """The residuals recorded in ``validation/<filename>`` (empty if the file is absent or
+    unreadable): training's residuals.json, serving's serving-residuals.json."""
     from llmpar.specs.registry import data_dir
 
     try:
-        data = json.loads((data_dir("validation") / RESIDUALS_FILE).read_text(encoding="utf-8"))
+        data = json.loads((data_dir("validation") / filename).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ()
     return tuple(Residual(r["source"], r["kind"], tuple(r["class"]), float(r["residual"]), r.get("measured_mfu"),
                           r.get("tokens_per_gpu_per_step"))
                  for r in data.get("residuals", []))
+
+
+def shipped_residuals() -> tuple[Residual, ...]:
+    """The training residuals recorded in validation/residuals.json."""
+    return read_residuals(RESIDUALS_FILE)
 
 
 def for_query(kind: str, stack: str, generation: str | None, moe: bool, dtype: str | None, gpus: float,

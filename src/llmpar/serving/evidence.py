@@ -14,11 +14,9 @@ from leave-one-source-out predictions of ``validation/serving/`` (docs/serving.m
 
 from __future__ import annotations
 
-import functools
-import json
 from typing import Any
 
-from llmpar.evidence import DEFAULT_LEVEL, Residual, class_label, interval
+from llmpar.evidence import DEFAULT_LEVEL, Residual, class_label, interval, read_residuals
 
 DIMENSIONS = ("engine", "generation", "moe", "weights", "gpus")
 KINDS = {"throughput": "serve_throughput", "tpot": "serve_tpot", "ttft": "serve_ttft"}
@@ -39,16 +37,9 @@ def serve_class(engine: str, generation: str | None, moe: bool, weights: str, gp
             gpus_band(gpus))
 
 
-@functools.lru_cache(maxsize=1)
 def shipped_residuals() -> tuple[Residual, ...]:
-    from llmpar.specs.registry import data_dir
-
-    try:
-        data = json.loads((data_dir("validation") / RESIDUALS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ()
-    return tuple(Residual(r["source"], r["kind"], tuple(r["class"]), float(r["residual"]))
-                 for r in data.get("residuals", []))
+    """The serving residuals recorded in validation/serving-residuals.json (llmpar.evidence's reader)."""
+    return read_residuals(RESIDUALS_FILE)
 
 
 def intervals(key: tuple[str, ...], level: float = DEFAULT_LEVEL, residuals=None) -> dict[str, Any]:
