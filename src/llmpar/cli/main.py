@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sweep": ("llmpar.cli.sweep_cmd", "sweep", "Plan a list of GPU counts (and profiles): days, GPU-hours, energy, cost."),
     "serve": ("llmpar.cli.serve_cmd", "serve", "Serving on paper: TTFT, TPOT, throughput and KV capacity of one deployment."),
     "serve-plan": ("llmpar.cli.serve_plan_cmd", "serve_plan", "Search serving deployments for the cheapest that meets TTFT/TPOT targets."),
-    "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Fit the collective model to nccl-tests logs, a stack to your training runs."),
+    "calibrate": ("llmpar.cli.calibrate_cmd", "calibrate", "Fit the collective model to nccl-tests logs, a stack to your training runs, an engine to your serving benchmarks."),
     "validate": ("llmpar.cli.validate_cmd", "validate", "Published vs predicted for the shipped published runs."),
 }
 
