@@ -107,3 +107,15 @@ def test_not_a_benchmark_file(cli, tmp_path):
     f.write_text("hello\n")
     assert_one_line_error(cli("calibrate", "serve", f, "--model", "llama-3-8b"), "no serving benchmark result")
     assert_one_line_error(cli("calibrate", "serve", tmp_path / "missing.json", "--model", "llama-3-8b"), "not found")
+
+
+def test_genai_perf_export_and_its_streaming_bug():
+    """GenAI-Perf (perf_analyzer#298, Llama 3.1 8B on Triton + TRT-LLM): the non-streaming export has
+    200.85 / 567.84 mean tokens at concurrency 100 and 12,277.7 output tokens/s, and no TTFT worth
+    reading (it equals the request latency); the streaming one reports 2,566 output tokens for 500
+    requested, GenAI-Perf 24.11-24.12's bug: refused with file:line."""
+    (r,) = read(DATA / "genai-perf-trtllm-triton-kserve-c100-nonstreaming.json")
+    assert (r["isl"], r["osl"], r["load"]) == (200.85, 567.84, {"concurrency": 100})
+    assert r["measured"] == {"output_tokens_per_s": pytest.approx(12277.70340876071)}
+    with pytest.raises(Exception, match="streaming.json:1: output length 2,566 is 5.1x"):
+        read(DATA / "genai-perf-trtllm-triton-kserve-c100-streaming.json")

@@ -8,6 +8,7 @@ the command line: the outputs do not say which GPU, TP degree or precision serve
 * ``python -m sglang.bench_serving --output-file`` JSON lines (0.4 compact lines and 0.5's full
   dicts; the bare ``Infinity`` of an unlimited rate is read);
 * the "Serving Benchmark Result" summary both print (text logs);
+* NVIDIA GenAI-Perf's ``profile_export_genai_perf.json`` (its CSV export states no load: not read);
 * ``trtllm-bench throughput`` "PERFORMANCE OVERVIEW" text (request and output throughput only;
   ``--isl``/``--osl`` give the lengths it does not print).
 
@@ -46,8 +47,54 @@ def _num(x) -> float | None:
         return None
 
 
+def _from_genai_perf(d: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """One run from NVIDIA GenAI-Perf's ``profile_export_genai_perf.json``: each metric a
+    {unit, avg, p50, ...} object; the load in ``input_config`` (concurrency or request_rate). Its
+    ``inter_token_latency`` is per request (e2e − TTFT)/(O − 1), i.e. vLLM's TPOT
+    (tests/data/serving/SOURCES.md); without ``--streaming`` TTFT is the whole request, so it is
+    not read. A streamed output length far above the one requested is GenAI-Perf 24.11-24.12's
+    counting bug (perf_analyzer#298): refused."""
+    def stat(key, *names):
+        m = d.get(key)
+        if isinstance(m, dict):
+            for n in names:
+                if isinstance(m.get(n), (int, float)):
+                    return float(m[n])
+        return None
+
+    cfg = d.get("input_config") or {}
+    isl, osl = stat("input_sequence_length", "avg"), stat("output_sequence_length", "avg")
+    if not isl or not osl:
+        return None
+    asked = _num(cfg.get("output_tokens_mean"))
+    if asked and asked > 0 and osl > 2.0 * asked:
+        raise UserError(f"{where}: output length {osl:,.0f} is {osl / asked:.1f}x the {asked:,.0f} requested: GenAI-Perf "
+                        "24.11-24.12 miscounts streamed output tokens (perf_analyzer#298); rerun with a fixed version")
+    conc, rate = _num(cfg.get("concurrency")), _num(cfg.get("request_rate"))
+    if conc and conc > 0:
+        load = {"concurrency": int(conc)}
+    elif rate and math.isfinite(rate) and rate > 0:
+        load = {"rate": rate}
+    else:
+        load = {"offline": int(_num(cfg.get("request_count")) or 1000)}
+    m: dict[str, Any] = {}
+    thr = stat("output_token_throughput", "avg")
+    if thr:
+        m["output_tokens_per_s"] = thr
+    itl = stat("inter_token_latency", "p50", "avg")
+    if itl:
+        m["tpot_ms"] = {"median": itl}
+    if cfg.get("streaming"):
+        ttft = stat("time_to_first_token", "p50", "avg")
+        if ttft:
+            m["ttft_ms"] = {"median": ttft}
+    return {"isl": isl, "osl": osl, "load": load, "measured": m, "where": where, "model_id": cfg.get("model")}
+
+
 def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     """One run from a vLLM or SGLang result object (their key sets, all versions we know)."""
+    if isinstance(d.get("request_throughput"), dict):
+        return _from_genai_perf(d, where)
     done = _num(d.get("completed"))
     tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
     if not done or tin is None or tout is None:
