@@ -54,6 +54,9 @@ def test_api_matches_cli_and_replicas_scale_throughput():
     (("llama-3-8b", "--spec-tokens", "3", "--acceptance", "1.5"), "--acceptance"),
     (("llama-3-8b", "--prefix-hit", "1"), "--prefix-hit"),
     (("llama-3-8b", "--spec-tokens", "40", "--acceptance", "0.5"), "--spec-tokens"),
+    (("llama-3-8b", "--tp", "2", "--dp-attention"), "dense"),
+    (("mixtral-8x7b", "--dp-attention"), "--tp 2"),
+    (("mixtral-8x7b", "--tp", "4", "--ep", "2", "--dp-attention"), "--ep"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, culprit):
     assert_one_line_error(cli("serve", *args), culprit)

@@ -208,3 +208,28 @@ def test_prefix_cache_prefills_only_the_miss():
     miss = iteration_terms(L8, H100, e, tp=1, prefill=256, prefill_context=768)
     head = 2.0 * 4096 * 128256   # one sequence's logits, the same in both
     assert (miss["linear_flops"] - head) == pytest.approx((full["linear_flops"] - head) / 4, rel=1e-12)
+
+
+def test_data_parallel_attention_kv_pool_and_traffic():
+    """DeepSeek-V3 on 8 H200s. Under TP 8 every GPU holds MLA's latent cache of every sequence
+    ((512 + 64) x 2 B x 61 layers = 70,272 B per token, replicated: DeepSeek-V2 §2.1.2), so the replica
+    holds what one GPU's pool holds; with data-parallel attention each GPU holds only its own
+    sequences: the replica holds 8 pools, each smaller by the attention weights it now keeps whole.
+    The MoE layers then move tokens by all-to-all and nothing is all-reduced over TP."""
+    from llmpar.cost.serving import resident_weight_bytes
+
+    ds = load_model("deepseek-v3")
+    h200 = load_hardware("h200")
+    e = load_engine("sglang")
+    tp = kv_capacity(ds, h200, e, tp=8, weights="fp8")
+    dpa = kv_capacity(ds, h200, e, tp=8, weights="fp8", dp_attention=True)
+    assert tp["kv_bytes_per_token"] == dpa["kv_bytes_per_token"] == 1152 * 61
+    assert dpa["weights_bytes"] == pytest.approx(resident_weight_bytes(ds, 8, 1, "fp8", dense_tp=1))
+    assert dpa["weights_bytes"] > tp["weights_bytes"]
+    per_gpu = math.floor(dpa["kv_pool_bytes"] / (1152 * 61 * 1)) // 1   # sglang pages of 1 token
+    assert dpa["kv_tokens"] == 8 * per_gpu
+    assert tp["kv_tokens"] == math.floor(tp["kv_pool_bytes"] / (1152 * 61))
+    t = iteration_terms(ds, h200, e, tp=8, weights="fp8", decode=64, context=2048, dp_attention=True)
+    assert t["tp_s"] == 0 and t["ep_s"] > 0
+    # each GPU reads the KV of its own 64 / 8 = 8 sequences: 8 x 2,048 x 70,272 B
+    assert t["kv_read_bytes"] == pytest.approx(8 * 2048 * 1152 * 61)

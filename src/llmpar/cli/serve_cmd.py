@@ -37,6 +37,8 @@ from llmpar.errors import CheckFailed
 @click.option("--max-num-batched-tokens", type=int, help="Tokens per iteration (default: the engine's).")
 @click.option("--memory-fraction", type=float, help="Share of GPU memory the engine takes (vLLM "
                                                     "--gpu-memory-utilization; default: the engine's).")
+@click.option("--dp-attention", is_flag=True, help="MoE: attention data-parallel over the TP GPUs, experts over all "
+                                                 "of them (SGLang --enable-dp-attention, TRT-LLM enable_attention_dp).")
 @click.option("--spec-tokens", type=int, help="Speculative decoding: draft tokens per step (EAGLE/MTP; with --acceptance).")
 @click.option("--acceptance", type=float, help="Share of draft tokens the target accepts (0-1).")
 @click.option("--prefix-hit", type=float, help="Share of each prompt served from the prefix cache (0-1).")

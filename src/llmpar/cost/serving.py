@@ -105,16 +105,18 @@ def _layer_counts(model):
     return model.layers - n_moe, n_moe
 
 
-def weight_bytes_per_gpu(model, tp, ep, weights: str, tokens=None):
+def weight_bytes_per_gpu(model, tp, ep, weights: str, tokens=None, dense_tp=None):
     """Weight bytes one GPU reads in an iteration (all layers, the whole pipeline): the 16-bit
     embedding is not read (a gather), the LM head is; experts only as many as ``tokens`` touch
-    (None: all). Experts are spread over all tp GPUs of the replica (ep groups of tp/ep expert-TP)."""
+    (None: all). Experts are spread over all tp GPUs of the replica (ep groups of tp/ep expert-TP);
+    everything else over ``dense_tp`` of them (default tp; 1 under data-parallel attention)."""
     t = np.asarray(tp, dtype=float)
+    td = t if dense_tp is None else np.asarray(dense_tp, dtype=float)
     wb = WEIGHT_BYTES[weights]
     n_dense, n_moe = _layer_counts(model)
     attn = attention_params(model)
     dense = n_dense * (attn + dense_mlp_params(model)) + n_moe * (attn + shared_expert_params(model))
-    out = wb * dense / t + 2.0 * (router_params(model) * n_moe) / t + 2.0 * head_params(model) / t
+    out = wb * dense / td + 2.0 * (router_params(model) * n_moe) / td + 2.0 * head_params(model) / td
     if n_moe:
         moe = model.moe
         share = 1.0 if tokens is None else experts_touched(moe.experts, moe.top_k, tokens) / moe.experts
@@ -122,13 +124,15 @@ def weight_bytes_per_gpu(model, tp, ep, weights: str, tokens=None):
     return out + 0.0 * np.asarray(ep, dtype=float)
 
 
-def resident_weight_bytes(model, tp, pp, weights: str):
+def resident_weight_bytes(model, tp, pp, weights: str, dense_tp=None):
     """Weight bytes held by one GPU on the busiest stage (the first holds the embedding, the last
-    the head; the layers split evenly): what the KV pool is left after (docs/serving.md, Capacity)."""
+    the head; the layers split evenly): what the KV pool is left after (docs/serving.md, Capacity).
+    ``dense_tp``: as in :func:`weight_bytes_per_gpu`."""
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
-    layers = weight_bytes_per_gpu(model, t, 1, weights) - 2.0 * head_params(model) / t
-    emb = 2.0 * model.vocab * model.hidden / t
-    head = 2.0 * head_params(model) / t
+    td = t if dense_tp is None else np.asarray(dense_tp, dtype=float)
+    layers = weight_bytes_per_gpu(model, t, 1, weights, dense_tp=td) - 2.0 * head_params(model) / td
+    emb = 2.0 * model.vocab * model.hidden / td
+    head = 2.0 * head_params(model) / td
     return layers / p + np.where(p > 1, np.maximum(emb, head), emb + head)
 
 
@@ -145,7 +149,7 @@ def linear_flops_per_token(model):
 
 def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dtype="bf16",
                     decode=0, context=0, prefill=0, prefill_context=0, prefill_seqs=None, prefill_span=None,
-                    decode_tokens=1):
+                    decode_tokens=1, dp_attention=False):
     """Seconds of one iteration for one micro-batch through every layer of a replica, by term
     (module docstring): ``decode`` sequences at mean ``context`` cached tokens each, plus
     ``prefill`` prompt tokens attending to ``prefill_context`` earlier tokens on average (a chunk
@@ -154,7 +158,12 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     default P). ``prefill_seqs``: sequences whose prefill ends in the iteration (their first
     token's logits; default: 1 if prefill > 0). ``decode_tokens``: tokens each decoding sequence
     feeds (k + 1 when it verifies k speculative tokens: each needs the weights' FLOPs, its logits
-    and the score FLOPs over the context; the KV cache is read once). Returns a dict
+    and the score FLOPs over the context; the KV cache is read once). ``dp_attention``: the tp
+    GPUs of a replica run attention (and every non-expert weight) data-parallel, each on its share
+    of the sequences, with the experts spread over all of them (SGLang --enable-dp-attention,
+    TRT-LLM enable_attention_dp; DeepSeek-V3 §3.4: "the attention part employs ... DP"): a GPU reads
+    the whole non-expert weights and its own sequences' KV cache, and each MoE layer dispatches and
+    combines its tokens over the tp GPUs (all-to-all) instead of all-reducing. Returns a dict
     of arrays/floats: linear_s, attention_s, tp_s, ep_s, overhead_s, pp_s, total_s, and the bytes
     and FLOPs behind them."""
     gen = hw.gpu.generation
@@ -178,13 +187,20 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     peak_lin = hw.gpu.peak(compute_dtype(hw, weights)) * shape * per_gen(k.gemm_efficiency, gen)
     peak_att = hw.gpu.peak("bf16") * min(per_gen(k.attention_efficiency, gen), hw.gpu.gemm.max_efficiency)
 
-    w_bytes = weight_bytes_per_gpu(model, t, e, weights, tokens=N)
+    # data-parallel attention: attention and every non-expert weight whole on each GPU (ta = 1),
+    # the sequences split over the tp GPUs (per-GPU batch b/tp); the FLOPs per GPU are the same
+    # N/tp share either way, the tokens spread evenly
+    ta = 1.0 + 0.0 * t if dp_attention else t
+    share = t / ta   # sequences of the replica one GPU attends to: 1/share of them
+    w_bytes = weight_bytes_per_gpu(model, t, e, weights, tokens=N, dense_tp=ta)
     lin_flops = (N * linear_flops_per_token(model) + logits * 2.0 * model.hidden * model.vocab) / t
     linear_s = np.where(N > 0, np.maximum(w_bytes / bw, lin_flops / peak_lin), 0.0)
 
-    heads_t = model.heads / t
+    heads_t = model.heads / ta
     L = model.layers
-    kv_tok = kv_bytes_per_token(model, kv_dtype, t)
+    b = b / share
+    P = P / share
+    kv_tok = kv_bytes_per_token(model, kv_dtype, ta)
     ctx = effective_context(model, context)
     dq, dv = attention_dims(model, absorbed=True)
     kv_read = L * b * ctx * kv_tok
@@ -193,7 +209,7 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     span = P if prefill_span is None else np.asarray(prefill_span, dtype=float)
     pctx = effective_context(model, np.asarray(prefill_context, dtype=float) + span / 2.0)
     pf_flops = L * 2.0 * P * pctx * heads_t * (pq + pv)
-    kv_write = L * N * kv_tok
+    kv_write = L * (b * q + P) * kv_tok
     attention_s = np.maximum((kv_read + kv_write) / bw, dec_flops / peak_att) + pf_flops / peak_att
 
     act = N * model.hidden * 2.0
@@ -205,16 +221,19 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
             return np.zeros(np.broadcast(size, group).shape) if np.ndim(size) or np.ndim(group) else 0.0
         return np.where(on, collective_time(hw, collective, np.maximum(size, 1.0), np.maximum(group, 2)), 0.0)
 
-    ar = comm("all_reduce", act, t, (t > 1) & (N > 0))
+    ar = comm("all_reduce", act, ta, (ta > 1) & (N > 0))
     moe_k = model.moe.top_k if model.moe is not None else 0
-    a2a = comm("all_to_all", act * moe_k, e, (e > 1) & (N > 0) & (n_moe > 0))
-    tp_s = ar * (2 * L - np.where(e > 1, n_moe, 0))
+    # expert parallel over the TP ranks, or data-parallel attention (its experts over all tp GPUs):
+    # each MoE layer's dispatch + combine, a GPU's own tokens x top_k x hidden x 2 B
+    eg = t if dp_attention else e
+    a2a = comm("all_to_all", act * moe_k / share, eg, (eg > 1) & (N > 0) & (n_moe > 0))
+    tp_s = ar * (2 * L - np.where(eg > 1, n_moe, 0))
     ep_s = 2.0 * n_moe * a2a
     hop = comm("send_recv", act / t, 2.0 + 0.0 * p, (p > 1) & (N > 0))
     pp_s = (p - 1) * hop
 
     o = engine.overhead
-    overhead_s = np.where(N > 0, per_gen(o.per_step_s, gen) + per_gen(o.per_seq_s, gen) * logits
+    overhead_s = np.where(N > 0, per_gen(o.per_step_s, gen) + per_gen(o.per_seq_s, gen) * logits / share
                           + per_gen(o.per_layer_s, gen) * L, 0.0)
     total = linear_s + attention_s + tp_s + ep_s + pp_s + overhead_s
     out = {"linear_s": linear_s, "attention_s": attention_s, "tp_s": tp_s, "ep_s": ep_s, "pp_s": pp_s,

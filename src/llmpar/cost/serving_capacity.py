@@ -36,8 +36,12 @@ class _Attn:
 
 
 def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16", memory_fraction=None,
-                max_num_seqs=None, max_num_batched_tokens=None):
-    """KV-cache tokens one replica holds, with the bytes behind them (dict of floats/arrays)."""
+                max_num_seqs=None, max_num_batched_tokens=None, dp_attention=False):
+    """KV-cache tokens one replica holds, with the bytes behind them (dict of floats/arrays).
+    ``dp_attention``: each of the tp GPUs holds the whole non-expert weights and its own sequences'
+    KV cache (all heads), and schedules its own iterations: the replica holds tp GPUs' pools, and
+    its iteration budget and sequence cap are tp times one GPU's (SGLang runs one scheduler per
+    data-parallel rank)."""
     gen = hw.gpu.generation
     s = engine.scheduler
     f = s.memory_fraction if memory_fraction is None else memory_fraction
@@ -46,23 +50,25 @@ def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16",
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp, dtype=float)
     hbm = hw.gpu.memory
-    wt = resident_weight_bytes(model, t, p, weights)
+    ta = 1.0 + 0.0 * t if dp_attention else t
+    wt = resident_weight_bytes(model, t, p, weights, dense_tp=ta)
     terms = inference_working_terms(model, _Attn())
-    per_token = terms["resident"] + np.maximum(terms["attention_tp"], terms["mlp_tp"]) / t
-    act = tokens * per_token + np.minimum(seqs, tokens) * model.vocab * 4.0 / t
+    per_token = terms["resident"] + np.maximum(terms["attention_tp"], terms["mlp_tp"]) / ta
+    act = tokens * per_token + np.minimum(seqs, tokens) * model.vocab * 4.0 / ta
     work = engine.memory.workspace_bytes
     if s.memory_rule == "total":
         pool = f * hbm - wt - act - work
     else:
         pool = f * (hbm - wt - act - work)
     layers = np.ceil(model.layers / p)
-    per_tok = kv_bytes_per_token(model, kv_dtype, t) * layers
+    per_tok = kv_bytes_per_token(model, kv_dtype, ta) * layers
     blocks = np.floor(np.maximum(pool, 0.0) / (per_tok * s.block_tokens))
+    ranks = t / ta      # schedulers (and KV pools) per replica: tp under data-parallel attention, else 1
     out = {"hbm_bytes": hbm + 0.0 * t, "usable_bytes": (f * hbm if s.memory_rule == "total" else hbm) + 0.0 * t,
            "weights_bytes": wt, "activations_bytes": act, "workspace_bytes": work + 0.0 * t,
            "kv_pool_bytes": np.maximum(pool, 0.0), "kv_bytes_per_token": per_tok,
-           "kv_tokens": blocks * s.block_tokens, "fits": pool > 0, "max_num_seqs": seqs + 0.0 * t,
-           "max_num_batched_tokens": tokens + 0.0 * t}
+           "kv_tokens": blocks * s.block_tokens * ranks, "fits": pool > 0, "max_num_seqs": seqs * ranks + 0.0 * t,
+           "max_num_batched_tokens": tokens * ranks + 0.0 * t}
     return {k: scalar_out(v) for k, v in out.items()}
 
 

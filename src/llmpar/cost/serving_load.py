@@ -83,12 +83,13 @@ def _iter(model, hw, engine, dep, d, ctx, c, c0, seqs, span=None):
     target and the draft proposes k (an EAGLE/MTP draft of one block: Li et al. 2024, EAGLE,
     arXiv:2401.15077, §3; DeepSeek-V3 §2.2), costing k/L of the target's decode-only iteration."""
     k = dep.get("spec_tokens", 0)
+    dpa = bool(dep.get("dp_attention"))
     t = iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
                         kv_dtype=dep["kv_dtype"], decode=d, context=ctx, prefill=c, prefill_context=c0,
-                        prefill_seqs=seqs, prefill_span=span, decode_tokens=1 + k)
+                        prefill_seqs=seqs, prefill_span=span, decode_tokens=1 + k, dp_attention=dpa)
     if k:
         draft = iteration_terms(model, hw, engine, tp=dep["tp"], pp=dep["pp"], ep=dep["ep"], weights=dep["weights"],
-                                kv_dtype=dep["kv_dtype"], decode=d, context=ctx)["total_s"]
+                                kv_dtype=dep["kv_dtype"], decode=d, context=ctx, dp_attention=dpa)["total_s"]
         t = dict(t, total_s=t["total_s"] + np.where(np.asarray(d) > 0, k * draft / model.layers, 0.0))
     return t
 

@@ -37,10 +37,12 @@ class Deployment:
     spec_tokens: int = 0        # speculative decoding: draft tokens per step
     acceptance: float = 0.0     # ... each accepted with this probability
     prefix_hit: float = 0.0     # share of each prompt served from the prefix cache
+    dp_attention: bool = False  # attention data-parallel over the tp GPUs, experts over all of them
 
     def dep(self) -> dict[str, Any]:
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "weights": self.weights, "kv_dtype": self.kv_dtype,
-                "spec_tokens": self.spec_tokens, "acceptance": self.acceptance, "prefix_hit": self.prefix_hit}
+                "spec_tokens": self.spec_tokens, "acceptance": self.acceptance, "prefix_hit": self.prefix_hit,
+                "dp_attention": self.dp_attention}
 
 
 def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
@@ -65,7 +67,7 @@ def _share(value, name: str, top_open: bool) -> float:
 
 
 def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None, spec_tokens=None,
-               acceptance=None, prefix_hit=None) -> Deployment:
+               acceptance=None, prefix_hit=None, dp_attention=False) -> Deployment:
     """Resolve the degrees: tp defaults to the GPUs of one replica (gpus / pp), gpus to tp x pp;
     ep 1 (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
     --enable-expert-parallel is ep = tp)."""
@@ -96,6 +98,18 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
                         f"divide --tp {tp}")
     if model.moe is not None and ep > 1 and model.moe.experts % ep:
         raise UserError(f"--ep {ep} does not divide the model's {model.moe.experts} experts")
+    if dp_attention:
+        if model.moe is None:
+            raise UserError(f"--dp-attention runs attention data-parallel beside expert-parallel MoE layers; "
+                            f"{model.name} is dense (serve replicas with --gpus instead)")
+        if tp < 2:
+            raise UserError("--dp-attention spreads one replica's sequences over its GPUs: give --tp 2 or more")
+        if pp > 1:
+            raise UserError("--dp-attention with --pp is not modelled: give --pp 1")
+        if ep not in (1, tp):
+            raise UserError(f"--dp-attention spreads the experts over all {tp} GPUs of the replica: leave --ep out "
+                            f"(or give --ep {tp})")
+        ep = tp
     k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
     if acceptance is not None and not k:
         raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
@@ -103,7 +117,7 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
         raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
                         "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
     return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, _share(acceptance, "acceptance", False),
-                      _share(prefix_hit, "prefix-hit", True))
+                      _share(prefix_hit, "prefix-hit", True), bool(dp_attention))
 
 
 def _load_kind(concurrency, rate, batch, prompts):
@@ -120,7 +134,7 @@ def _load_kind(concurrency, rate, batch, prompts):
 def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
           max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
-          prefix_hit=None) -> dict[str, Any]:
+          prefix_hit=None, dp_attention=False) -> dict[str, Any]:
     """One deployment under one load: the figures of docs/serving.md as a plain dict."""
     isl = _int(isl, "isl", 1, model.max_seq)
     osl = _int(osl, "osl", 1, model.max_seq)
@@ -128,14 +142,15 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         raise UserError(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds {model.name}'s context of "
                         f"{model.max_seq:,}")
     d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
-                   spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit)
+                   spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
     kind = _load_kind(concurrency, rate, batch, prompts)
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
     budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
     if memory_fraction is not None and not (isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
     cap = kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
-                      memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget)
+                      memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget,
+                      dp_attention=d.dp_attention)
     budget = int(cap["max_num_batched_tokens"])
     limit = max_concurrency(cap, isl + osl)
     out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
@@ -149,6 +164,10 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         out["notes"].append(f"speculative decoding: {d.spec_tokens} draft tokens at acceptance {d.acceptance:g} emit "
                             f"{accepted_per_step(d.dep()):.2f} tokens per step (Leviathan et al. 2023 eq. 1); no "
                             "published run with it is in the evidence: the bands do not cover it")
+    if d.dp_attention:
+        out["notes"].append(f"data-parallel attention: each of the {d.tp} GPUs holds the whole attention and its own "
+                            "sequences' KV cache, the experts spread over all of them (DeepSeek-V3 §3.4); no "
+                            "comparable published run is in the evidence: the bands do not cover it")
     if d.prefix_hit:
         out["notes"].append(f"prefix cache: {d.prefix_hit:.0%} of each prompt reused (prefill computes the rest); "
                             "no published run with it is in the evidence")
@@ -195,9 +214,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
 def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
     """The decode iteration at the modelled batch, by term (docs/serving.md, One iteration)."""
     terms = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
-                            decode=max(decode, 1e-9), context=isl + osl / 2.0)
+                            decode=max(decode, 1e-9), context=isl + osl / 2.0, dp_attention=d.dp_attention)
     pf = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
-                         prefill=isl)
+                         prefill=isl, dp_attention=d.dp_attention)
     return {"decode": terms, "prefill": pf, "decode_batch": decode,
             "bandwidth_bound_s": terms["weight_bytes"] / hw.gpu.memory_bandwidth,
             "engine_per_step_s": per_gen(engine.overhead.per_step_s, hw.gpu.generation)}
@@ -206,7 +225,7 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
 def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
-              interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None):
+              interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -223,7 +242,7 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
     out = serve(spec, hw, eng, gpus=gpus, tp=tp, pp=pp, ep=ep, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
                 batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction,
-                spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit)
+                spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
     iv = None
     if out["fits"]:
         d = out["deployment"]
