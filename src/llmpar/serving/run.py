@@ -146,7 +146,8 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     kind = _load_kind(concurrency, rate, batch, prompts)
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
     budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
-    if memory_fraction is not None and not (isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1):
+    if memory_fraction is not None and (isinstance(memory_fraction, bool) or not (
+            isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1)):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
     cap = kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
                       memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget,
