@@ -98,3 +98,13 @@ def test_every_figure_is_finite_at_extremes():
 def test_api_refuses_bad_rate_string():
     with pytest.raises(UserError, match="--rate"):
         llmpar.serve("llama-3-8b", rate="soon")
+
+
+def test_engines_listing_and_show(cli):
+    r = cli("engines", "--json")
+    assert r.code == 0, r.err
+    names = [e["name"] for e in r.json()]
+    assert names == ["sglang", "trtllm", "vllm"] and all(e["fitted"] for e in r.json())
+    s = cli("engines", "show", "vllm", "--json").json()
+    assert s["profile"]["scheduler"]["memory_rule"] == "total"
+    assert_one_line_error(cli("engines", "show", "vlm"), "did you mean", "llmpar engines")

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "models": ("llmpar.cli.specs_cmd", "models", "List shipped models; `models show NAME` for one."),
     "hardware": ("llmpar.cli.specs_cmd", "hardware", "List shipped hardware profiles; `hardware show NAME`."),
     "stacks": ("llmpar.cli.stacks_cmd", "stacks", "List shipped framework profiles (stacks); `stacks show NAME`."),
+    "engines": ("llmpar.cli.engines_cmd", "engines", "List shipped serving engines; `engines show NAME`."),
     "memory": ("llmpar.cli.memory_cmd", "memory", "Per-GPU memory for training or inference, and whether it fits."),
     "collective": ("llmpar.cli.collective_cmd", "collective", "Time, algbw and busbw of one collective per algorithm."),
     "bubble": ("llmpar.cli.bubble_cmd", "bubble", "Draw a pipeline schedule and its bubble ratios."),

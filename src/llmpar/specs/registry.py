@@ -285,7 +285,7 @@ def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
     ``extends:`` names it, when given) or a shipped name."""
     what = {"hardware": "hardware", "stacks": "stack", "models": "model", "engines": "engine"}[kind]
     listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models",
-               "engines": ""}[kind]
+               "engines": "llmpar engines"}[kind]
     if _looks_like_path(name):
         path = Path(os.path.normpath(name))
         if folder is not None and not path.is_absolute():
@@ -300,9 +300,6 @@ def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
         return path
     found = _lookup(kind, name.lower())
     if found is None:
-        if kind == "engines":
-            raise UserError(f"unknown engine {name!r}{suggest(name, _index(kind))}; shipped: "
-                            f"{', '.join(shipped_names(kind))} (or a YAML file)")
         raise UserError(f"unknown {what} {name!r}{suggest(name, _index(kind))}; see `{listing}`")
     return Path(found[1])
 
