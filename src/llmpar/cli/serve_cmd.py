@@ -39,6 +39,8 @@ from llmpar.errors import CheckFailed
                                                     "--gpu-memory-utilization; default: the engine's).")
 @click.option("--dp-attention", is_flag=True, help="MoE: attention data-parallel over the TP GPUs, experts over all "
                                                  "of them (SGLang --enable-dp-attention, TRT-LLM enable_attention_dp).")
+@click.option("--disagg", type=int, metavar="P", help="Disaggregated serving: P of the GPUs prefill, the rest decode "
+                                                     "(with --rate; DistServe/Splitwise).")
 @click.option("--spec-tokens", type=int, help="Speculative decoding: draft tokens per step (EAGLE/MTP; with --acceptance).")
 @click.option("--acceptance", type=float, help="Share of draft tokens the target accepts (0-1).")
 @click.option("--prefix-hit", type=float, help="Share of each prompt served from the prefix cache (0-1).")
@@ -109,16 +111,25 @@ def _render(r, explain: bool) -> None:
     def per_s(x):
         return f"{x:,.0f}/s" if x >= 100 else f"{x:.3g}/s"
 
-    rows = [("TTFT", fmt_seconds(r.ttft_s) + _band(r, "ttft_s", fmt_seconds))]
+    def secs(x):   # a saturated queue has no finite latency: said, never printed as a number
+        return "unbounded (saturated)" if x is None else fmt_seconds(x)
+
+    rows = [("TTFT", secs(r.ttft_s) + (_band(r, "ttft_s", fmt_seconds) if r.ttft_s is not None else ""))]
     if r.tpot_s is not None:
         rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
-    rows += [("end-to-end latency", fmt_seconds(r.e2e_s)),
+    rows += [("end-to-end latency", secs(r.e2e_s)),
              ("output tokens/s", per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", per_s)),
              ("output tokens/s per GPU", per_s(r.output_tokens_per_s_per_gpu)),
              ("requests/s", per_s(r.requests_per_s)),
              ("running per replica", f"{load['running'] / s['replicas']:,.1f}")]
     if load.get("queue_s"):
         rows.append(("waiting in queue", fmt_seconds(load["queue_s"])))
+    if "prefill_gpus" in load:
+        rows += [("pools", f"{load['prefill_gpus']} prefill + {load['decode_gpus']} decode GPUs"),
+                 ("KV transfer per request", fmt_seconds(load["kv_transfer_s"])),
+                 ("prefill utilisation", f"{load['prefill_utilization'] * 100:.0f} %"),
+                 ("prefill / decode capacity (requests)", f"{per_s(load['prefill_capacity_requests_per_s'])} / "
+                                                          f"{per_s(load['decode_capacity_requests_per_s'])}")]
     if "capacity_requests_per_s" in load:
         rows.append(("capacity (requests)", per_s(load["capacity_requests_per_s"])
                      + _band(r, "capacity_requests_per_s", per_s)))

@@ -71,6 +71,10 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
         extra = {"capacity_requests_per_s": f["capacity_requests_per_s"], "saturated": bool(f["saturated"])}
     if "duration_s" in f:
         extra["duration_s"] = f["duration_s"]
+    if "disagg" in out:
+        extra.update(out["disagg"], kv_transfer_s=f["kv_transfer_s"], prefill_utilization=f["prefill_utilization"],
+                     prefill_capacity_requests_per_s=f["prefill_capacity_requests_per_s"],
+                     decode_capacity_requests_per_s=f["decode_capacity_requests_per_s"])
     load.update(extra, running=running, queue_s=f["queue_s"], iteration_s=f["iteration_s"],
                 prefill_iteration_s=f["prefill_iteration_s"], prefill_iterations=f["prefill_iterations"])
     verdict = "SATURATED" if extra.get("saturated") else "FITS"

@@ -134,7 +134,7 @@ def _load_kind(concurrency, rate, batch, prompts):
 def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
           max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
-          prefix_hit=None, dp_attention=False) -> dict[str, Any]:
+          prefix_hit=None, dp_attention=False, disagg=None) -> dict[str, Any]:
     """One deployment under one load: the figures of docs/serving.md as a plain dict."""
     isl = _int(isl, "isl", 1, model.max_seq)
     osl = _int(osl, "osl", 1, model.max_seq)
@@ -177,6 +177,8 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         return out
     out["fits"] = True
     r = d.replicas
+    if disagg is not None:
+        return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
     if budget < isl and not engine.scheduler.chunked_prefill:
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
     if kind == "concurrency":
@@ -212,6 +214,34 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     return out
 
 
+def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit, budget):
+    """--disagg P: P of the GPUs prefill, the rest decode (cost/serving_disagg.py)."""
+    from llmpar.cost.serving_disagg import disaggregated
+
+    size = d.tp * d.pp
+    P = _int(prefill_gpus, "disagg", 1, d.gpus)
+    if P % size or (d.gpus - P) < size or (d.gpus - P) % size:
+        raise UserError(f"--disagg {P}: the prefill and decode pools are whole replicas of tp x pp = {size} GPUs out of "
+                        f"--gpus {d.gpus} (e.g. --disagg {size} with --gpus {2 * size})")
+    if kind != "rate" or rate is None or math.isinf(float(rate)):
+        raise UserError("--disagg is modelled under Poisson arrivals: give --rate R (requests/s)")
+    if d.spec_tokens or d.prefix_hit:
+        raise UserError("--disagg with --spec-tokens or --prefix-hit is not modelled")
+    res = disaggregated(model, hw, engine, d.dep(), isl, osl, float(rate), P // size, (d.gpus - P) // size, limit,
+                        budget)
+    out.update(figures=res, rate=float(rate), disagg={"prefill_gpus": P, "decode_gpus": d.gpus - P,
+                                                      "prefill_replicas": P // size,
+                                                      "decode_replicas": (d.gpus - P) // size})
+    out["max_concurrency"] = int(limit * ((d.gpus - P) // size))
+    out["breakdown"] = _breakdown(model, hw, engine, d, res["running"] / max(1, (d.gpus - P) // size) / d.pp,
+                                  isl, osl)
+    out["notes"].append(f"disaggregated: {P} GPUs prefill, {d.gpus - P} decode; the KV cache of a prompt crosses "
+                        f"{hw.tiers[-1].name} in {res['kv_transfer_s'] * 1e3:.3g} ms; no comparable published run is "
+                        "in the evidence (the shipped disaggregated rows measure one pool each): the bands do not "
+                        "cover it")
+    return out
+
+
 def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
     """The decode iteration at the modelled batch, by term (docs/serving.md, One iteration)."""
     terms = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
@@ -226,7 +256,8 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
 def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
-              interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False):
+              interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False,
+              disagg=None):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -243,7 +274,8 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
     out = serve(spec, hw, eng, gpus=gpus, tp=tp, pp=pp, ep=ep, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
                 batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction,
-                spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
+                spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention,
+                disagg=disagg)
     iv = None
     if out["fits"]:
         d = out["deployment"]
@@ -253,8 +285,9 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
         # open loop below capacity: the throughput is the offered rate (no error); the band goes on
         # the capacity, what the model predicts there
         thr_key = "capacity_requests_per_s" if "capacity_requests_per_s" in f else "output_tokens_per_s"
-        iv = {thr_key: evidence.interval_json(bands["throughput"], f[thr_key], False),
-              "ttft_s": evidence.interval_json(bands["ttft"], f["ttft_s"], True)}
+        iv = {thr_key: evidence.interval_json(bands["throughput"], f[thr_key], False)}
+        if math.isfinite(f["ttft_s"]):
+            iv["ttft_s"] = evidence.interval_json(bands["ttft"], f["ttft_s"], True)
         if osl > 1:
             iv["tpot_s"] = evidence.interval_json(bands["tpot"], f["tpot_s"], True)
     return build(spec, hw, eng, out, iv)
