@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
+from llmpar.errors import UserError
 from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZERS, RECOMPUTE, SCHEDULES
 
 _LAYOUT_OPTIONS = [
@@ -164,6 +166,25 @@ def plot_option(what: str):
     return click.option("--plot", "plot_path", default=None, metavar="FILE.png|svg", callback=check,
                         help=f"Also draw {what} into an image (.png or .svg; needs matplotlib: "
                              "pip install 'llmpar[plot]').")
+
+
+def html_option(what: str):
+    """``--html FILE.html`` (cli/report_html.py writes it): the suffix is checked when the option is
+    read, before any work; the folder and "not one of the inputs" by :func:`llmpar.outputs.check_out`."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        path = Path(value)
+        if path.suffix.lower() not in (".html", ".htm"):
+            raise UserError(f"--html {value}: the report is one HTML page: name it .html")
+        from llmpar.outputs import check_out
+
+        check_out(path, option="--html")
+        return path
+
+    return click.option("--html", "html_path", default=None, metavar="FILE.html", callback=check,
+                        help=f"Also write one self-contained HTML page: {what}; no script, no network.")
 
 
 # ------------------------------------------------------------------------------ shell completion

@@ -14,8 +14,8 @@ import io
 
 import click
 
-from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
-                               precision_options)
+from llmpar.cli.common import (complete_hardware, complete_model, echo_json, html_option, overlap_options,
+                               plot_option, precision_options)
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
@@ -94,6 +94,8 @@ def _apply(options, f):
 @training_options
 @lambda f: _apply(_OUTPUT, f)
 @plot_option("the time-memory frontier (every feasible layout, step time vs memory per GPU, #1 marked)")
+@html_option("the settings, the layouts with their intervals, the time to train, the frontier figure and the "
+             "assumptions")
 def plan(model, **kw):
     """Rank the TP/PP/DP/CP/EP layouts of MODEL on --gpus N (default model llama-3-70b).
 
@@ -112,7 +114,7 @@ def plan(model, **kw):
     from llmpar.plan.search import plan as run_plan
 
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
-    plot_path = kw.pop("plot_path")
+    plot_path, html_path = kw.pop("plot_path"), kw.pop("html_path")
     emit, out = kw.pop("emit"), kw.pop("out")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
@@ -124,8 +126,10 @@ def plan(model, **kw):
         from llmpar.outputs import check_out
 
         check_out(out)
+        if html_path is not None and Path(out).resolve() == html_path.resolve():
+            raise UserError(f"--out and --html both name {out}: give each its own file")
     try:
-        result = run_plan(model, units=units, keep_points=plot_path is not None, **kw)
+        result = run_plan(model, units=units, keep_points=plot_path is not None or html_path is not None, **kw)
     except CheckFailed as exc:
         if as_json:
             # a script reading stdout gets a document saying why, as well as exit 1 and the stderr line
@@ -141,6 +145,11 @@ def plan(model, **kw):
         from llmpar.cli import plots
 
         plots.save(plots.plan_figure(result, units=units), plot_path)
+    if html_path is not None:
+        from llmpar.cli.report_html import plan_page
+        from llmpar.outputs import write_text
+
+        write_text(html_path, plan_page(result, units=units))
     if emit is not None:
         text = _emit(emit, model, kw, result)
         if out is None:
@@ -151,6 +160,8 @@ def plan(model, **kw):
         write_text(out, text)
         render(result, units=units)
         click.echo(f"wrote {out} (--emit {emit}: plan #1's launch configuration)")
+        if html_path is not None:
+            click.echo(f"report: {html_path}")
         return
     if as_json:
         echo_json(result.to_dict())
@@ -161,6 +172,8 @@ def plan(model, **kw):
         render(result, units=units)
         if plot_path is not None:
             click.echo(f"plot: {plot_path}")
+        if html_path is not None:
+            click.echo(f"report: {html_path}")
 
 
 def _emit(framework, model, kw, result) -> str:
@@ -261,18 +274,34 @@ def _rate(x: float) -> str:
 _FULL_WIDTH = 121
 
 
+def plan_columns(unit: str) -> list[tuple[str, bool]]:
+    """The layout table's columns (name, right-aligned): the terminal and `--html` share them."""
+    return [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
+            ("sp", False), ("rec", False), ("b", True), ("m", True), ("schedule", False), ("step", True),
+            ("tokens/s", True), ("MFU", True), (f"mem {unit}", True), ("overhead", False)]
+
+
+def plan_cells(p, fmt) -> list[str]:
+    """One layout's cells, in :func:`plan_columns`' order."""
+    from llmpar.cli import render as R
+
+    d = p.parallel.as_dict()
+    name, sec = p.largest_overhead()
+    return [str(x) for x in (
+        p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
+        R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
+        _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
+        f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")]
+
+
 def _rows_table(rows, fmt, unit, title, width: int | None = None):
     from rich import box
     from rich.table import Table
 
-    from llmpar.cli import render as R
-
     narrow = width is not None and width < _FULL_WIDTH
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   header_style="bold", collapse_padding=narrow, padding=(0, 1) if not narrow else (0, 1, 0, 0))
-    cols = [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
-            ("sp", False), ("rec", False), ("b", True), ("m", True), ("schedule", False), ("step", True),
-            ("tokens/s", True), ("MFU", True), (f"mem {unit}", True), ("overhead", False)]
+    cols = plan_columns(unit)
     short = {"schedule": "sched", "tokens/s": "tok/s", f"mem {unit}": unit} if narrow else {}
     drop: set[str] = set()
     if narrow:
@@ -282,13 +311,7 @@ def _rows_table(rows, fmt, unit, title, width: int | None = None):
         name, right = cols[i]
         table.add_column(short.get(name, name), justify="right" if right else "left", no_wrap=True)
     for p in rows:
-        d = p.parallel.as_dict()
-        name, sec = p.largest_overhead()
-        cells = [str(x) for x in (
-            p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
-            R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
-            _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
-            f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")]
+        cells = plan_cells(p, fmt)
         table.add_row(*[cells[i] for i in keep])
     return table
 

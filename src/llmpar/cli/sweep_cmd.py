@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import (complete_hardware, complete_model, echo_json, overlap_options, plot_option,
-                               precision_options)
+from llmpar.cli.common import (complete_hardware, complete_model, echo_json, html_option, overlap_options,
+                               plot_option, precision_options)
 from llmpar.cli.training import fmt_days, fmt_quantity, fmt_tokens, training_options
 from llmpar.errors import CheckFailed, UserError
 
@@ -54,6 +54,7 @@ def _plan_options(f):
                    "2160h), with failures and checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV (nested keys joined with dots).")
+@html_option("the table, the deadline, the figure (inline SVG) and the assumptions")
 @plot_option("tokens/s, MFU and days vs GPUs, one line per hardware")
 def sweep(model, **kw):
     """Plan MODEL at each GPU count on each hardware profile: best layout, step time, tokens/s,
@@ -73,6 +74,7 @@ def sweep(model, **kw):
 
     as_json, as_csv = kw.pop("as_json"), kw.pop("as_csv")
     plot_path = kw.pop("plot_path")
+    html_path = kw.pop("html_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
     from llmpar.cli.progress import progress_bar
@@ -83,6 +85,11 @@ def sweep(model, **kw):
         from llmpar.cli import plots
 
         plots.save(plots.sweep_figure(result), plot_path)
+    if html_path is not None:
+        from llmpar.cli.report_html import sweep_page
+        from llmpar.outputs import write_text
+
+        write_text(html_path, sweep_page(result))
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:
@@ -93,6 +100,8 @@ def sweep(model, **kw):
         render(result)
         if plot_path is not None:
             click.echo(f"plot: {plot_path}")
+        if html_path is not None:
+            click.echo(f"report: {html_path}")
     if not result.any_ok:
         raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({len(result.rows)} rows: see the reasons)")
 
@@ -126,31 +135,13 @@ def _layout(p) -> str:
     return text
 
 
-def render(r) -> None:
-    from rich import box
-    from llmpar.cli.render import make_console
-    from rich.table import Table
-
-    from llmpar.cli import render as R
+def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:
+    """The sweep table: columns (name, right-aligned), one row of cells per (hardware, count), and the
+    numbered notes of the rows without a layout. The terminal and `--html` print the same cells."""
     from llmpar.cli.plan_cmd import _rate, _secs
 
-    con = R.console()
-    if not con.is_terminal:
-        con = make_console(width=160, highlight=False)
-    if r.defaults_used:
-        con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
-    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
-    pairs = [("on", ", ".join(r.hardware)), ("seq", f"{r.seq:,}"),
-             ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)")]
-    if r.tokens is not None:
-        pairs.append(("token budget", fmt_tokens(r.tokens)))
-    con.print(R.header(f"sweep {name}", pairs))
-    R.print_assumptions(con, r.assumptions)
-    con.print()
     priced = any(x.training and x.training["cost"] is not None for x in r.rows)
     has_t = r.tokens is not None
-    table = Table(title="Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)",
-                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     cols = [("hardware", False), ("GPUs", True), ("layout", False), ("step", True), ("tokens/s", True),
             ("MFU", True), ("scaling", True)]
     level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
@@ -161,14 +152,13 @@ def render(r) -> None:
         cols += [("eff. days", True), ("GPU-hours", True), ("MWh", True)]
         if priced:
             cols += [("eff. cost", True)]
-    for c, right in cols:
-        table.add_column(c, justify="right" if right else "left", no_wrap=True)
+    rows: list[list[str]] = []
     notes: list[str] = []
     for row in r.rows:
         if not row.ok:
             notes.append(f"{row.hardware} x {row.gpus:,}: {row.reason}")
             cells = [row.hardware, f"{row.gpus:,}", f"{_STATUS_WORDS[row.status]} [{len(notes)}]"]
-            table.add_row(*(cells + ["-"] * (len(cols) - len(cells))))
+            rows.append(cells + ["-"] * (len(cols) - len(cells)))
             continue
         p = row.plan
         cells = [row.hardware, f"{row.gpus:,}", _layout(p), _secs(p.step_time_s), _rate(p.tokens_per_s),
@@ -187,23 +177,69 @@ def render(r) -> None:
                       fmt_quantity(t["energy_mwh"]) if t["energy_mwh"] is not None else "?"]
             if priced:
                 cells.append(fmt_quantity(g["effective_cost"]) if g.get("effective_cost") is not None else "-")
+        rows.append(cells)
+    return cols, rows, notes
+
+
+def deadline_lines(r) -> list[str]:
+    """`--deadline`'s answer per hardware profile, one line each (terminal and `--html`)."""
+    if r.deadline is None:
+        return []
+    out = []
+    for name, d in r.deadline["by_hardware"].items():
+        if d is None:
+            out.append(f"deadline {fmt_days(r.deadline['days'])} days: no swept count of {name} makes it "
+                       "(add larger counts to --gpus)")
+        else:
+            cost = f", cost {fmt_quantity(d['cost'])}" if d.get("cost") is not None else ""
+            out.append(f"deadline {fmt_days(r.deadline['days'])} days: {name} needs {d['gpus']:,} GPUs "
+                       f"({fmt_days(d['effective_days'])} days with failures and checkpoints{cost})")
+    return out
+
+
+def legend(r) -> str:
+    """The line under the table that says what its abbreviations and columns mean."""
+    level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
+    has_t = r.tokens is not None
+    return ("layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
+            "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
+            + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
+               "published run of its class; --json has the evidence)" if has_t and level is not None else "")
+            + ("; eff. days (goodput %): with failures, checkpoints and restarts, days / goodput; eff. cost the same; "
+               "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else ""))
+
+
+def render(r) -> None:
+    from rich import box
+    from llmpar.cli.render import make_console
+    from rich.table import Table
+
+    from llmpar.cli import render as R
+
+    con = R.console()
+    if not con.is_terminal:
+        con = make_console(width=160, highlight=False)
+    if r.defaults_used:
+        con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
+    name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
+    pairs = [("on", ", ".join(r.hardware)), ("seq", f"{r.seq:,}"),
+             ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)")]
+    if r.tokens is not None:
+        pairs.append(("token budget", fmt_tokens(r.tokens)))
+    con.print(R.header(f"sweep {name}", pairs))
+    R.print_assumptions(con, r.assumptions)
+    con.print()
+    cols, cells_rows, notes = sweep_table(r)
+    table = Table(title="Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for c, right in cols:
+        table.add_column(c, justify="right" if right else "left", no_wrap=True)
+    for cells in cells_rows:
         table.add_row(*cells)
     con.print(table)
     for i, n in enumerate(notes, 1):
         con.print(f"[{i}] {n}", highlight=False, markup=False)
-    if r.deadline is not None:
-        for name, d in r.deadline["by_hardware"].items():
-            if d is None:
-                con.print(f"deadline {fmt_days(r.deadline['days'])} days: no swept count of {name} makes it "
-                          "(add larger counts to --gpus)", highlight=False)
-            else:
-                cost = f", cost {fmt_quantity(d['cost'])}" if d.get("cost") is not None else ""
-                con.print(f"deadline {fmt_days(r.deadline['days'])} days: {name} needs {d['gpus']:,} GPUs "
-                          f"({fmt_days(d['effective_days'])} days with failures and checkpoints{cost})", highlight=False)
+    for line in deadline_lines(r):
+        con.print(line, highlight=False)
     con.print()
-    con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
-              "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
-              + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
-                 "published run of its class; --json has the evidence)" if has_t and level is not None else "")
-              + ("; eff. days (goodput %): with failures, checkpoints and restarts, days / goodput; eff. cost the same; "
-                 "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else "") + "[/dim]")
+    con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; {legend(r)}[/dim]", highlight=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from llmpar.cli.common import html_option
 from llmpar.errors import CheckFailed, UserError
 from llmpar.units import parse_tolerance
 
@@ -94,7 +95,8 @@ def _render(result, con) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...], "groups": [...], "sources": [...]}.')
 @click.option("--serving", is_flag=True, help="The published serving runs (validation/serving/) instead: "
                                               "leave-one-source-out TTFT, TPOT and throughput errors.")
-def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, serving):
+@html_option("the leave-one-source-out tables, the groups and each source's lines")
+def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, serving, html_path):
     """Published vs predicted for every shipped published run, grouped by source.
 
     Each row runs the model a user would run (its stack, hardware and layout; knobs the source
@@ -116,12 +118,14 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
                                 ("--markdown", as_markdown), ("--out", out), ("--limit", limit)) if v]
         if given:
             raise UserError(f"--serving validates every published serving run; {', '.join(given)} changes nothing there")
-        _serving(as_json)
+        _serving(as_json, html_path)
         return
     if as_json and as_markdown:
         raise UserError("--json and --markdown: choose one")
     if out is not None and not as_markdown:
         raise UserError("--out goes with --markdown")
+    if out is not None and html_path is not None and Path(out).resolve() == html_path.resolve():
+        raise UserError(f"--out and --html both name {out}: give each its own file")
     from llmpar.cli.render import console
 
     con = console()
@@ -146,6 +150,13 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
             con.print(f"wrote {out} ({len(result.sources)} sources, {len(result.rows)} rows)", highlight=False)
     else:
         _render(result, con)
+    if html_path is not None:
+        from llmpar.cli.report_html import validate_page
+        from llmpar.outputs import write_text
+
+        write_text(html_path, validate_page(result))
+        if not as_json and not (as_markdown and out is None):
+            con.print(f"report: {html_path}", highlight=False)
     if tol is not None:
         bad = result.over_tolerance(tol)
         if bad:
@@ -153,11 +164,38 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
             raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
 
 
-def _serving(as_json: bool) -> None:
+def serving_tables(block: dict) -> list[tuple[str, list[tuple[str, bool]], list[list[str]]]]:
+    """`validate --serving`'s two tables as (caption, columns (name, right-aligned), rows): the
+    terminal and `--html` print the same cells."""
+    summary = [(name, [str(d["figures"]), str(d["sources"]), f"{d['median_abs_error'] * 100:.1f} %",
+                       f"{d['signed_median'] * 100:+.1f} %", f"{d['optimistic_share'] * 100:.0f} %",
+                       f"{d['interval_coverage'] * 100:.0f} %", f"{d['rows_pooled_median_abs_error'] * 100:.1f} %"])
+               for name, d in block["cross_validation"].items()]
+    per = [(src, [f"{d[k]['median_abs_error'] * 100:.0f} % ({d[k]['signed_median'] * 100:+.0f} %, {d[k]['figures']})"
+                  if k in d else "" for k in ("throughput", "tpot", "ttft")]) for src, d in block["per_source"].items()]
+    return [(f"Published serving runs, leave-one-source-out ({block['rows']} rows from {block['sources']} "
+             "sources; each source weighing the same)",
+             [(h, h != "figure") for h in ("figure", "figures", "sources", "median |error|", "signed median",
+                                          "optimistic", "80 % coverage", "rows pooled")],
+             [[n] + c for n, c in summary]),
+            ("Per source (median |error|, signed median, figures)",
+             [(h, h != "source") for h in ("source", "throughput", "TPOT", "TTFT")], [[n] + c for n, c in per])]
+
+
+def _serving(as_json: bool, html_path: Path | None) -> None:
     """`validate --serving`: the leave-one-source-out block of llmpar.serving.report (docs/serving.md)."""
     from llmpar.serving.report import validate_block
 
     block = validate_block()
+    tables = serving_tables(block)
+    schemes = "schemes: " + "; ".join(f"{k}: {v} figures" for k, v in block["figures_by_scheme"].items())
+    if html_path is not None:
+        from llmpar.cli import report_html as H
+        from llmpar.outputs import write_text
+
+        write_text(html_path, H.page("llmpar validate --serving", [
+            H.table(f"serving-{i}", cap, cols, rows) for i, (cap, cols, rows) in enumerate(tables)]
+            + [f"<p>{H.e(schemes)}</p>"]))
     if as_json:
         from llmpar.cli.common import echo_json
 
@@ -168,23 +206,13 @@ def _serving(as_json: bool) -> None:
     from llmpar.cli.render import console
 
     con = console()
-    t = Table(title=f"Published serving runs, leave-one-source-out ({block['rows']} rows from {block['sources']} "
-                    "sources; each source weighing the same)")
-    for h in ("figure", "figures", "sources", "median |error|", "signed median", "optimistic", "80 % coverage",
-              "rows pooled"):
-        t.add_column(h, justify="left" if h == "figure" else "right")
-    for name, d in block["cross_validation"].items():
-        t.add_row(name, str(d["figures"]), str(d["sources"]), f"{d['median_abs_error'] * 100:.1f} %",
-                  f"{d['signed_median'] * 100:+.1f} %", f"{d['optimistic_share'] * 100:.0f} %",
-                  f"{d['interval_coverage'] * 100:.0f} %", f"{d['rows_pooled_median_abs_error'] * 100:.1f} %")
-    con.print(t)
-    t = Table(title="Per source (median |error|, signed median, figures)")
-    for h in ("source", "throughput", "TPOT", "TTFT"):
-        t.add_column(h, justify="left" if h == "source" else "right")
-    for src, d in block["per_source"].items():
-        cells = [f"{d[k]['median_abs_error'] * 100:.0f} % ({d[k]['signed_median'] * 100:+.0f} %, {d[k]['figures']})"
-                 if k in d else "" for k in ("throughput", "tpot", "ttft")]
-        t.add_row(src, *cells)
-    con.print(t)
-    con.print("schemes: " + "; ".join(f"{k}: {v} figures" for k, v in block["figures_by_scheme"].items()),
-              highlight=False)
+    for cap, cols, rows in tables:
+        t = Table(title=cap)
+        for h, right in cols:
+            t.add_column(h, justify="right" if right else "left")
+        for cells in rows:
+            t.add_row(*cells)
+        con.print(t)
+    con.print(schemes, highlight=False)
+    if html_path is not None:
+        con.print(f"report: {html_path}", highlight=False)
