@@ -119,6 +119,9 @@ def memory(
     context: int | None = None,
     kv_dtype: str | None = None,
     explain: bool = False,
+    finetune: str | None = None,
+    lora_rank: int | None = None,
+    lora_targets: str | None = None,
 ) -> MemoryResult:
     """Per-GPU memory of a training (or, with ``inference=True``, serving) layout.
 
@@ -147,7 +150,8 @@ def memory(
                  "--recompute-layers": recompute_layers is not None, "--offload-layers": offload_layers is not None,
                  "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None,
                  "--sp/--no-sp": sp is not None, "--optimizer": optimizer is not None,
-                 "--convention": convention is not None}
+                 "--convention": convention is not None, "--finetune": finetune is not None,
+                 "--lora-rank": lora_rank is not None, "--lora-targets": lora_targets is not None}
         bad = [k for k, v in given.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
@@ -175,7 +179,9 @@ def memory(
                 "--recompute": recompute not in (None, "none"), "--recompute-layers": recompute_layers is not None,
                 "--recompute-modules": recompute_modules is not None, "--attention": attention is not None,
                 "--schedule": schedule is not None, "--virtual-stages": virtual_stages is not None,
-                "--offload-layers": offload_layers not in (None, 0)}
+                "--offload-layers": offload_layers not in (None, 0),
+                "--finetune": finetune not in (None, "full"), "--lora-rank": lora_rank is not None,
+                "--lora-targets": lora_targets is not None}
         bad = [k for k, v in moot.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} change{'s' if len(bad) == 1 else ''} activations, which --params (model "
@@ -188,7 +194,8 @@ def memory(
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(model, hf)
     settings = make_settings(spec, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
-                             attention=attention, kv_dtype=kv_dtype, stack=stack, recompute_modules=recompute_modules)
+                             attention=attention, kv_dtype=kv_dtype, stack=stack, recompute_modules=recompute_modules,
+                             finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
     if recompute_modules is not None and recompute != "selective" and not inference:
         raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "
                         f"(got {recompute})")
@@ -301,6 +308,10 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
     if int(par.pp) > 1:
         notes.append(f"most-loaded pipeline stage: {stage} of 0..{int(par.pp) - 1} (--per-stage lists all)")
     prec = M.bytes_per_param(settings, layout["zero"], par.microbatches)
+    if settings.finetune != "full":
+        from llmpar.cost import finetune as FT
+
+        notes.append(FT.note(spec, settings, float(out["trainable_params_per_gpu"]), float(P.total_params(spec))))
     if int(par.offload_layers):
         host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
         notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"
@@ -395,6 +406,9 @@ def step(
     checkpoint_bandwidth=None,
     checkpoint=None,
     interval_level=None,
+    finetune: str | None = None,
+    lora_rank: int | None = None,
+    lora_targets: str | None = None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -423,14 +437,16 @@ def step(
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
                  offload_layers=offload_layers, recompute_modules=recompute_modules, dtype=dtype, optimizer=optimizer,
                  grad_dtype=grad_dtype, convention=convention, attention=attention,
-                 reserve=reserve, hf=hf, stack=stack)
+                 reserve=reserve, hf=hf, stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     s = mem.settings
     settings = make_settings(spec, dtype=s.dtype, optimizer=s.optimizer, grad_dtype=grad_dtype, convention=s.convention,
                              attention=attention, kv_dtype=s.kv_dtype, dp_overlap=dp_overlap, tp_overlap=tp_overlap,
                              ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
-                             recompute_modules=s.recompute_modules, rank_order=rank_order, stack=s.stack)
+                             recompute_modules=s.recompute_modules, rank_order=rank_order, stack=s.stack,
+                             finetune=s.finetune, lora_rank=s.lora_rank if s.finetune != "full" else None,
+                             lora_targets=s.lora_targets if s.finetune != "full" else None)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)

@@ -220,8 +220,16 @@ def memory_json(iv: Interval, total_bytes: float, capacity_bytes: float) -> dict
 
 def query(kind: str, settings, hw, model, parallel, level: float = DEFAULT_LEVEL) -> Interval:
     """The interval of a query from its resolved settings, hardware, model and (scalar) layout."""
-    return for_query(kind, settings.stack.name, hw.gpu.generation, model.is_moe, settings.dtype,
+    return for_query(kind, stack_class(settings), hw.gpu.generation, model.is_moe, settings.dtype,
                      float(parallel.gpus), float(parallel.seq), level)
+
+
+def stack_class(settings) -> str:
+    """The stack dimension of a query's class: its stack, and the fine-tuning method when it is not
+    full training ("megatron-core+qlora"). No published run in validation/ is a LoRA/QLoRA run, so
+    such a query matches none and falls back to all published runs, widened and "extrapolated"."""
+    ft = getattr(settings, "finetune", "full")
+    return settings.stack.name if ft == "full" else f"{settings.stack.name}+{ft}"
 
 
 def level_value(level) -> float:

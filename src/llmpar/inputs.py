@@ -79,7 +79,7 @@ def _fraction(value, option: str) -> float:
 def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
                   convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
                   rank_order=None, stack=None, ep_overlap=None, ep_dispatcher=None,
-                  recompute_modules=None) -> Settings:
+                  recompute_modules=None, finetune=None, lora_rank=None, lora_targets=None) -> Settings:
     """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
     a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
     if grad_dtype is not None and convention in ("megatron", "deepspeed"):
@@ -101,6 +101,16 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
         extra["recompute_modules"] = recompute_modules
     if rank_order is not None:
         extra["rank_order"] = str(rank_order)
+    if (lora_rank is not None or lora_targets is not None) and finetune in (None, "full"):
+        given = " and ".join(o for o, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets)) if v is not None)
+        raise UserError(f"{given} describe{'s' if ' and ' not in given else ''} LoRA adapters: add --finetune lora "
+                        "or qlora (full fine-tuning has none)")
+    if finetune is not None:
+        extra["finetune"] = str(finetune)
+    if lora_rank is not None:
+        extra["lora_rank"] = lora_rank
+    if lora_targets is not None:
+        extra["lora_targets"] = str(lora_targets)
     settings = Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
                         attention=attention, kv_dtype=kv, stack=stack, **extra)
     if recompute_modules is not None and model is not None:

@@ -143,9 +143,29 @@ class Settings:
     # Rank order, innermost first (docs/architecture.md, Placement): which parallel groups share a node.
     rank_order: str = "tp-cp-dp-pp"
     stack: Any = None
+    # fine-tuning (cost/finetune.py, docs/finetune.md): full, or LoRA / QLoRA adapters of rank
+    # lora_rank on the lora_targets linears over a frozen (QLoRA: NF4) base
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: str = "all"
 
     def __post_init__(self):
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
+
+        from llmpar.cost.finetune import FINETUNE, LORA_TARGETS
+        if self.finetune not in FINETUNE:
+            raise UserError(f"--finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
+        if self.lora_targets not in LORA_TARGETS:
+            raise UserError(f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, got {self.lora_targets!r}")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, (int, np.integer)) or self.lora_rank < 1:
+            raise UserError(f"--lora-rank must be a whole number of 1 or more, got {self.lora_rank!r}")
+        if self.finetune != "full":
+            if self.dtype not in ("bf16", "fp16"):
+                raise UserError(f"--finetune {self.finetune} computes in 16 bits (the adapters and the dequantised "
+                                f"base: QLoRA §3), not --dtype {self.dtype}")
+            if self.convention != "llmpar":
+                raise UserError(f"--convention {self.convention} counts full-model training states; "
+                                f"--finetune {self.finetune} needs --convention llmpar")
 
         stack = load_stack(self.stack)
         given = {k: getattr(self, k) is not None
@@ -603,6 +623,10 @@ def resolve(
     if settings is None:
         settings = Settings()
     check_settings(hardware, settings)
+    from llmpar.cost import finetune as FT
+
+    if bool(FT.layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
+        raise UserError(FT.layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
     return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
 
 

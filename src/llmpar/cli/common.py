@@ -11,6 +11,7 @@ from typing import Any
 import click
 import numpy as np
 
+from llmpar.cost.finetune import FINETUNE, LORA_TARGETS
 from llmpar.errors import UserError
 from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZERS, RECOMPUTE, SCHEDULES
 
@@ -62,6 +63,14 @@ _PRECISION_OPTIONS = [
                       "selective set; megatron-core: core_attn)."),
     click.option("--reserve", help="Runtime memory held back, e.g. 6GiB: replaces the stack's CUDA context + NCCL buffers "
                                    "(the allocator overhead still applies)."),
+    click.option("--finetune", type=click.Choice(FINETUNE), default=None,
+                 help="full (default), lora (frozen 16-bit base + rank-r adapters) or qlora (frozen NF4 base with "
+                      "double quantization + adapters): docs/finetune.md."),
+    click.option("--lora-rank", type=click.IntRange(1, 65536), default=None, metavar="R",
+                 help="LoRA/QLoRA adapter rank r (default 16): r (d_in + d_out) trainable parameters per adapted matrix."),
+    click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=None,
+                 help="Linears that get adapters: all (every block linear, QLoRA's choice; default), attention "
+                      "(q, k, v, o) or qv (PEFT's Llama default)."),
 ]
 
 _OUTPUT_OPTIONS = [

@@ -69,7 +69,7 @@ def memory(model, **kw):
 
 _LABELS = {
     "weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer states",
-    "activations_bytes": "activations", "kv_cache_bytes": "KV cache", "buffers_bytes": "gradient buckets",
+    "activations_bytes": "activations", "kv_cache_bytes": "KV cache", "buffers_bytes": "buffers",
     "allocated_bytes": "allocated (peak)", "allocator_overhead_bytes": "allocator overhead",
     "runtime_bytes": "runtime (CUDA context + NCCL)",
 }
@@ -93,6 +93,17 @@ def _notes(r) -> dict[str, str]:
         "buffers_bytes": "DDP / ZeRO reduction buckets",
         "kv_cache_bytes": "",
     }
+    ft = getattr(r.settings, "finetune", "full")
+    if ft != "full" and r.mode == "training":
+        from llmpar.cost.finetune import NF4_BYTES
+
+        notes["weights_bytes"] = ((f"frozen: linears NF4 {NF4_BYTES:.3f} B/param, the rest {bpp['weights']:g}"
+                                   if ft == "qlora" else f"frozen {bpp['weights']:g} B/param") + "; adapters "
+                                  f"{bpp['weights']:g} B/param")
+        notes["gradients_bytes"] = f"{bpp['gradients']:g} B/param, adapters only"
+        notes["optimizer_bytes"] = f"{bpp['optimizer']:g} B/param ({r.settings.optimizer}), adapters only"
+        if ft == "qlora":
+            notes["buffers_bytes"] = "reduction buckets + one dequantised 16-bit linear weight"
     if z >= 3 and r.mode == "training":
         notes["weights_bytes"] += (" + largest-layer buffer" if r.settings.convention == "deepspeed"
                                    else " + 2 gathered layers")

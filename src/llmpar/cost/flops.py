@@ -248,7 +248,36 @@ def model_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL):
     return _out(3.0 * B * forward_flops_per_sequence(model, par.seq, causal))
 
 
-def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="attention-core", attention="flash"):
+def finetune_flops_per_sequence(model: ModelSpec, s, settings, causal=CAUSAL_FULL):
+    """What LoRA / QLoRA need per sequence (cost/finetune.py): the forward F, the backward's input
+    gradients only through the frozen linears and head (F less the attention core: dX = dY W^T,
+    one GEMM where full training does two; Hu et al. 2021 §4.1), the attention core's backward as
+    in full training (2 x its forward: it has no weights), and the adapters' forward + backward
+    (3 x 2 r (d_in + d_out) per adapted matrix and token). Full training is 3F; this is
+    2F + core + 3A, with A the adapters' forward."""
+    from llmpar.cost import finetune as FT
+
+    fwd = forward_flops_per_sequence(model, s, causal)
+    att = attention_flops(model, 1, s, causal)
+    core = model.layers * (att["attn_scores"] + att["attn_context"])
+    adapters = s * (model.dense_layers * FT.adapter_flops_per_token(model, False, settings.lora_targets,
+                                                                    settings.lora_rank)
+                    + model.moe_layers * FT.adapter_flops_per_token(model, True, settings.lora_targets,
+                                                                    settings.lora_rank))
+    return _out(2.0 * fwd + core + 3.0 * adapters)
+
+
+def training_flops_per_step(model: ModelSpec, par, settings, causal=CAUSAL_FULL):
+    """:func:`model_flops_per_step`, or under ``--finetune lora|qlora`` the global batch times
+    :func:`finetune_flops_per_sequence` (the FLOPs the method needs: its MFU numerator)."""
+    if getattr(settings, "finetune", "full") == "full":
+        return model_flops_per_step(model, par, causal)
+    B = par.microbatches * par.micro_batch * par.dp
+    return _out(B * finetune_flops_per_sequence(model, par.seq, settings, causal))
+
+
+def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="attention-core", attention="flash",
+                            settings=None):
     """Hardware FLOPs of one step: model FLOPs + the forward work recompute really re-runs
     (selective: the stack's ``policy``, :func:`selective_fractions`; full: every layer's forward), with ``causal`` the fraction
     of the s² work the attention kernel executes (1.0 for an unmasked/eager kernel; a causal
@@ -260,7 +289,9 @@ def hardware_flops_per_step(model: ModelSpec, par, causal=CAUSAL_FULL, policy="a
 
     share = full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
     extra = recompute_flops_per_sequence(model, par.seq, par.recompute, causal, policy, attention, share)
-    return _out(model_flops_per_step(model, par, causal) + B * np.asarray(extra))
+    base = (training_flops_per_step(model, par, settings, causal) if settings is not None
+            else model_flops_per_step(model, par, causal))
+    return _out(base + B * np.asarray(extra))
 
 
 def per_gpu_rate(per_step, step_time_s, gpus):

@@ -50,8 +50,9 @@ from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, fp8_bf16_layers
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
-    head_shard, layer_shard, optimizer_step_bytes,
+    frozen_precision, head_shard, layer_shard, optimizer_step_bytes,
 )
+from llmpar.cost import finetune as FT
 from llmpar.cost.runtime import *  # noqa: F401,F403
 from llmpar.cost.runtime import (
     _capacity, communicators, reserved_bytes, runtime_bytes, verdict_code, verdict_name,
@@ -189,8 +190,25 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         lin_ne = lin_ne - (d_s + d_e) * np.asarray(shard.dense_linear) - (n_s - d_s + n_e - d_e) * np.asarray(
             shard.moe_linear)
         lin_ex = lin_ex - (n_s - d_s + n_e - d_e) * np.asarray(shard.experts_linear)
-    w, g, o = _states(ne, ex, lin_ne, lin_ex, prec, par, cm["zero_div"])
-    bw, bg = _zero3_buffers(model, par, prec, shard, (nd + nm) > 0)
+    if settings.finetune == "full":
+        w, g, o = _states(ne, ex, lin_ne, lin_ex, prec, par, cm["zero_div"])
+        bw, bg = _zero3_buffers(model, par, prec, shard, (nd + nm) > 0)
+        trainable = ne + ex
+        dequant = 0.0
+    else:
+        # LoRA / QLoRA (cost/finetune.py): the base is frozen, in 16 bits or NF4 (its weights only,
+        # sharded by ZeRO-3 like any weight); the adapters are the trainable parameters, with the
+        # usual weights + gradients + optimizer states (LoRA §4.1, QLoRA §3)
+        frozen = frozen_precision(prec, settings)
+        w, _, _ = _states(ne, ex, lin_ne, lin_ex, frozen, par, cm["zero_div"])
+        bw, bg = _zero3_buffers(model, par, frozen, shard, (nd + nm) > 0)
+        trainable = (nd * FT.adapter_params_per_layer(model, False, settings.lora_targets, settings.lora_rank)
+                     + nm * FT.adapter_params_per_layer(model, True, settings.lora_targets, settings.lora_rank))
+        wa, g, o = _states(trainable, 0.0, 0.0, 0.0, prec, par, cm["zero_div"])
+        w = w + wa
+        # QLoRA dequantises one linear weight at a time into a 16-bit buffer (bitsandbytes
+        # dequantize_4bit), live while its GEMM runs
+        dequant = 2.0 * FT.largest_linear(model) if settings.finetune == "qlora" else 0.0
     w, g = w + bw, g + bg
 
     act_d, none_d, act_m, none_m = cm["act"]
@@ -217,12 +235,13 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
     working = mem.working_layers * peak_kept
     act = (layers_act + recompute_ws + first_x + last_x) * mem.activation_factor + working
     # reduction buckets and the optimizer step's working buffers (cost/states.optimizer_step_bytes)
-    buffers = (np.asarray(grad_buffer_bytes(mem, par, ne + ex)) + optimizer_step_bytes(mem, o, prec)
-               + np.zeros_like(np.asarray(w, dtype=float)))
+    buffers = (np.asarray(grad_buffer_bytes(mem, par, trainable)) + optimizer_step_bytes(mem, o, prec)
+               + dequant + np.zeros_like(np.asarray(w, dtype=float)))
     n_comm = np.asarray(communicators(par.tp, p, par.dp, par.cp, par.ep, embedding=is_first | is_last))
     return {
         "stage": i, "layers": nd + nm, "dense_layers": nd, "moe_layers": nm,
         "params_per_gpu": ne + ex, "params_nonexpert": ne, "params_expert": ex,
+        "trainable_params_per_gpu": trainable + np.zeros_like(np.asarray(ne, dtype=float)),
         "weights_bytes": w, "gradients_bytes": g, "optimizer_bytes": o,
         "activations_bytes": act, "in_flight": fl,
         "act_layers_bytes": layers_act, "act_recompute_bytes": recompute_ws,
@@ -302,6 +321,7 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
                 (cap - x[2]) / (1.0 + mem.allocator_overhead))
         for x, e in zip(parts, evals)])), axis=0)
     out["params_per_gpu"] = choose("params_per_gpu")
+    out["trainable_params_per_gpu"] = choose("trainable_params_per_gpu")
     out["stage"] = _choose(pick, cands).astype(int)
     c_dense, c_moe = coeffs
     typical = c_moe if model.moe_layers >= model.dense_layers else c_dense

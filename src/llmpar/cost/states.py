@@ -140,6 +140,22 @@ def bytes_per_param(settings: Settings, zero=0, microbatches=1) -> BytesPerParam
     )
 
 
+def frozen_precision(prec: BytesPerParam, settings: Settings) -> BytesPerParam:
+    """Bytes per parameter of a frozen base (LoRA / QLoRA, cost/finetune.py): its weights only, no
+    gradient and no optimizer state (LoRA §4.1). LoRA keeps them in the 16-bit dtype; QLoRA stores
+    each linear weight in NF4 with double-quantised constants, 0.5159 B (QLoRA §3), written as the
+    per-linear-weight term (``fp8_cache``, the bytes a linear weight holds beyond ``weights``:
+    0.5159 - 2 < 0), embeddings, norms and the output head staying 16-bit."""
+    from llmpar.cost.finetune import NF4_BYTES
+
+    w = WEIGHT_BYTES[settings.dtype]
+    lin = NF4_BYTES - w if settings.finetune == "qlora" else 0.0
+    what = (f"frozen base: linear weights NF4 {NF4_BYTES:.4f} (QLoRA double quantization), the rest {w:g}"
+            if settings.finetune == "qlora" else f"frozen base: {settings.dtype} weights {w:g}")
+    return BytesPerParam(weights=w, gradients=0.0, optimizer=0.0, fp8_cache=lin, convention=prec.convention,
+                         describe={"weights": what, "gradients": "none (frozen)", "optimizer": "none (frozen)"})
+
+
 def optimized_params(optimizer_bytes, prec: BytesPerParam):
     """Parameters this GPU's optimizer updates: its optimizer-state bytes over the bytes per
     parameter (all of them at ZeRO-0, 1/(dp·cp) at ZeRO-1+). Array-polymorphic."""

@@ -151,6 +151,36 @@ def stack_hardware(hw: Hardware, net) -> Hardware:
     return out
 
 
+def _adapter_time(model, hw, par, settings, e, frac_moe):
+    """(forward, backward) time of one layer's LoRA adapter paths, one micro-batch
+    (cost/finetune.py): FLOPs at the peak (backward 2x) plus bytes at HBM bandwidth."""
+    from llmpar.cost import finetune as FT
+
+    T = np.asarray(par.micro_batch, dtype=float) * np.asarray(par.seq, dtype=float)
+    r, tg = settings.lora_rank, settings.lora_targets
+
+    def mix(fn, **kw):
+        return ((1.0 - frac_moe) * fn(model, False, tg, r, **kw)
+                + frac_moe * (fn(model, True, tg, r, **kw) if model.moe else 0.0))
+
+    t_fl = T * mix(FT.adapter_flops_per_token) / hw.gpu.peak(settings.dtype)
+    fwd = t_fl + compute.memory_bound_time(hw, T * mix(FT.adapter_bytes_per_token, e=e))
+    bwd = 2.0 * t_fl + compute.memory_bound_time(hw, T * mix(FT.adapter_bytes_per_token, e=e, backward=True))
+    return fwd, bwd
+
+
+def _dequant_time(model, hw, settings, frac_moe):
+    """QLoRA: one pass of dequantising a layer's NF4 linear weights to 16 bits (0 under LoRA)."""
+    if settings.finetune != "qlora":
+        return 0.0
+    from llmpar.cost import finetune as FT
+
+    lin = sum(i * o * c for _, i, o, c in FT.linear_shapes(model, False))
+    if model.moe:
+        lin = (1.0 - frac_moe) * lin + frac_moe * sum(i * o * c for _, i, o, c in FT.linear_shapes(model, True))
+    return compute.memory_bound_time(hw, lin * (FT.NF4_BYTES + 2.0))
+
+
 def _layer_compute(model, hw, par, settings, e):
     """One layer, one micro-batch, one GPU of the critical stage: GEMMs (averaged over dense and
     MoE layers by their share), the attention core, element-wise traffic, FP8 casts, launch cost;
@@ -182,6 +212,16 @@ def _layer_compute(model, hw, par, settings, e):
         per_gen(stack.kernels.moe_s_per_layer, gen) + per_gen(stack.kernels.moe_s_per_local_expert, gen) * local_experts)
     fwd = g_lin + core_f + t_elem + t_cast_f + launch / 3.0
     bwd = 2.0 * (g_lin + t_elem) + core_b + t_cast_b + 2.0 * launch / 3.0
+    if settings.finetune != "full":
+        # LoRA / QLoRA (cost/finetune.py): the frozen linears' backward is their input gradient
+        # only (one GEMM, not two); the adapters' skinny GEMMs and element-wise passes (their FLOPs
+        # at the peak, their bytes at HBM bandwidth; backward twice the forward); QLoRA dequantises
+        # each NF4 weight to 16 bits before its forward GEMM and again before its backward one
+        # (bitsandbytes MatMul4Bit): reads 0.516 B and writes 2 B per linear weight and pass
+        ad_f, ad_b = _adapter_time(model, hw, par, settings, e, frac_moe)
+        deq = _dequant_time(model, hw, settings, frac_moe)
+        fwd = fwd + ad_f + deq
+        bwd = bwd - g_lin + ad_b + deq
     rec = np.asarray(par.recompute)
     # selective re-runs the attention core with its s^2 traffic (Korthikanti §5) or, on the share
     # ``op`` of layers under torchtitan's op-level SAC, every second matmul (g_sel) and the
@@ -291,7 +331,8 @@ def _ends(model, hw, par, settings, e):
                                                          flops.head_gemms(model, b, s, tp, cp))
     logits = b * s / cp * model.vocab / tp * 4.0           # fp32 logits, vocab-parallel
     head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f)   # write, softmax read+write
-    head_b = 2.0 * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
+    # a frozen head (LoRA / QLoRA) computes its input gradient only: one GEMM, not two
+    head_b = (1.0 if settings.finetune != "full" else 2.0) * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
     # an MTP module's projection M: [h; h] (2h) -> h, column-parallel, then the shared head again
     proj_g = 0.0
     if model.mtp_layers:
@@ -403,6 +444,26 @@ def _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params):
     return w_dense, w_exp
 
 
+def _frozen_gathers(model, hw, par, settings, place_dp, shard, S, moe_on_stage, params):
+    """ZeRO-3 all-gathers of a frozen base (LoRA / QLoRA): its weights for the forward and again for
+    the backward of every micro-batch (comm.dp_step's ZeRO-3 weight term, without gradients),
+    in the stack's gradient buckets. Returns (seconds, bytes sent per GPU)."""
+    from llmpar.cost import finetune as FT
+
+    size, k = place_dp["dp"]
+    lin = ((S.n_mid - moe_on_stage) * np.asarray(shard.dense_linear, dtype=float)
+           + moe_on_stage * (np.asarray(shard.moe_linear, dtype=float) + np.asarray(shard.experts, dtype=float)))
+    per = FT.NF4_BYTES if settings.finetune == "qlora" else DTYPE_BYTES["bf16"]
+    w = (np.asarray(params, dtype=float) - lin) * DTYPE_BYTES["bf16"] + lin * per
+    bucket = settings.stack.overlap.dp_bucket_bytes
+    n = np.maximum(np.ceil(w / bucket), 1.0) if bucket else 1.0
+    t_ag = n * comm.collective_time(hw, "all_gather", w / n, size, k)
+    z3 = np.asarray(par.zero) >= 3
+    m = par.microbatches
+    frac = (np.asarray(size, dtype=float) - 1.0) / np.maximum(np.asarray(size, dtype=float), 1.0)
+    return np.where(z3, m * 2.0 * t_ag, 0.0), np.where(z3, m * 2.0 * w * frac, 0.0)
+
+
 def _data_parallel(model, hw, par, settings, place, S):
     """Gradient reduction and ZeRO gathers after the pipeline flush, the part of them exposed,
     and the optimizer step (module doc, steps 4-5)."""
@@ -426,8 +487,22 @@ def _data_parallel(model, hw, par, settings, place, S):
     w_dense, w_exp = _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params)
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
+    frozen_t = frozen_b = 0.0
+    if settings.finetune != "full":
+        # LoRA / QLoRA: only the adapters have gradients to reduce and an optimizer to step; ZeRO-3
+        # still gathers the frozen weights (16-bit, or NF4 under QLoRA: FSDP shards the quantised
+        # storage) for every micro-batch's forward and backward, with no reduce-scatter of theirs
+        frozen_t, frozen_b = _frozen_gathers(model, hw, par, settings, place_dp, shard, S, moe_on_stage,
+                                             dense_params + expert_params)
+        from llmpar.cost import finetune as FT
+
+        r, tg = settings.lora_rank, settings.lora_targets
+        dense_params = ((S.n_mid - moe_on_stage) * FT.adapter_params_per_layer(model, False, tg, r)
+                        + moe_on_stage * (FT.adapter_params_per_layer(model, True, tg, r) if model.moe else 0.0))
+        expert_params = 0.0 * expert_params
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_dense, g_comm,
                                          ov.dp_bucket_bytes, ov.param_gather_bucket_bytes, w_exp)
+    dp_t, dp_bytes = dp_t + frozen_t, dp_bytes + frozen_b
     # DP overlap (the usable fraction f of a window; docs/time-model.md):
     # - gradient reduce behind the backward (bucketed: DDP, Megatron-Core overlap_grad_reduce):
     #   ZeRO 0-1 behind the last micro-batch's, ZeRO-2 behind every micro-batch's (below);
@@ -479,10 +554,10 @@ def _flops_figures(model, hw, par, settings, step):
     peak = hw.gpu.peak(settings.dtype)
     skip = settings.stack.kernels.attention.causal_skip and settings.attention == "flash"
     executed = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
-    model_flops_full = flops.model_flops_per_step(model, par)
-    model_flops = flops.model_flops_per_step(model, par, flops.CAUSAL_FLASH) if skip else model_flops_full
+    model_flops_full = flops.training_flops_per_step(model, par, settings)
+    model_flops = flops.training_flops_per_step(model, par, settings, flops.CAUSAL_FLASH) if skip else model_flops_full
     hw_flops = flops.hardware_flops_per_step(model, par, executed, settings.selective_policy,
-                                             settings.attention)
+                                             settings.attention, settings)
     return {
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,

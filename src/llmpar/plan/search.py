@@ -310,7 +310,7 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     # the plan's evidence class: one interval for every candidate (the class depends on the stack,
     # the GPU, the model, the dtype, the GPU count and the sequence, all fixed in one plan)
     iv = EV.interval(EV.shipped_residuals(), "speed", EV.evidence_class(
-        settings.stack.name, hw.gpu.generation, model.is_moe, settings.dtype, spec.gpus, spec.seq), level)
+        EV.stack_class(settings), hw.gpu.generation, model.is_moe, settings.dtype, spec.gpus, spec.seq), level)
     base = EV.plausibility(0.0, iv, hw.gpu.generation, model.is_moe, settings.dtype, gpus=spec.gpus)
     if base is not None:
         base.pop("above_published")
@@ -490,6 +490,9 @@ def plan(
     keep_points: bool = False,
     interval_level=None,
     min_gpus: bool = False,
+    finetune: str | None = None,
+    lora_rank: int | None = None,
+    lora_targets: str | None = None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -553,7 +556,7 @@ def plan(
                                     convention=convention, attention=attention, dp_overlap=dp_overlap,
                                     tp_overlap=tp_overlap, ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
                                     recompute_modules=recompute_modules, rank_order=rank_order,
-                                    stack=stack)
+                                    stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
     for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from llmpar.cost import finetune as FT
+
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.errors import UserError
@@ -64,6 +66,7 @@ REASONS = {
                 "DualPipe: pp even, m even and >= 2*pp)",
     "convention": "ZeRO stage outside what --convention covers",
     "stack": "the stack's framework does not launch it (parallel.stack_violations: ZeRO stage under pipeline parallelism)",
+    "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
@@ -393,6 +396,8 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
         "stack": np.broadcast_to(np.asarray(stack_violations(settings.stack, Parallel(pp=pp, zero=zero))["pp_zero"],
                                             dtype=bool), zero.shape),
+        "finetune": np.broadcast_to(np.asarray(FT.layout_violations(settings.finetune, tp, pp, cp, cols["ep"]),
+                                               dtype=bool), zero.shape),
     }
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)
