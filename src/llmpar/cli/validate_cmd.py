@@ -95,8 +95,10 @@ def _render(result, con) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...], "groups": [...], "sources": [...]}.')
 @click.option("--serving", is_flag=True, help="The published serving runs (validation/serving/) instead: "
                                               "leave-one-source-out TTFT, TPOT and throughput errors.")
+@click.option("--finetune", is_flag=True, help="The published LoRA / QLoRA runs (validation/finetune/) instead: "
+                                               "peak memory and tokens/s, out of sample (nothing was fitted on them).")
 @html_option("the leave-one-source-out tables, the groups and each source's lines")
-def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, serving, html_path):
+def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, serving, finetune, html_path):
     """Published vs predicted for every shipped published run, grouped by source.
 
     Each row runs the model a user would run (its stack, hardware and layout; knobs the source
@@ -113,6 +115,16 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
     from llmpar.validate.core import validate as run_validation
 
     tol = parse_tolerance(tolerance)
+    if serving and finetune:
+        raise UserError("--serving and --finetune are two sets of published runs: choose one")
+    if finetune:
+        given = [n for n, v in (("--source", sources), ("--stack", stack), ("--tolerance", tolerance),
+                                ("--markdown", as_markdown), ("--out", out), ("--limit", limit)) if v]
+        if given:
+            raise UserError(f"--finetune validates every published fine-tuning run; {', '.join(given)} changes "
+                            "nothing there")
+        _finetune(as_json, html_path)
+        return
     if serving:
         given = [n for n, v in (("--source", sources), ("--stack", stack), ("--tolerance", tolerance),
                                 ("--markdown", as_markdown), ("--out", out), ("--limit", limit)) if v]
@@ -214,5 +226,67 @@ def _serving(as_json: bool, html_path: Path | None) -> None:
             t.add_row(*cells)
         con.print(t)
     con.print(schemes, highlight=False)
+    if html_path is not None:
+        con.print(f"report: {html_path}", highlight=False)
+
+
+FINETUNE_COLS = [("source", False), ("row", False), ("metric", False), ("published", True), ("llmpar", True),
+                 ("error", True)]
+
+
+def finetune_tables(block: dict) -> list[tuple[str, list[tuple[str, bool]], list[list[str]]]]:
+    """`validate --finetune`'s tables (caption, columns, rows): every row, then the summary."""
+    def val(r, v):
+        return f"{v / 2**30:.2f} GiB" if r["unit"] == "bytes" else f"{v:,.0f}"
+
+    rows = [[r["source"], r["row"], r["metric"], val(r, r["published"]), val(r, r["predicted"]),
+             f"{r['error'] * 100:+.1f} %"] for r in block["rows"]]
+    summ = []
+    for kind in ("memory", "speed"):
+        d = block["summary"].get(kind)
+        if d:
+            summ.append([kind, str(d["rows"]), str(d["sources"]), f"{d['median_abs_error'] * 100:.1f} %",
+                         f"{d['signed_median'] * 100:+.1f} %", f"{d['max_abs_error'] * 100:.1f} %",
+                         f"{d['source_median_abs_error'] * 100:.1f} %"])
+    return [("Published fine-tuning runs vs llmpar (error = llmpar / published - 1; out of sample: nothing was "
+             "fitted on them)", FINETUNE_COLS, rows),
+            ("Summary", [("figure", False), ("rows", True), ("sources", True), ("median |error|", True),
+                         ("signed median", True), ("max |error|", True), ("median of source medians", True)], summ)]
+
+
+def _finetune(as_json: bool, html_path: Path | None) -> None:
+    """`validate --finetune`: llmpar.validate.finetune over validation/finetune/ (docs/finetune.md)."""
+    from llmpar.validate.finetune import validate_finetune
+
+    block = validate_finetune()
+    tables = finetune_tables(block)
+    if html_path is not None:
+        from llmpar.cli import report_html as H
+        from llmpar.outputs import write_text
+
+        write_text(html_path, H.page("llmpar validate --finetune", [
+            H.table(f"finetune-{i}", cap, cols, rows) for i, (cap, cols, rows) in enumerate(tables)]
+            + [H.items("sources", [f"{s['name']}: {s['citation']}" for s in block["sources"]], "Sources")]))
+    if as_json:
+        from llmpar.cli.common import echo_json
+
+        echo_json({"finetune": block})
+        return
+    from rich.table import Table
+
+    from llmpar.cli.render import console, make_console
+
+    con = console()
+    if not con.is_terminal:
+        con = make_console(width=150, highlight=False)
+    for cap, cols, rows in tables:
+        t = Table(title=cap, title_justify="left")
+        for h, right in cols:
+            t.add_column(h, justify="right" if right else "left")
+        for cells in rows:
+            t.add_row(*cells)
+        con.print(t)
+    for s in block["sources"]:
+        con.print(f"{s['name']}: {s['citation']} (stack {s['stack']})", highlight=False)
     if html_path is not None:
         con.print(f"report: {html_path}", highlight=False)
