@@ -122,6 +122,7 @@ def memory(
     finetune: str | None = None,
     lora_rank: int | None = None,
     lora_targets: str | None = None,
+    optimizer_offload: float | str | None = None,
 ) -> MemoryResult:
     """Per-GPU memory of a training (or, with ``inference=True``, serving) layout.
 
@@ -151,7 +152,8 @@ def memory(
                  "--recompute-modules": recompute_modules is not None, "--grad-dtype": grad_dtype is not None,
                  "--sp/--no-sp": sp is not None, "--optimizer": optimizer is not None,
                  "--convention": convention is not None, "--finetune": finetune is not None,
-                 "--lora-rank": lora_rank is not None, "--lora-targets": lora_targets is not None}
+                 "--lora-rank": lora_rank is not None, "--lora-targets": lora_targets is not None,
+                 "--optimizer-offload": optimizer_offload is not None}
         bad = [k for k, v in given.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
@@ -188,14 +190,16 @@ def memory(
                             "states of a bare count) has none of: give a MODEL for them, or drop "
                             f"{'it' if len(bad) == 1 else 'them'}")
         settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
-                                 convention=convention, attention=attention, stack=stack)
+                                 convention=convention, attention=attention, stack=stack,
+                                 optimizer_offload=optimizer_offload)
         return _memory_of_count(params, hw, settings, layout, res_bytes, explain)
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(model, hf)
     settings = make_settings(spec, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
                              attention=attention, kv_dtype=kv_dtype, stack=stack, recompute_modules=recompute_modules,
-                             finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
+                             finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                             optimizer_offload=optimizer_offload)
     if recompute_modules is not None and recompute != "selective" and not inference:
         raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "
                         f"(got {recompute})")
@@ -241,6 +245,11 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
                  f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
     if settings.convention == "deepspeed" and zero == 3:
         notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
+    if settings.optimizer_offload:
+        host = float(states["host_bytes"])
+        notes.append(f"optimizer offload {settings.optimizer_offload:g}: {host / 1e9:,.2f} GB of optimizer states and "
+                     f"fp32 gradients in host memory of the {hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU"
+                     + (": more than it holds" if host > hw.host_memory_per_gpu else ""))
     prec = M.bytes_per_param(settings, zero, par.microbatches)
     return MemoryResult.model_construct(
         model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
@@ -312,6 +321,12 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
         from llmpar.cost import finetune as FT
 
         notes.append(FT.note(spec, settings, float(out["trainable_params_per_gpu"]), float(P.total_params(spec))))
+    if settings.optimizer_offload:
+        notes.append(f"optimizer offload {settings.optimizer_offload:g}: that share of this GPU's optimizer states and an "
+                     f"fp32 gradient buffer for them in host memory, {float(out['host_bytes']) / 1e9:,.2f} GB of the "
+                     f"{hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU (host_memory_per_gpu, with any offloaded activations)"
+                     + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "")
+                     + "; the 16-bit weights and the gradients stay in HBM (ZeRO-Offload, Ren et al. 2021 §4)")
     if int(par.offload_layers):
         host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
         notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"
@@ -409,6 +424,7 @@ def step(
     finetune: str | None = None,
     lora_rank: int | None = None,
     lora_targets: str | None = None,
+    optimizer_offload: float | str | None = None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -437,7 +453,8 @@ def step(
                  seq=seq, schedule=schedule, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
                  offload_layers=offload_layers, recompute_modules=recompute_modules, dtype=dtype, optimizer=optimizer,
                  grad_dtype=grad_dtype, convention=convention, attention=attention,
-                 reserve=reserve, hf=hf, stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
+                 reserve=reserve, hf=hf, stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                 optimizer_offload=optimizer_offload)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     s = mem.settings
@@ -446,11 +463,18 @@ def step(
                              ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
                              recompute_modules=s.recompute_modules, rank_order=rank_order, stack=s.stack,
                              finetune=s.finetune, lora_rank=s.lora_rank if s.finetune != "full" else None,
-                             lora_targets=s.lora_targets if s.finetune != "full" else None)
+                             lora_targets=s.lora_targets if s.finetune != "full" else None,
+                             optimizer_offload=s.optimizer_offload)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
     notes = list(mem.assumptions)
+    if settings.optimizer_offload:
+        off = float(out["optimizer_offload_s"])
+        notes.append(f"optimizer offload {settings.optimizer_offload:g}: {off:.3g} s per step of CPU optimizer step (its "
+                     f"state traffic at {hw.host_memory_bandwidth / 1e9:g} GB/s of host DRAM per GPU, a peak) and "
+                     f"copies over the {hw.host_bandwidth / 1e9:g} GB/s host link (gradients down, 16-bit weights up), "
+                     "not overlapped with the backward or the GPU's share (docs/memory.md, Optimizer offload)")
     for note in (generation_note(hw, settings), moe_cost_note(spec, hw, settings), fabric_note(hw, int(par.gpus))):
         if note:
             notes.append(note)

@@ -225,11 +225,18 @@ def query(kind: str, settings, hw, model, parallel, level: float = DEFAULT_LEVEL
 
 
 def stack_class(settings) -> str:
-    """The stack dimension of a query's class: its stack, and the fine-tuning method when it is not
-    full training ("megatron-core+qlora"). No published run in validation/ is a LoRA/QLoRA run, so
-    such a query matches none and falls back to all published runs, widened and "extrapolated"."""
+    """The stack dimension of a query's class: its stack, with the fine-tuning method when it is not
+    full training and "optimizer-offload" when the optimizer runs (partly) on the CPU
+    ("megatron-core+qlora"). No published run in validation/ is a LoRA/QLoRA run or offloads its
+    optimizer, so such a query matches none and falls back to all published runs, widened and
+    "extrapolated"."""
+    name = settings.stack.name
     ft = getattr(settings, "finetune", "full")
-    return settings.stack.name if ft == "full" else f"{settings.stack.name}+{ft}"
+    if ft != "full":
+        name += f"+{ft}"
+    if getattr(settings, "optimizer_offload", 0.0):
+        name += "+optimizer-offload"
+    return name
 
 
 def level_value(level) -> float:

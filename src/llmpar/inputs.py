@@ -9,6 +9,7 @@ CLI all start here, so a name means the same thing everywhere. Nothing here comp
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def _fraction(value, option: str) -> float:
 def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", grad_dtype=None,
                   convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
                   rank_order=None, stack=None, ep_overlap=None, ep_dispatcher=None,
-                  recompute_modules=None, finetune=None, lora_rank=None, lora_targets=None) -> Settings:
+                  recompute_modules=None, finetune=None, lora_rank=None, lora_targets=None,
+                  optimizer_offload=None) -> Settings:
     """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
     a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
     if grad_dtype is not None and convention in ("megatron", "deepspeed"):
@@ -111,6 +113,14 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
         extra["lora_rank"] = lora_rank
     if lora_targets is not None:
         extra["lora_targets"] = str(lora_targets)
+    if optimizer_offload is not None:
+        try:
+            extra["optimizer_offload"] = float(str(optimizer_offload).strip().rstrip("%")) / (
+                100.0 if str(optimizer_offload).strip().endswith("%") else 1.0)
+        except ValueError:
+            raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}") from None
+        if not math.isfinite(extra["optimizer_offload"]):
+            raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}")
     settings = Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
                         attention=attention, kv_dtype=kv, stack=stack, **extra)
     if recompute_modules is not None and model is not None:

@@ -148,6 +148,10 @@ class Settings:
     finetune: str = "full"
     lora_rank: int = 16
     lora_targets: str = "all"
+    # share of the optimizer states (and their step) kept in host memory and run on the CPU
+    # (Megatron-Core --optimizer-cpu-offload --optimizer-offload-fraction F; DeepSpeed ZeRO-Offload
+    # offload_optimizer: F = 1): cost/states.offload_optimizer, cost/step.py _data_parallel
+    optimizer_offload: float = 0.0
 
     def __post_init__(self):
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
@@ -159,6 +163,11 @@ class Settings:
             raise UserError(f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, got {self.lora_targets!r}")
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, (int, np.integer)) or self.lora_rank < 1:
             raise UserError(f"--lora-rank must be a whole number of 1 or more, got {self.lora_rank!r}")
+        off = self.optimizer_offload
+        if isinstance(off, bool) or not isinstance(off, (int, float, np.floating)) or not 0.0 <= float(off) <= 1.0:
+            raise UserError(f"--optimizer-offload must be a fraction from 0 to 1 (the share of the optimizer states "
+                            f"kept in host memory), got {off!r}")
+        object.__setattr__(self, "optimizer_offload", float(off))
         if self.finetune != "full":
             if self.dtype not in ("bf16", "fp16"):
                 raise UserError(f"--finetune {self.finetune} computes in 16 bits (the adapters and the dequantised "
@@ -448,6 +457,25 @@ def check_layout(model: ModelSpec, par: Parallel) -> None:
             raise UserError(_violation_message(rule, model, par))
 
 
+def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
+    """--optimizer-offload F needs the profile's host link, host DRAM bandwidth and host memory, and
+    (when ``zero`` is given) a ZeRO stage >= 1 (cost/states.optimizer_offload_violations)."""
+    f = settings.optimizer_offload
+    if not f:
+        return
+    missing = [k for k in ("host_bandwidth", "host_memory_bandwidth", "host_memory_per_gpu")
+               if getattr(hardware, k) is None]
+    if missing:
+        raise UserError(f"--optimizer-offload {f:g} needs the hardware's {', '.join(missing)}; {hardware.name} states "
+                        "none (add them to a copy of the profile: docs/hardware.md)")
+    if zero is not None:
+        from llmpar.cost.states import optimizer_offload_violations
+
+        if bool(optimizer_offload_violations(settings, zero)):
+            raise UserError(f"--optimizer-offload {f:g} offloads ZeRO's optimizer partition: it needs --zero 1, 2 or 3 "
+                            "(DeepSpeed offload_optimizer; Megatron-Core's distributed optimizer), got --zero 0")
+
+
 def check_settings(hardware: Hardware, settings: Settings) -> None:
     """Rules on the precision settings that every command applies the same way: the compute dtype
     needs a peak on this hardware (A100 has no FP8 tensor cores: `memory` refused nothing while
@@ -627,6 +655,7 @@ def resolve(
 
     if bool(FT.layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
         raise UserError(FT.layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
+    check_optimizer_offload(hardware, settings, par.zero)
     return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
 
 

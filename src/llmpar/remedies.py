@@ -10,7 +10,8 @@ that no longer holds) is left out, not reported.
 
 Changes: recompute (selective, full), ZeRO 1 and 3, micro-batch 1, bf16 gradients, twice the GPUs
 (more data parallelism), twice the TP or PP degree on the same GPUs, and offloading half the
-layers' activations to host memory (where the stack offloads and the layout allows it).
+layers' activations to host memory (where the stack offloads and the layout allows it), and the
+optimizer states to host memory (ZeRO >= 1, where the profile states its host memory and DRAM).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def _variants(spec, settings, par, layout: dict[str, Any]) -> list[tuple[str, di
         out.append((f"pp {2 * int(par.pp)} on the same GPUs", {"pp": 2 * int(par.pp), "gpus": gpus, "dp": None}, {}))
     if (settings.stack.activation_offloading and int(par.pp) == 1 and rec == "none" and not int(par.offload_layers)):
         out.append((f"offload {spec.layers // 2} layers' activations", {"offload_layers": spec.layers // 2}, {}))
+    if int(par.zero) >= 1 and settings.optimizer_offload < 1.0:
+        # (a profile without host memory or DRAM bandwidth refuses it in resolve: left out)
+        out.append(("optimizer states to host memory (--optimizer-offload 1)", {}, {"optimizer_offload": 1.0}))
     return out
 
 

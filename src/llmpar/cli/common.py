@@ -68,6 +68,9 @@ _PRECISION_OPTIONS = [
                       "double quantization + adapters): docs/finetune.md."),
     click.option("--lora-rank", type=click.IntRange(1, 65536), default=None, metavar="R",
                  help="LoRA/QLoRA adapter rank r (default 16): r (d_in + d_out) trainable parameters per adapted matrix."),
+    click.option("--optimizer-offload", default=None, metavar="F",
+                 help="Share of the optimizer states kept in host memory, their step run on the CPU (0-1; 1 = "
+                      "DeepSpeed ZeRO-Offload; Megatron-Core --optimizer-offload-fraction): needs ZeRO >= 1."),
     click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=None,
                  help="Linears that get adapters: all (every block linear, QLoRA's choice; default), attention "
                       "(q, k, v, o) or qv (PEFT's Llama default)."),

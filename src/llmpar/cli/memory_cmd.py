@@ -93,6 +93,9 @@ def _notes(r) -> dict[str, str]:
         "buffers_bytes": "DDP / ZeRO reduction buckets",
         "kv_cache_bytes": "",
     }
+    off = getattr(r.settings, "optimizer_offload", 0.0)
+    if off and r.mode != "inference":
+        notes["optimizer_bytes"] = f"{1 - off:g} of {bpp['optimizer']:g} B/param in HBM, {off:g} in host memory"
     ft = getattr(r.settings, "finetune", "full")
     if ft != "full" and r.mode == "training":
         from llmpar.cost.finetune import NF4_BYTES

@@ -200,6 +200,7 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "board_power_w": hw.gpu.board_power,
         "sms": hw.gpu.sms,
         "host_bandwidth_GBps": hw.host_bandwidth / 1e9 if hw.host_bandwidth is not None else None,
+        "host_memory_bandwidth_GBps": hw.host_memory_bandwidth / 1e9 if hw.host_memory_bandwidth is not None else None,
         "node_power_w": hw.node_power,
         "gpu_hour_price": hw.gpu_hour_price,
         "tiers": [
@@ -286,6 +287,8 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
         gpu.add_row("SMs", f"{result['sms']} (what overlapped all-to-alls take from compute: stack overlap.ep_sms)")
     if result["host_bandwidth_GBps"] is not None:
         gpu.add_row("host link", f"{result['host_bandwidth_GBps']:g} GB/s per GPU per direction (--offload-layers)")
+    if result["host_memory_bandwidth_GBps"] is not None:
+        gpu.add_row("host memory", f"{result['host_memory_bandwidth_GBps']:g} GB/s of CPU DRAM per GPU (--optimizer-offload)")
     if result["node_power_w"] is not None:
         gpu.add_row("node power", f"{result['node_power_w']:g} W per node (max; energy in `llmpar sweep`)")
     if result["gpu_hour_price"] is not None:

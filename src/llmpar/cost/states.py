@@ -156,6 +156,33 @@ def frozen_precision(prec: BytesPerParam, settings: Settings) -> BytesPerParam:
                          describe={"weights": what, "gradients": "none (frozen)", "optimizer": "none (frozen)"})
 
 
+SRC_OFFLOAD = ("Ren et al. 2021 (ZeRO-Offload, arXiv:2101.06840) §4: fp32 master weights, optimizer states and the "
+               "fp32 gradients on the CPU, 16-bit gradients down and parameters up each step; Megatron-Core "
+               "--optimizer-cpu-offload --optimizer-offload-fraction")
+
+
+def offload_optimizer(optimizer_bytes, prec: BytesPerParam, fraction):
+    """Optimizer-state offload (``--optimizer-offload F``): (the optimizer bytes left in HBM, the host
+    bytes). A share F of this GPU's optimizer states (fp32 master + moments, K B per parameter) lives
+    in host memory with an fp32 gradient buffer for them (4 B per parameter: ZeRO-Offload §4 keeps
+    the fp32 gradients on the CPU, where the step runs): host = F x (K + 4) x the parameters this GPU
+    optimises. The 16-bit weights and the gradients as the backward produces them stay in HBM
+    (not subtracted: DeepSpeed frees a ZeRO-2 gradient partition once copied, an upper bound here)."""
+    f = float(fraction)
+    if not f:
+        return optimizer_bytes, 0.0 * np.asarray(optimizer_bytes, dtype=float)
+    n = optimized_params(optimizer_bytes, prec)
+    return (1.0 - f) * optimizer_bytes, f * (np.asarray(optimizer_bytes, dtype=float) + 4.0 * n)
+
+
+def optimizer_offload_violations(settings: Settings, zero):
+    """Mask of layouts outside what llmpar models for optimizer offload: ZeRO-0 (the offloaded states
+    are ZeRO's partition: DeepSpeed offload_optimizer needs a ZeRO stage, Megatron-Core offloads the
+    distributed optimizer's shard)."""
+    z = np.asarray(zero)
+    return _out((z < 1) & (float(getattr(settings, "optimizer_offload", 0.0)) > 0.0))
+
+
 def optimized_params(optimizer_bytes, prec: BytesPerParam):
     """Parameters this GPU's optimizer updates: its optimizer-state bytes over the bytes per
     parameter (all of them at ZeRO-0, 1/(dp·cp) at ZeRO-1+). Array-polymorphic."""
@@ -369,5 +396,6 @@ def model_states_for_count(params, par: Parallel, settings: Settings) -> dict[st
     shard = np.asarray(params, dtype=float) / (np.asarray(par.tp, dtype=float) * np.asarray(par.pp, dtype=float))
     lin = shard if prec.fp8_cache else 0.0
     w, g, o = _states(shard, 0.0, lin, 0.0, prec, par)
+    o, host = offload_optimizer(o, prec, settings.optimizer_offload)
     return {"params_per_gpu": _out(shard), "weights_bytes": _out(w), "gradients_bytes": _out(g),
-            "optimizer_bytes": _out(o)}
+            "optimizer_bytes": _out(o), "host_bytes": _out(host)}

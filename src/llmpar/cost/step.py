@@ -538,8 +538,20 @@ def _data_parallel(model, hw, par, settings, place, S):
                                      comm.zero_gather_host_time(c_host, group, tensors), 0.0)
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
-    opt_t = compute.memory_bound_time(hw, opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0))
-    return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t)
+    step_bytes = opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0)
+    opt_t = compute.memory_bound_time(hw, step_bytes)
+    off_t = 0.0
+    f = settings.optimizer_offload
+    if f:
+        # optimizer offload (ZeRO-Offload §4; Megatron-Core --optimizer-offload-fraction): a share f of
+        # the step runs on the CPU, its state traffic at the host DRAM bandwidth per GPU (peak: a lower
+        # bound), after the gradients of those parameters go down the host link (grad-dtype bytes) and
+        # before their updated 16-bit weights come back up (2 B); copies, CPU and GPU steps in series
+        link = float(hw.host_bandwidth) / hw.gpus_per_host_link
+        off_t = f * (step_bytes / float(hw.host_memory_bandwidth) + opt_params * (g_bytes + 2.0) / link)
+        opt_t = (1.0 - f) * opt_t + off_t
+    return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t,
+                           offload_t=off_t)
 
 
 def _flops_figures(model, hw, par, settings, step):
@@ -625,6 +637,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "comm_bytes_per_gpu": comm_bytes,
         "stage_forward_s": S.t_f,
         "stage_backward_s": S.t_b,
+        "optimizer_offload_s": D.offload_t + 0.0 * step,
         "critical_stage_layers": n,
         # the intermediate terms, per layer and micro-batch unless named otherwise (--explain)
         "parts": {

@@ -27,7 +27,7 @@ from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
+from llmpar.parallel import (check_optimizer_offload, DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
                              RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, flag,
                              _pos_int, fraction, seq_note, whole)
 from llmpar.plan import space as SP
@@ -493,6 +493,7 @@ def plan(
     finetune: str | None = None,
     lora_rank: int | None = None,
     lora_targets: str | None = None,
+    optimizer_offload: float | str | None = None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -556,7 +557,9 @@ def plan(
                                     convention=convention, attention=attention, dp_overlap=dp_overlap,
                                     tp_overlap=tp_overlap, ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
                                     recompute_modules=recompute_modules, rank_order=rank_order,
-                                    stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets)
+                                    stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                                    optimizer_offload=optimizer_offload)
+    check_optimizer_offload(hw, settings)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     notes.append(inputs.stack_note(settings))
     for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),

@@ -41,6 +41,7 @@ from llmpar.cost import finetune as FT
 
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
+from llmpar.cost.states import optimizer_offload_violations
 from llmpar.errors import UserError
 from llmpar.parallel import (MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations,
                              stack_violations)
@@ -67,6 +68,8 @@ REASONS = {
     "convention": "ZeRO stage outside what --convention covers",
     "stack": "the stack's framework does not launch it (parallel.stack_violations: ZeRO stage under pipeline parallelism)",
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
+    "optimizer_offload": "--optimizer-offload offloads ZeRO's optimizer partition: ZeRO 0 has none "
+                         "(cost/states.optimizer_offload_violations)",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
@@ -398,6 +401,8 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                                             dtype=bool), zero.shape),
         "finetune": np.broadcast_to(np.asarray(FT.layout_violations(settings.finetune, tp, pp, cp, cols["ep"]),
                                                dtype=bool), zero.shape),
+        "optimizer_offload": np.broadcast_to(np.asarray(optimizer_offload_violations(settings, zero), dtype=bool),
+                                             zero.shape),
     }
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)

@@ -192,6 +192,10 @@ class Hardware(BaseModel):
     gpus_per_host_link: int = Field(
         1, gt=0, le=64, description="GPUs that share one host link's bandwidth when they copy at once (e.g. two GPUs "
                                     "behind one PCIe switch uplink): offload copies run at host_bandwidth / this")
+    host_memory_bandwidth: Bandwidth | None = Field(
+        None, ge=1e8, le=1e13, description="host DRAM bandwidth per GPU (the node's CPU memory channels x rate / "
+                                           "gpus_per_node): prices a CPU optimizer step (--optimizer-offload); None: "
+                                           "optimizer offload is refused")
     host_memory_per_gpu: Bytes | None = Field(
         None, description="host (CPU) memory per GPU: the node's RAM / gpus_per_node; offloaded activations must fit "
                           "in it (None: offloading is refused, its capacity is unknown)")
