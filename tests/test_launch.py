@@ -166,3 +166,36 @@ def test_the_smoke_run_names_exist_too():
     assert {"--log-interval", "--log-throughput"} <= names("megatron")
     assert "metrics.log_freq" in names("torchtitan")
     assert "steps_per_print" in names("deepspeed")
+
+
+def test_optimizer_offload_and_finetune_emit_or_refuse():
+    """DeepSpeed: offload_optimizer.device cpu (and ZeRO-3's ratio for a share); Megatron-LM:
+    --optimizer-cpu-offload --optimizer-offload-fraction with the distributed optimizer; names checked
+    against the pinned lists. torchtitan's CPU offload moves parameters too: refused, as LoRA is
+    everywhere."""
+    from llmpar import launch
+
+    spec = load_model("llama-3-8b")
+    full = make_settings(spec, optimizer_offload=1.0)
+    cfg = deepspeed.config_of(spec, H100, full, Parallel(dp=8, zero=2, micro_batch=1, microbatches=8, seq=8192),
+                              global_batch=64, seq=8192)
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    share = make_settings(spec, optimizer_offload=0.25)
+    cfg3 = deepspeed.config_of(spec, H100, share, Parallel(dp=8, zero=3, micro_batch=1, microbatches=8, seq=8192),
+                               global_batch=64, seq=8192)
+    assert cfg3["zero_optimization"]["offload_optimizer"]["ratio"] == 0.25
+    for c in (cfg, cfg3):
+        assert not set(deepspeed.dotted_keys(c)) - names("deepspeed")
+    with pytest.raises(Exception, match="ZeRO-3 only"):
+        deepspeed.config_of(spec, H100, share, Parallel(dp=8, zero=2, seq=8192), global_batch=64, seq=8192)
+    fl = dict(megatron.flags(spec, H100, share, Parallel(dp=8, zero=1, seq=8192), global_batch=64, seq=8192))
+    assert fl["--optimizer-cpu-offload"] is None and fl["--optimizer-offload-fraction"] == "0.25"
+    assert {"--optimizer-cpu-offload", "--optimizer-offload-fraction"} <= names("megatron")
+    with pytest.raises(Exception, match="ZeRO 1"):
+        megatron.flags(spec, H100, full, Parallel(dp=8, zero=3, seq=8192), global_batch=64, seq=8192)
+    with pytest.raises(Exception, match="parameters"):
+        torchtitan.settings_of(spec, H100, full, Parallel(dp=8, zero=3, seq=8192), global_batch=64, seq=8192)
+    lora = make_settings(spec, finetune="lora")
+    for fw in launch.FRAMEWORKS:
+        with pytest.raises(Exception, match="adapters are not"):
+            launch.emit(fw, spec, H100, lora, Parallel(dp=8, zero=1, seq=8192), global_batch=64, seq=8192)

@@ -15,6 +15,11 @@ def emit(framework: str, model, hw, settings, par, *, global_batch: int, seq: in
     """The launch configuration for ``par`` (a scalar :class:`llmpar.parallel.Parallel`)."""
     from llmpar.errors import UserError
 
+    if getattr(settings, "finetune", "full") != "full":
+        # none of the three frameworks' own configs adds adapters: Hugging Face PEFT, torchtune and NeMo do
+        raise UserError(f"--emit {framework}: --finetune {settings.finetune} adapters are not a {framework} option "
+                        "(Hugging Face PEFT, torchtune and NeMo configure LoRA/QLoRA); the layout's degrees, batch and "
+                        "recompute are in `llmpar plan`'s output")
     if framework == "megatron":
         from llmpar.launch.megatron import emit as f
     elif framework == "torchtitan":

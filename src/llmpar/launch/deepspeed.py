@@ -33,6 +33,14 @@ def config_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dict:
     zero = {"stage": d["zero"], "overlap_comm": (settings.dp_overlap or 0) > 0, "contiguous_gradients": True}
     if ov.dp_bucket_bytes:
         zero["reduce_bucket_size"] = int(ov.dp_bucket_bytes)
+    f = float(getattr(settings, "optimizer_offload", 0.0))
+    if f:
+        # DeepSpeedZeroOffloadOptimizerConfig: device cpu; ratio (the offloaded share) is ZeRO-3's only
+        if f < 1.0 and d["zero"] != 3:
+            raise UserError(f"--emit deepspeed: a partial optimizer offload ({f:g}) is offload_optimizer.ratio, which "
+                            f"DeepSpeed applies under ZeRO-3 only (here ZeRO-{d['zero']}); plan with --optimizer-offload 1 "
+                            "or --zero 3")
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True, **({"ratio": f} if f < 1.0 else {})}
     cfg = {"train_batch_size": global_batch, "train_micro_batch_size_per_gpu": d["micro_batch"],
            "gradient_accumulation_steps": d["microbatches"], "zero_optimization": zero}
     if settings.dtype == "bf16":

@@ -34,6 +34,11 @@ def flags(model, hw, settings, par, *, global_batch: int, seq: int) -> list[tupl
     """(flag, value or None for a switch) in the order a launch script lists them."""
     d = par.as_dict()
     sched = d["schedule"]
+    off = float(getattr(settings, "optimizer_offload", 0.0))
+    if off and d["zero"] != 1:
+        raise UserError(f"--emit megatron: --optimizer-cpu-offload offloads the distributed optimizer's states "
+                        f"(--use-distributed-optimizer, ZeRO 1); llmpar does not emit it with ZeRO-{d['zero']} "
+                        "(Megatron-FSDP): plan with --zero 1")
     if par.pp > 1 and sched in ("gpipe", "zb-h1", "dualpipe"):
         raise UserError(f"--emit megatron: the {sched} schedule is not one Megatron-LM runs (1F1B and interleaved "
                         "1F1B only): plan with --fix schedule=1f1b or --allow schedule=interleaved")
@@ -70,6 +75,8 @@ def flags(model, hw, settings, par, *, global_batch: int, seq: int) -> list[tupl
     z = d["zero"]
     if z == 1:
         out.append(("--use-distributed-optimizer", None))
+        if off:
+            out += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{off:g}")]
     elif z in (2, 3):
         out += [("--use-megatron-fsdp", None),
                 ("--data-parallel-sharding-strategy", "optim_grads" if z == 2 else "optim_grads_params")]

@@ -31,6 +31,9 @@ def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dic
                   "(mode full) or an op selection (selective)")
     elif d["offload_layers"]:
         refuse = "activation offloading: torchtitan does not offload activations to host memory"
+    elif getattr(settings, "optimizer_offload", 0.0):
+        refuse = ("optimizer offload: torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) moves the parameters and "
+                  "gradients too, which llmpar does not model")
     elif d["pp"] > 1 and d["schedule"] not in SCHEDULE:
         refuse = f"the {d['schedule']} schedule: torchtitan's names for it differ (1F1B, Interleaved1F1B, GPipe here)"
     elif model.moe is not None and d["etp"] not in (1, d["tp"]):
