@@ -196,6 +196,60 @@ def test_optimizer_offload_and_finetune_emit_or_refuse():
     with pytest.raises(Exception, match="parameters"):
         torchtitan.settings_of(spec, H100, full, Parallel(dp=8, zero=3, seq=8192), global_batch=64, seq=8192)
     lora = make_settings(spec, finetune="lora")
-    for fw in launch.FRAMEWORKS:
+    for fw in ("megatron", "torchtitan", "deepspeed"):
         with pytest.raises(Exception, match="adapters are not"):
             launch.emit(fw, spec, H100, lora, Parallel(dp=8, zero=1, seq=8192), global_batch=64, seq=8192)
+
+
+def _nemo_name_ok(key: str, value: str) -> bool:
+    """A NeMo override name exists at the pinned commits: NeMo's own names in nemo.txt; Megatron-Core
+    dataclass fields (model.config / optim.config / trainer.strategy.ddp) as Megatron-LM flags."""
+    nemo = names("nemo")
+    if key.startswith(("model.config.", "optim.config.", "trainer.strategy.ddp.")):
+        field = key.rsplit(".", 1)[1]
+        return f"--{field.replace('_', '-')}" in names("megatron") or key in nemo
+    if key == "trainer.plugins":
+        return f"plugins={value}" in nemo
+    if key == "peft.target_modules":
+        return key in nemo and all(f"target {m}" in nemo for m in value.strip("[]").split(","))
+    return key in nemo
+
+
+@pytest.mark.parametrize("case", list(layouts()), ids=lambda c: f"{c[0]}-{c[1]}-{c[2].as_dict()['schedule']}")
+def test_every_nemo_override_exists_at_the_pinned_commits(case):
+    from llmpar.launch import nemo
+
+    model, dtype, par = case
+    spec = load_model(model)
+    ov = nemo.overrides(spec, H100, make_settings(spec, dtype=dtype), par, global_batch=512, seq=par.seq)
+    unknown = [k for k, v in ov if not _nemo_name_ok(k, v)]
+    assert not unknown, f"not a NeMo 8cfedd7 / Megatron-Core name: {unknown}"
+    assert f"recipe {nemo.RECIPES[spec.name]}" in names("nemo")
+
+
+def test_nemo_overrides_by_hand():
+    """llama-3-70b on 8 x 4 x 16 = 512 GPUs of 8 per node: 64 nodes; interleaved v 5; ZeRO 1 as the
+    distributed optimizer; LoRA as nemo llm finetune with peft.dim and NeMo's fused target names."""
+    from llmpar.launch import nemo
+
+    spec = load_model("llama-3-70b")
+    par = next(layouts())[2]
+    ov = dict(nemo.overrides(spec, H100, make_settings(spec), par, global_batch=512, seq=8192))
+    assert ov["trainer.num_nodes"] == "64" and ov["trainer.devices"] == "8"
+    assert ov["trainer.strategy.virtual_pipeline_model_parallel_size"] == "5"
+    assert ov["optim.config.use_distributed_optimizer"] == "True" and ov["trainer.plugins"] == "bf16_mixed"
+    s8 = load_model("llama-3-8b")
+    lora = make_settings(s8, finetune="lora", lora_rank=8, lora_targets="attention")
+    text = launch_emit("nemo", s8, lora, Parallel(dp=8, zero=1, micro_batch=1, microbatches=8, seq=2048))
+    assert "nemo llm finetune --factory llama3_8b" in text
+    assert "peft.dim=8" in text and "peft.target_modules=[linear_qkv,linear_proj]" in text
+    for st, needle in ((make_settings(s8, finetune="qlora"), "NF4"),
+                       (make_settings(s8, finetune="lora", lora_targets="qv"), "fused linear_qkv")):
+        with pytest.raises(Exception, match=needle):
+            launch_emit("nemo", s8, st, Parallel(dp=8, zero=1, seq=2048))
+
+
+def launch_emit(fw, spec, settings, par):
+    from llmpar import launch
+
+    return launch.emit(fw, spec, H100, settings, par, global_batch=64, seq=int(par.seq))

@@ -71,7 +71,7 @@ _OUTPUT = [
                  help="Memory display unit: GB = 1e9, GiB = 2^30."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
     click.option("--csv", "as_csv", is_flag=True, help="Print the plan rows as CSV (nested keys joined with dots)."),
-    click.option("--emit", type=click.Choice(("megatron", "torchtitan", "deepspeed")), default=None,
+    click.option("--emit", type=click.Choice(("megatron", "nemo", "torchtitan", "deepspeed")), default=None,
                  help="Print plan #1 as the framework's launch configuration (docs/launch.md) instead of the table."),
     click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="With --emit: write the configuration to this file (and print the table)."),
@@ -119,7 +119,7 @@ def plan(model, **kw):
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
     if out is not None and emit is None:
-        raise UserError("--out writes the --emit configuration: give --emit megatron|torchtitan|deepspeed")
+        raise UserError("--out writes the --emit configuration: give --emit megatron|nemo|torchtitan|deepspeed")
     if emit is not None and (as_json or as_csv):
         raise UserError("--emit prints the launch configuration: leave out --json/--csv")
     if out is not None:
