@@ -158,3 +158,15 @@ def test_the_api_refuses_a_bad_rank_and_targets():
     with pytest.raises(UserError, match="--lora-targets"):
         Settings(finetune="lora", lora_targets="mlp")
     assert math.isfinite(FT.NF4_BYTES)
+
+
+def test_a_lora_checkpoint_holds_the_adapters_and_their_optimizer_states_only():
+    from llmpar.cost.training import checkpoint_bytes_of
+
+    m = load_model("llama-3-8b")
+    # 41,943,040 adapters x (2 B weights + 12 B Adam) = 587,202,560 B; full training: 8.03e9 x 14
+    assert checkpoint_bytes_of(m, Settings(finetune="qlora")) == pytest.approx(ADAPTERS_R16_ALL * 14.0, rel=1e-12)
+    assert ADAPTERS_R16_ALL * 14 == 587_202_560
+    from llmpar.cost.params import total_params
+
+    assert checkpoint_bytes_of(m, Settings()) == pytest.approx(total_params(m) * 14.0, rel=1e-12)

@@ -227,12 +227,20 @@ def parse_deadline(text) -> float:
 
 def checkpoint_bytes_of(model, settings) -> float:
     """Bytes of one checkpoint a restart needs: every parameter's 16-bit weight and optimizer
-    states, Ψ·(weights + optimizer) bytes (ZeRO §3.1: 2Ψ + 12Ψ for mixed-precision Adam)."""
+    states, Ψ·(weights + optimizer) bytes (ZeRO §3.1: 2Ψ + 12Ψ for mixed-precision Adam). Under
+    LoRA / QLoRA only the adapters train: a restart reloads the frozen base from where it came and
+    needs the adapters' weights and optimizer states, A·(weights + optimizer) (cost/finetune.py)."""
     from llmpar.cost.params import total_params
     from llmpar.cost.states import bytes_per_param
 
     b = bytes_per_param(settings)
-    return float(total_params(model)) * (float(b.weights) + float(b.optimizer))
+    n = float(total_params(model))
+    if getattr(settings, "finetune", "full") != "full":
+        from llmpar.cost import finetune as FT
+
+        n = (model.dense_layers * FT.adapter_params_per_layer(model, False, settings.lora_targets, settings.lora_rank)
+             + model.moe_layers * FT.adapter_params_per_layer(model, True, settings.lora_targets, settings.lora_rank))
+    return n * (float(b.weights) + float(b.optimizer))
 
 
 def goodput_of(hw, gpus, checkpoint_bytes, train_in: dict[str, Any] | None) -> dict[str, Any]:
