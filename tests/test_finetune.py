@@ -170,3 +170,10 @@ def test_a_lora_checkpoint_holds_the_adapters_and_their_optimizer_states_only():
     from llmpar.cost.params import total_params
 
     assert checkpoint_bytes_of(m, Settings()) == pytest.approx(total_params(m) * 14.0, rel=1e-12)
+
+
+def test_a_rank_above_a_matrix_side_is_refused(cli):
+    # Llama 3 8B's narrowest adapted matrices are k and v, 4096 x 1024: rank 1025 is not low-rank there
+    assert_one_line_error(cli("memory", "llama-3-8b", "--finetune", "lora", "--lora-rank", "1025", "--gpus", "1"),
+                          "--lora-rank 1025", "4096 x 1024")
+    assert cli("memory", "llama-3-8b", "--finetune", "lora", "--lora-rank", "1024", "--gpus", "1").code == 0

@@ -653,6 +653,7 @@ def resolve(
     check_settings(hardware, settings)
     from llmpar.cost import finetune as FT
 
+    FT.check_rank(model, settings)
     if bool(FT.layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
         raise UserError(FT.layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
     check_optimizer_offload(hardware, settings, par.zero)

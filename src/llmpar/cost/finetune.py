@@ -145,6 +145,20 @@ def largest_linear(model) -> float:
     return float(max(i * o for moe in (False, True) for _, i, o, _ in linear_shapes(model, moe)))
 
 
+def check_rank(model, settings) -> None:
+    """A rank above an adapted matrix's smaller side adds parameters and no expressiveness (B·A
+    already spans the full matrix at r = min(d_in, d_out)): refused, naming the matrix."""
+    from llmpar.errors import UserError
+
+    if settings.finetune == "full":
+        return
+    for moe in (False, True) if model.moe is not None else (False,):
+        for name, i, o, _ in adapter_shapes(model, moe, settings.lora_targets, settings.lora_rank):
+            if settings.lora_rank > min(i, o):
+                raise UserError(f"--lora-rank {settings.lora_rank} exceeds {model.name}'s {name} matrix ({i} x {o}): "
+                                f"a rank above {min(i, o)} is no longer low-rank there")
+
+
 def layout_violations(finetune: str, tp, pp, cp, ep):
     """Mask of layouts outside what llmpar models for LoRA/QLoRA: tp, pp, cp or ep > 1 (fine-tuning
     is priced data-parallel, with any ZeRO stage; module doc). Full fine-tuning is unrestricted."""
