@@ -25,6 +25,9 @@ from llmpar.errors import CheckFailed
 @click.option("--ep", type=int, help="Expert parallelism over the TP ranks (MoE; vLLM --enable-expert-parallel).")
 @click.option("--isl", type=int, default=1024, show_default=True, help="Prompt (input) tokens per request.")
 @click.option("--osl", type=int, default=128, show_default=True, help="Output tokens per request.")
+@click.option("--isl-range", metavar="LO-HI", help="Prompt lengths uniform on LO-HI instead of --isl: TTFT and "
+                                                   "end-to-end p50/p90/p99 over the spread (with --concurrency or --rate).")
+@click.option("--osl-range", metavar="LO-HI", help="Output lengths uniform on LO-HI instead of --osl.")
 @click.option("--concurrency", type=int, help="Closed loop: C clients, each sending its next request when one ends.")
 @click.option("--rate", default=None, help="Open loop: Poisson arrivals, requests/s; inf = all --prompts at once "
                                            "(the default, as vllm bench serve).")
@@ -63,6 +66,13 @@ def serve(model, as_json, explain, **kw):
         from llmpar.errors import UserError
 
         raise UserError("give a MODEL (e.g. llama-3-8b) or --hf config.json")
+    ctx = click.get_current_context()
+    for name in ("isl", "osl"):
+        if kw.get(f"{name}_range") is not None and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+            from llmpar.errors import UserError
+
+            raise UserError(f"--{name} and --{name}-range both give the {'prompt' if name == 'isl' else 'output'} "
+                            f"length: give one (the range's mean is the --{name})")
     r = api.serve(model, **kw)
     if as_json:
         echo_json(r.model_dump())
@@ -97,7 +107,9 @@ def _render(r, explain: bool) -> None:
            [("deployment", f"{s['replicas']} x (tp {s['tp']} x pp {s['pp']}"
                            + (f", ep {s['ep']}" if s["ep"] > 1 else "") + f") = {s['gpus']} GPUs"),
             ("precision", f"weights {s['weights']}, KV cache {s['kv_dtype']}"),
-            ("requests", f"{s['isl']:,} in / {s['osl']:,} out tokens; {what}")]))
+            ("requests", (f"{s['isl_range'][0]:,}-{s['isl_range'][1]:,}" if "isl_range" in s else f"{s['isl']:,}")
+             + " in / " + (f"{s['osl_range'][0]:,}-{s['osl_range'][1]:,}" if "osl_range" in s else f"{s['osl']:,}")
+             + f" out tokens; {what}")]))
     m = r.memory
     con.print(f"  memory per GPU: weights {fmt_bytes(m['weights_bytes'])}, activations {fmt_bytes(m['activations_bytes'])}, "
               f"workspace {fmt_bytes(m['workspace_bytes'])}, KV pool {fmt_bytes(m['kv_pool_bytes'])} = "
@@ -117,6 +129,12 @@ def _render(r, explain: bool) -> None:
     rows = [("TTFT", secs(r.ttft_s) + (_band(r, "ttft_s", fmt_seconds) if r.ttft_s is not None else ""))]
     if r.tpot_s is not None:
         rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
+    if r.percentiles:
+        p = r.percentiles
+        rows.append(("TTFT p50 / p90 / p99", " / ".join(fmt_seconds(p["ttft_s"][k]) for k in ("p50", "p90", "p99"))
+                     + "  (length spread only)"))
+        rows.append(("end-to-end p50 / p90 / p99", " / ".join(fmt_seconds(p["e2e_s"][k]) for k in ("p50", "p90", "p99"))
+                     + "  (length spread only)"))
     rows += [("end-to-end latency", secs(r.e2e_s)),
              ("output tokens/s", per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", per_s)),
              ("output tokens/s per GPU", per_s(r.output_tokens_per_s_per_gpu)),

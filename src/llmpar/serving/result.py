@@ -37,6 +37,8 @@ class ServeResult(BaseModel):
     memory: dict[str, Any]
     breakdown: dict[str, Any] = {}
     interval: dict[str, Any] = {}
+    # --isl-range / --osl-range: the requests' p50/p90/p99 in the mean lengths' state (cost/serving_tails.py)
+    percentiles: dict[str, Any] = {}
     notes: list[str] = []
 
 
@@ -49,6 +51,9 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                 "max_num_batched_tokens": int(cap["max_num_batched_tokens"]),
                 "memory_fraction": engine.scheduler.memory_fraction, "spec_tokens": d.spec_tokens,
                 "acceptance": d.acceptance, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention}
+    for key in ("isl_range", "osl_range"):
+        if key in out:
+            settings[key] = out[key]
     load = {"kind": out["load"]}
     for key in ("concurrency", "rate", "prompts", "batch"):
         if key in out:
@@ -84,4 +89,5 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                        output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
                        output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
                        requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
-                       breakdown=out["breakdown"], interval=iv or {}, notes=out["notes"])
+                       breakdown=out["breakdown"], interval=iv or {}, percentiles=out.get("percentiles") or {},
+                       notes=out["notes"])

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES, compute_dtype, iteration_terms
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
@@ -134,8 +136,23 @@ def _load_kind(concurrency, rate, batch, prompts):
 def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
           max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
-          prefix_hit=None, dp_attention=False, disagg=None) -> dict[str, Any]:
-    """One deployment under one load: the figures of docs/serving.md as a plain dict."""
+          prefix_hit=None, dp_attention=False, disagg=None, isl_range=None, osl_range=None) -> dict[str, Any]:
+    """One deployment under one load: the figures of docs/serving.md as a plain dict. ``isl_range`` /
+    ``osl_range`` ((lo, hi), or "LO-HI"): uniform length spreads; the state is the mean lengths'
+    and ``percentiles`` the requests' spread in it (cost/serving_tails.py)."""
+    spread = None
+    if isl_range is not None or osl_range is not None:
+        ir = _range(isl_range, "isl-range", model.max_seq) if isl_range is not None else (int(isl), int(isl))
+        orr = _range(osl_range, "osl-range", model.max_seq) if osl_range is not None else (int(osl), int(osl))
+        if ir[1] + orr[1] > model.max_seq:
+            raise UserError(f"the longest request, {ir[1]:,} + {orr[1]:,} tokens, exceeds {model.name}'s context of "
+                            f"{model.max_seq:,}")
+        if concurrency is None and (rate is None or math.isinf(float(rate))) or batch is not None or disagg is not None:
+            raise UserError("--isl-range / --osl-range spread the lengths of a --concurrency or --rate load (the "
+                            "percentiles of its steady state); offline, --batch and --disagg runs are not modelled "
+                            "with a spread")
+        spread = (ir, orr)
+        isl, osl = round((ir[0] + ir[1]) / 2), round((orr[0] + orr[1]) / 2)
     isl = _int(isl, "isl", 1, model.max_seq)
     osl = _int(osl, "osl", 1, model.max_seq)
     if isl + osl > model.max_seq:
@@ -183,7 +200,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
     if kind == "concurrency":
         C = _int(concurrency, "concurrency")
-        res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / r, limit, budget)
+        # requests of different lengths do not stay in step: a spread runs the steady mixed state,
+        # not the waves of identical requests (cost/serving_load.closed_loop)
+        res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / r, limit, budget, waves=spread is None)
         out["concurrency"] = C
     elif kind == "batch":
         B = _int(batch, "batch")
@@ -211,7 +230,33 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     out["figures"] = res
     b = res["running"] / r / d.pp
     out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
+    if spread is not None and math.isfinite(float(res["ttft_s"])):
+        from llmpar.cost.serving_tails import length_percentiles
+
+        out["percentiles"] = length_percentiles(res, *spread)
+        out["isl_range"], out["osl_range"] = list(spread[0]), list(spread[1])
+        out["notes"].append(f"length spread: prompts uniform on {spread[0][0]:,}-{spread[0][1]:,} tokens, outputs on "
+                            f"{spread[1][0]:,}-{spread[1][1]:,}; the steady state is the mean lengths' and the "
+                            "percentiles are the requests' spread in it: arrival and batch variance (a queue's own "
+                            "tail) are not in them (docs/serving.md, Length spread)")
     return out
+
+
+def _range(value, option: str, top: int) -> tuple[int, int]:
+    """--isl-range / --osl-range: "LO-HI" or (lo, hi), 1 <= lo <= hi <= the model's context."""
+    if isinstance(value, str):
+        parts = value.replace(" ", "").split("-")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise UserError(f"--{option} {value!r}: expected LO-HI in tokens, e.g. 512-1536")
+        lo, hi = int(parts[0]), int(parts[1])
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in value):
+        lo, hi = int(value[0]), int(value[1])
+    else:
+        raise UserError(f"--{option} {value!r}: expected LO-HI in tokens, e.g. 512-1536")
+    if not 1 <= lo <= hi <= top:
+        raise UserError(f"--{option} {lo}-{hi}: needs 1 <= LO <= HI <= the model's context of {top:,}")
+    return lo, hi
 
 
 def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit, budget):
@@ -257,7 +302,7 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
               interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False,
-              disagg=None):
+              disagg=None, isl_range=None, osl_range=None):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -275,7 +320,7 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
                 batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction,
                 spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention,
-                disagg=disagg)
+                disagg=disagg, isl_range=isl_range, osl_range=osl_range)
     iv = None
     if out["fits"]:
         d = out["deployment"]
