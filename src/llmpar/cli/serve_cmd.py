@@ -28,6 +28,10 @@ from llmpar.errors import CheckFailed
 @click.option("--isl-range", metavar="LO-HI", help="Prompt lengths uniform on LO-HI instead of --isl: TTFT and "
                                                    "end-to-end p50/p90/p99 over the spread (with --concurrency or --rate).")
 @click.option("--osl-range", metavar="LO-HI", help="Output lengths uniform on LO-HI instead of --osl.")
+@click.option("--simulate", type=int, metavar="N", help="Also run N requests (per replica, at most 10,000) through a "
+                                                      "discrete-event model of the scheduler: TTFT, TPOT and "
+                                                      "end-to-end p50/p90/p99 with the queue's own tail.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --simulate's arrivals and lengths.")
 @click.option("--concurrency", type=int, help="Closed loop: C clients, each sending its next request when one ends.")
 @click.option("--rate", default=None, help="Open loop: Poisson arrivals, requests/s; inf = all --prompts at once "
                                            "(the default, as vllm bench serve).")
@@ -152,6 +156,16 @@ def _render(r, explain: bool) -> None:
         rows.append(("capacity (requests)", per_s(load["capacity_requests_per_s"])
                      + _band(r, "capacity_requests_per_s", per_s)))
     con.print(simple_table(("figure", "value"), rows))
+    if r.simulation:
+        sim = r.simulation
+        srows = []
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end")):
+            st = sim.get(key)
+            if st:
+                srows.append((label, fmt_seconds(st["mean"]), *(fmt_seconds(st[k]) for k in ("p50", "p90", "p99"))))
+        con.print(f"  simulated: {sim['measured_requests']:,} of {sim['requests']:,} requests per replica (seed "
+                  f"{sim['seed']}), {per_s(sim['output_tokens_per_s'] or 0.0)} output tokens", highlight=False)
+        con.print(simple_table(("simulated", "mean", "p50", "p90", "p99"), srows))
     iv = r.interval.get("output_tokens_per_s") or r.interval.get("capacity_requests_per_s")
     if iv:
         if iv["rows"]:

@@ -39,6 +39,8 @@ class ServeResult(BaseModel):
     interval: dict[str, Any] = {}
     # --isl-range / --osl-range: the requests' p50/p90/p99 in the mean lengths' state (cost/serving_tails.py)
     percentiles: dict[str, Any] = {}
+    # --simulate N: the discrete-event run's means and percentiles (cost/serving_sim.py)
+    simulation: dict[str, Any] = {}
     notes: list[str] = []
 
 
@@ -90,4 +92,5 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                        output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
                        requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
                        breakdown=out["breakdown"], interval=iv or {}, percentiles=out.get("percentiles") or {},
+                       simulation=out.get("simulation") or {},
                        notes=out["notes"])
