@@ -177,3 +177,16 @@ def test_a_rank_above_a_matrix_side_is_refused(cli):
     assert_one_line_error(cli("memory", "llama-3-8b", "--finetune", "lora", "--lora-rank", "1025", "--gpus", "1"),
                           "--lora-rank 1025", "4096 x 1024")
     assert cli("memory", "llama-3-8b", "--finetune", "lora", "--lora-rank", "1024", "--gpus", "1").code == 0
+
+
+def test_qlora_zero3_gathers_the_quantised_storage():
+    kw = dict(gpus=8, dp=8, zero=3, seq=2048, recompute="full", finetune="qlora", lora_targets="qv", lora_rank=8,
+              grad_dtype="bf16")
+    r = llmpar.memory("llama-3-8b", **kw)
+    a = 3_407_872
+    lin_layer = LINEAR_PARAMS / L
+    # shards: (NF4 x linear + 2 B x the rest + 2 B x adapters) / 8; gathered: two layers of
+    # 218.1M linear weights at NF4 and 8,192 norm weights at 2 B
+    want = ((LINEAR_PARAMS * FT.NF4_BYTES + (r.params_total - LINEAR_PARAMS) * 2.0 + a * 2.0) / 8
+            + 2 * (lin_layer * FT.NF4_BYTES + 2 * H * 2.0))
+    assert r.memory["weights_bytes"] == pytest.approx(want, rel=1e-9)

@@ -202,6 +202,12 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         frozen = frozen_precision(prec, settings)
         w, _, _ = _states(ne, ex, lin_ne, lin_ex, frozen, par, cm["zero_div"])
         bw, bg = _zero3_buffers(model, par, frozen, shard, (nd + nm) > 0)
+        if settings.finetune == "qlora":
+            # FSDP gathers the quantised storage (QLoRA's NF4 in 16-bit containers: Answer.AI's
+            # fsdp_qlora, bnb quant_storage) and dequantises one linear at a time (below): the two
+            # gathered layers hold their linear weights at NF4 bytes, the rest at 2
+            lay_lin = np.maximum(np.asarray(shard.dense_linear), np.asarray(shard.moe_linear) + np.asarray(shard.experts_linear))
+            bw = bw + np.where(np.asarray(par.zero) >= 3, 2.0 * frozen.fp8_cache * lay_lin, 0.0) * ((nd + nm) > 0)
         trainable = (nd * FT.adapter_params_per_layer(model, False, settings.lora_targets, settings.lora_rank)
                      + nm * FT.adapter_params_per_layer(model, True, settings.lora_targets, settings.lora_rank))
         wa, g, o = _states(trainable, 0.0, 0.0, 0.0, prec, par, cm["zero_div"])
