@@ -44,8 +44,8 @@ def test_fit_recovers_known_stack_parameters(monkeypatch):
     assert exact.parameters["kernels.gemm_efficiency"]["after"] == pytest.approx(0.62, rel=1e-3)
     assert exact.parameters["fixed.per_microbatch_s"]["after"] == pytest.approx(0.008, rel=1e-3)
     assert exact.summary["after_in_sample"]["speed"]["max_abs"] < 1e-3
-    # the base was clearly off: its GEMM fraction 0.7429 vs 0.62 changes GEMM-bound time by
-    # 0.7429/0.62 - 1 = 20 %, and GEMMs dominate these dense steps (0.159 measured; > 0.10 bound)
+    # the base was clearly off: its GEMM fraction 0.7452 vs 0.62 changes GEMM-bound time by
+    # 0.7452/0.62 - 1 = 20 %, and GEMMs dominate these dense steps (0.159 measured; > 0.10 bound)
     assert exact.summary["before"]["speed"]["median_abs"] > 0.10
     # with the shipped weak prior (PRIOR_WEIGHT 0.05) the small fixed cost is pulled towards its
     # base 0 but not past the truth: between 0 and 0.008 (0.00725 here; the bounds are those two
@@ -61,9 +61,9 @@ def test_fit_recovers_known_stack_parameters(monkeypatch):
 
 def test_fit_recovers_the_zero1_weight_gather_overlap(monkeypatch):
     # truth: megatron-core with the ZeRO-1 weight all-gather only a quarter hidden
-    # (overlap.param_gather 0.25; the shipped stack leaves it unset = overlap.dp 0.965). The
+    # (overlap.param_gather 0.25; the shipped stack leaves it unset = overlap.dp 0.9791). The
     # synthetic runs are ZeRO-1 with dp > 1, so the exposed gather, (1 - f) x t_ag while t_ag < t_f,
-    # moves their times linearly in f: the fit starts from the value the base runs with (0.965)
+    # moves their times linearly in f: the fit starts from the value the base runs with (0.9791)
     # and lands on the truth.
     base = load_stack("megatron-core")
     assert base.overlap.param_gather is None and R.base_values(base, ["overlap.param_gather"], "hopper")[0] == \

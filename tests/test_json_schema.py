@@ -254,7 +254,7 @@ COMMANDS = {
     "memory --inference": ["memory", "llama-3-8b", "--inference"],
     "memory --params": ["memory", "--params", "7.5B", "--dp", "64", "--zero", "3"],
     "step": ["step", "llama-3-8b", "--gpus", "8"],
-    "plan": ["plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--pareto", "--explain-rank", "5"],
+    "plan": ["plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--pareto", "--explain-rank", "6"],
     "collective": ["collective", "all-reduce", "--size", "1GiB", "--gpus", "16"],
     "bubble": ["bubble", "--pp", "4", "--microbatches", "8"],
     "bubble --layers": ["bubble", "--pp", "4", "--microbatches", "8", "--virtual-stages", "2", "--layers", "16"],

@@ -158,7 +158,7 @@ def test_plan_emit_cli(cli, tmp_path):
     assert r.code == 0 and out.read_text().startswith("# llmpar plan") and "wrote" in r.out
     assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--out", out), "--emit")
     assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "megatron", "--json"), "--json")
-    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "torchtitan"), "offload")
+    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "torchtitan"), "ZeRO 1")
 
 
 def test_the_smoke_run_names_exist_too():

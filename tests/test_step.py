@@ -24,6 +24,9 @@ from llmpar.specs.stack import Stack
 # derive the overlap arithmetic for one all-reduce; test_dp_buckets_each_pay_latency the buckets
 NO_BUCKETS = load_stack("megatron-core").model_copy(deep=True)
 NO_BUCKETS.overlap.dp_bucket_bytes = 0.0
+# the DP window tests below check the hiding arithmetic alone; what hiding costs in SMs
+# (overlap.dp_sms) is test_hidden_dp_collectives_cost_their_sms
+NO_BUCKETS.overlap.dp_sms = 0
 
 IDEAL = Stack.model_validate({
     "name": "ideal", "kernels": {"gemm_efficiency": 1.0, "attention": {
@@ -485,3 +488,27 @@ def test_bf16_boundary_layers_gathered_in_bf16():
         return S.step_time(m, hw, par, Settings(dtype="fp8", stack=stack), with_memory=False)["comm_bytes_per_gpu"]["dp"]
 
     assert dp_bytes(st) - dp_bytes(load_stack("megatron-core")) == pytest.approx(2 * 218_103_808 * 7 / 8, rel=1e-9)
+
+
+def test_hidden_dp_collectives_cost_their_sms():
+    import llmpar
+
+    # overlap.dp_sms (cost/step.py _dp): compute under a hidden collective of C seconds has
+    # (S - s)/S of the SMs, so hiding C costs s/S x C. Llama 3 8B, ZeRO-1 over 64 H100s:
+    # at dp_overlap 0 nothing hides, so the DP term is the whole traffic t_dp (0.2760 s); at
+    # dp_overlap 1 with dp_sms 0 the exposed floor e0 (0.0086 s) is left; with the default 24 of
+    # 132 SMs: e0 + 24/132 x (t_dp - e0) = 0.0086 + 0.1818 x 0.2674 = 0.0572 s.
+    from llmpar.specs import load_stack
+
+    base = load_stack("megatron-core")
+    assert base.overlap.dp_sms == 24
+    d = base.model_dump()
+    free = type(base).model_validate({**d, "overlap": {**d["overlap"], "dp_sms": 0}})
+    kw = dict(gpus=64, tp=1, dp=64, zero=1, micro_batch=1, global_batch=64)
+    t_dp = llmpar.step("llama-3-8b", stack=free, dp_overlap=0.0, **kw).breakdown_s["dp"]
+    e0 = llmpar.step("llama-3-8b", stack=free, dp_overlap=1.0, **kw).breakdown_s["dp"]
+    priced = llmpar.step("llama-3-8b", stack=base, dp_overlap=1.0, **kw).breakdown_s["dp"]
+    assert e0 < t_dp
+    assert priced == pytest.approx(e0 + 24 / 132 * (t_dp - e0), rel=1e-12)
+    # nothing hidden, nothing charged
+    assert llmpar.step("llama-3-8b", stack=base, dp_overlap=0.0, **kw).breakdown_s["dp"] == pytest.approx(t_dp)

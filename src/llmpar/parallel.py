@@ -484,10 +484,12 @@ def check_settings(hardware: Hardware, settings: Settings) -> None:
         hardware.gpu.peak(settings.dtype)
     except UserError as exc:
         raise UserError(f"--dtype {settings.dtype}: {exc}; choose a dtype this GPU computes in") from None
-    sms, held = hardware.gpu.sms, settings.stack.overlap.ep_sms
-    if sms is not None and held > sms:    # reliability review, item 4: priced as more than every SM
-        raise UserError(f"stack {settings.stack.name}: overlap.ep_sms {held} is more than the {sms} SMs of "
-                        f"{hardware.gpu.name} ({hardware.name})")
+    sms = hardware.gpu.sms
+    for key in ("ep_sms", "dp_sms"):
+        held = getattr(settings.stack.overlap, key)
+        if sms is not None and held > sms:    # reliability review, item 4: priced as more than every SM
+            raise UserError(f"stack {settings.stack.name}: overlap.{key} {held} is more than the {sms} SMs of "
+                            f"{hardware.gpu.name} ({hardware.name})")
 
 
 def seq_note(model: ModelSpec, seq: int) -> str | None:

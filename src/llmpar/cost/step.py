@@ -528,6 +528,13 @@ def _data_parallel(model, hw, par, settings, place, S):
                       frac * np.minimum(grad_t, grad_window) + frac_ag * np.minimum(dp_ag, S.t_f))
     floor = np.where(z == 2, (grad_t / m + dp_ag) / S.n_mid, dp_t / S.n_mid)
     exposed = np.maximum(dp_t - hidden, np.where(frac > 0, floor, dp_t))
+    # Hidden DP collectives are not free either: NCCL runs one thread block per channel, each on its
+    # own SM, for as long as the collective runs, so the compute under it has (S - s)/S of the SMs
+    # and hiding C seconds costs s/S x C (the derivation of the EP term above; Lee et al. 2025,
+    # arXiv:2507.03114: 18.9 % mean compute slowdown under overlapped collectives on A100/H100)
+    sms = hw.gpu.sms
+    f_dp = settings.stack.overlap.dp_sms / sms if sms else 0.0
+    exposed = exposed + f_dp * (dp_t - exposed)
     # the ZeRO-1/2 weight gather's host loop over (DP rank x parameter tensor), where the stack's
     # framework has one (comm.zero_gather_host_time: nanotron): synchronous, never hidden
     c_host = settings.stack.kernels.zero_gather_s_per_tensor_rank

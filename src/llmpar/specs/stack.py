@@ -183,6 +183,15 @@ class Overlap(_Strict):
                              "run behind compute; the compute they overlap slows by ep_sms / gpu.sms for that time "
                              "(DeepSeek-V3 §3.2.2: 20 of 132 on H800; Megatron-Core's DeepEP default 20); not priced "
                              "for the flat NCCL all-to-all; 0 = not priced")
+    # 24: an H100 nsys profile of an FSDP-style prefetch shows ncclAllGather launching 24 blocks
+    # beside a 132-block GEMM (NVIDIA developer forum, "Compute-communication overlap causes severe
+    # GEMM performance degradation because of tail effect", 2025); Lee et al. 2025 (arXiv:2507.03114)
+    # measure an 18.9 % mean compute slowdown under overlapped collectives on A100 and H100 (24/132
+    # = 18 %). A default for every stack: NCCL's, not a framework's (cost/step.py _dp)
+    dp_sms: int = Field(
+        24, ge=0, le=1024, description="SMs the data-parallel NCCL collectives (gradient reduce, ZeRO gathers) hold "
+                             "while they run behind compute; the compute under them slows by dp_sms / gpu.sms for "
+                             "the hidden time (NCCL runs one thread block per channel on its own SM); 0 = not priced")
 
 
 class Network(_Strict):
