@@ -30,7 +30,7 @@ PARALLEL = tuple(f"parallel.{k}" for k in (
 SETTINGS = tuple(f"settings.{k}" for k in (
     "dtype", "optimizer", "grad_dtype", "convention", "attention", "kv_dtype", "dp_overlap", "tp_overlap",
     "ep_overlap", "ep_dispatcher", "recompute_modules", "rank_order", "stack", "finetune", "lora_rank",
-    "lora_targets", "optimizer_offload"))
+    "lora_targets", "optimizer_offload", "param_offload"))
 MEMORY_COMPONENTS = tuple(f"memory.{k}" for k in (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "kv_cache_bytes",
     "allocated_bytes", "allocator_overhead_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "margin_bytes"))
@@ -112,7 +112,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
                           "margin", "recommended", "within_error", "robust_band", "rank_tolerance")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "schedule",
-                                   "convention", "stack", "finetune", "optimizer_offload", "memory",
+                                   "convention", "stack", "finetune", "optimizer_offload", "param_offload", "memory",
                                    "host_memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",
         *under("comparison.", ("winner_rank", "other_rank", "objective", "margin_s")),

@@ -123,6 +123,7 @@ def memory(
     lora_rank: int | None = None,
     lora_targets: str | None = None,
     optimizer_offload: float | str | None = None,
+    param_offload: bool | None = None,
 ) -> MemoryResult:
     """Per-GPU memory of a training (or, with ``inference=True``, serving) layout.
 
@@ -153,7 +154,7 @@ def memory(
                  "--sp/--no-sp": sp is not None, "--optimizer": optimizer is not None,
                  "--convention": convention is not None, "--finetune": finetune is not None,
                  "--lora-rank": lora_rank is not None, "--lora-targets": lora_targets is not None,
-                 "--optimizer-offload": optimizer_offload is not None}
+                 "--optimizer-offload": optimizer_offload is not None, "--param-offload": bool(param_offload)}
         bad = [k for k, v in given.items() if v]
         if bad:
             raise UserError(f"{', '.join(bad)} describe{'s' if len(bad) == 1 else ''} training; drop "
@@ -191,7 +192,7 @@ def memory(
                             f"{'it' if len(bad) == 1 else 'them'}")
         settings = make_settings(None, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype,
                                  convention=convention, attention=attention, stack=stack,
-                                 optimizer_offload=optimizer_offload)
+                                 optimizer_offload=optimizer_offload, param_offload=param_offload)
         return _memory_of_count(params, hw, settings, layout, res_bytes, explain)
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
@@ -199,7 +200,7 @@ def memory(
     settings = make_settings(spec, dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
                              attention=attention, kv_dtype=kv_dtype, stack=stack, recompute_modules=recompute_modules,
                              finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
-                             optimizer_offload=optimizer_offload)
+                             optimizer_offload=optimizer_offload, param_offload=param_offload)
     if recompute_modules is not None and recompute != "selective" and not inference:
         raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "
                         f"(got {recompute})")
@@ -327,6 +328,12 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
                      f"{hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU (host_memory_per_gpu, with any offloaded activations)"
                      + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "")
                      + "; the 16-bit weights and the gradients stay in HBM (ZeRO-Offload, Ren et al. 2021 §4)")
+    if settings.param_offload:
+        notes.append(f"parameter offload: this GPU's 16-bit ZeRO-3 parameter shards, {float(out['host_param_bytes']) / 1e9:,.2f} "
+                     f"GB, in host memory ({float(out['host_bytes']) / 1e9:,.2f} GB offloaded in all of the "
+                     f"{hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU)"
+                     + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "")
+                     + "; the two gathered layers stay in HBM (ZeRO-Infinity, Rajbhandari et al. 2021 §5)")
     if int(par.offload_layers):
         host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
         notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"
@@ -425,6 +432,7 @@ def step(
     lora_rank: int | None = None,
     lora_targets: str | None = None,
     optimizer_offload: float | str | None = None,
+    param_offload: bool | None = None,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -454,7 +462,7 @@ def step(
                  offload_layers=offload_layers, recompute_modules=recompute_modules, dtype=dtype, optimizer=optimizer,
                  grad_dtype=grad_dtype, convention=convention, attention=attention,
                  reserve=reserve, hf=hf, stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
-                 optimizer_offload=optimizer_offload)
+                 optimizer_offload=optimizer_offload, param_offload=param_offload)
     spec, _ = load_model_spec(model, hf)
     hw = load_hardware_spec(hardware)
     s = mem.settings
@@ -464,7 +472,7 @@ def step(
                              recompute_modules=s.recompute_modules, rank_order=rank_order, stack=s.stack,
                              finetune=s.finetune, lora_rank=s.lora_rank if s.finetune != "full" else None,
                              lora_targets=s.lora_targets if s.finetune != "full" else None,
-                             optimizer_offload=s.optimizer_offload)
+                             optimizer_offload=s.optimizer_offload, param_offload=s.param_offload)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
     out = step_time(spec, hw, par, settings, with_memory=False)
@@ -475,6 +483,12 @@ def step(
                      f"state traffic at {hw.host_memory_bandwidth / 1e9:g} GB/s of host DRAM per GPU, a peak) and "
                      f"copies over the {hw.host_bandwidth / 1e9:g} GB/s host link (gradients down, 16-bit weights up), "
                      "not overlapped with the backward or the GPU's share (docs/memory.md, Optimizer offload)")
+    if settings.param_offload:
+        notes.append(f"parameter offload: {float(out['param_offload_s']):.3g} s per step exposed of copying this GPU's "
+                     f"16-bit shards in from host memory before each ZeRO-3 gather (2 per micro-batch, and the "
+                     f"updated shard back after the GPU's step) over {hw.host_bandwidth / 1e9:g} GB/s shared by "
+                     f"{hw.gpus_per_host_link} GPU(s), prefetched behind compute as the gathers are (a lower "
+                     "bound: the raw link rate; docs/memory.md, Parameter offload)")
     for note in (generation_note(hw, settings), moe_cost_note(spec, hw, settings), fabric_note(hw, int(par.gpus))):
         if note:
             notes.append(note)

@@ -226,9 +226,9 @@ def query(kind: str, settings, hw, model, parallel, level: float = DEFAULT_LEVEL
 
 def stack_class(settings) -> str:
     """The stack dimension of a query's class: its stack, with the fine-tuning method when it is not
-    full training and "optimizer-offload" when the optimizer runs (partly) on the CPU
-    ("megatron-core+qlora"). No published run in validation/ is a LoRA/QLoRA run or offloads its
-    optimizer, so such a query matches none and falls back to all published runs, widened and
+    full training, "optimizer-offload" when the optimizer runs (partly) on the CPU and
+    "param-offload" when ZeRO-3's parameters live in host memory ("megatron-core+qlora"). No
+    published run in validation/ is a LoRA/QLoRA run or offloads its optimizer or parameters, so such a query matches none and falls back to all published runs, widened and
     "extrapolated"."""
     name = settings.stack.name
     ft = getattr(settings, "finetune", "full")
@@ -236,6 +236,8 @@ def stack_class(settings) -> str:
         name += f"+{ft}"
     if getattr(settings, "optimizer_offload", 0.0):
         name += "+optimizer-offload"
+    if getattr(settings, "param_offload", False):
+        name += "+param-offload"
     return name
 
 

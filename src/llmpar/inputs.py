@@ -81,7 +81,7 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
                   convention="llmpar", attention=None, kv_dtype=None, dp_overlap=None, tp_overlap=None,
                   rank_order=None, stack=None, ep_overlap=None, ep_dispatcher=None,
                   recompute_modules=None, finetune=None, lora_rank=None, lora_targets=None,
-                  optimizer_offload=None) -> Settings:
+                  optimizer_offload=None, param_offload=None) -> Settings:
     """Settings from the CLI's precision/overlap options and ``--stack`` (a name, a YAML path or
     a loaded Stack; None = the default stack). An option left as None takes the stack's value."""
     if grad_dtype is not None and convention in ("megatron", "deepspeed"):
@@ -121,6 +121,8 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}") from None
         if not math.isfinite(extra["optimizer_offload"]):
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}")
+    if param_offload is not None:
+        extra["param_offload"] = param_offload
     settings = Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,
                         attention=attention, kv_dtype=kv, stack=stack, **extra)
     if recompute_modules is not None and model is not None:

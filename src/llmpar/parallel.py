@@ -152,6 +152,10 @@ class Settings:
     # (Megatron-Core --optimizer-cpu-offload --optimizer-offload-fraction F; DeepSpeed ZeRO-Offload
     # offload_optimizer: F = 1): cost/states.offload_optimizer, cost/step.py _data_parallel
     optimizer_offload: float = 0.0
+    # ZeRO-3's 16-bit parameter shards held in host memory and fetched over the host link for each
+    # gather (DeepSpeed ZeRO-Infinity offload_param device cpu; torch FSDP2 CPUOffloadPolicy):
+    # cost/states.offload_params, cost/step.py _data_parallel
+    param_offload: bool = False
 
     def __post_init__(self):
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
@@ -168,6 +172,12 @@ class Settings:
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1 (the share of the optimizer states "
                             f"kept in host memory), got {off!r}")
         object.__setattr__(self, "optimizer_offload", float(off))
+        if not isinstance(self.param_offload, (bool, np.bool_)):
+            raise UserError(f"--param-offload is a switch (on or off), got {self.param_offload!r}")
+        object.__setattr__(self, "param_offload", bool(self.param_offload))
+        if self.param_offload and self.finetune != "full":
+            raise UserError(f"--param-offload with --finetune {self.finetune}: offloading a frozen base is not "
+                            "modelled (its shards are gathered without gradients or optimizer states)")
         if self.finetune != "full":
             if self.dtype not in ("bf16", "fp16"):
                 raise UserError(f"--finetune {self.finetune} computes in 16 bits (the adapters and the dequantised "
@@ -459,7 +469,9 @@ def check_layout(model: ModelSpec, par: Parallel) -> None:
 
 def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
     """--optimizer-offload F needs the profile's host link, host DRAM bandwidth and host memory, and
-    (when ``zero`` is given) a ZeRO stage >= 1 (cost/states.optimizer_offload_violations)."""
+    (when ``zero`` is given) a ZeRO stage >= 1 (cost/states.optimizer_offload_violations); so does
+    --param-offload (check_param_offload)."""
+    check_param_offload(hardware, settings, zero)
     f = settings.optimizer_offload
     if not f:
         return
@@ -474,6 +486,31 @@ def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -
         if bool(optimizer_offload_violations(settings, zero)):
             raise UserError(f"--optimizer-offload {f:g} offloads ZeRO's optimizer partition: it needs --zero 1, 2 or 3 "
                             "(DeepSpeed offload_optimizer; Megatron-Core's distributed optimizer), got --zero 0")
+
+
+def check_param_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
+    """--param-offload needs a stack whose framework offloads parameters (stack
+    ``param_offloading``), the profile's host link and host memory, and (when ``zero`` is given)
+    ZeRO-3, whose parameter shards are what moves (cost/states.param_offload_violations)."""
+    if not settings.param_offload:
+        return
+    stack = settings.stack
+    if not stack.param_offloading:
+        raise UserError(f"--param-offload: stack {stack.name} does not offload parameters to host memory (stack "
+                        "param_offloading; deepspeed does: ZeRO-Infinity offload_param)")
+    if stack.param_offloading == "with-optimizer" and settings.optimizer_offload < 1.0:
+        raise UserError(f"--param-offload under stack {stack.name}: its CPU offload (torch FSDP2 CPUOffloadPolicy) "
+                        "moves parameters, gradients and the optimizer step together: add --optimizer-offload 1")
+    missing = [k for k in ("host_bandwidth", "host_memory_per_gpu") if getattr(hardware, k) is None]
+    if missing:
+        raise UserError(f"--param-offload needs the hardware's {', '.join(missing)}; {hardware.name} states none "
+                        "(add them to a copy of the profile: docs/hardware.md)")
+    if zero is not None:
+        from llmpar.cost.states import param_offload_violations
+
+        if bool(param_offload_violations(settings, zero)):
+            raise UserError(f"--param-offload moves ZeRO-3's parameter shards to host memory: it needs --zero 3 "
+                            f"(DeepSpeed offload_param is a stage-3 option), got --zero {int(np.asarray(zero))}")
 
 
 def check_settings(hardware: Hardware, settings: Settings) -> None:

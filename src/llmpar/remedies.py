@@ -50,6 +50,9 @@ def _variants(spec, settings, par, layout: dict[str, Any]) -> list[tuple[str, di
     if int(par.zero) >= 1 and settings.optimizer_offload < 1.0:
         # (a profile without host memory or DRAM bandwidth refuses it in resolve: left out)
         out.append(("optimizer states to host memory (--optimizer-offload 1)", {}, {"optimizer_offload": 1.0}))
+    if int(par.zero) >= 3 and not settings.param_offload and settings.stack.param_offloading is True \
+            and settings.finetune == "full":
+        out.append(("parameters to host memory (--param-offload)", {}, {"param_offload": True}))
     return out
 
 

@@ -71,6 +71,9 @@ _PRECISION_OPTIONS = [
     click.option("--optimizer-offload", default=None, metavar="F",
                  help="Share of the optimizer states kept in host memory, their step run on the CPU (0-1; 1 = "
                       "DeepSpeed ZeRO-Offload; Megatron-Core --optimizer-offload-fraction): needs ZeRO >= 1."),
+    click.option("--param-offload", is_flag=True, default=None,
+                 help="Hold ZeRO-3's 16-bit parameter shards in host memory, copied in before each gather "
+                      "(DeepSpeed ZeRO-Infinity offload_param device cpu): needs --zero 3 and a stack that does it."),
     click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=None,
                  help="Linears that get adapters: all (every block linear, QLoRA's choice; default), attention "
                       "(q, k, v, o) or qv (PEFT's Llama default)."),

@@ -111,6 +111,8 @@ def _notes(r) -> dict[str, str]:
         notes["weights_bytes"] += (" + largest-layer buffer" if r.settings.convention == "deepspeed"
                                    else " + 2 gathered layers")
         notes["gradients_bytes"] += " + 1 unsharded layer" if r.settings.convention != "deepspeed" else " + buffer"
+        if getattr(r.settings, "param_offload", False):
+            notes["weights_bytes"] = "2 gathered layers in HBM; the ZeRO-3 shards in host memory (--param-offload)"
     if shard and r.mode != "inference":
         for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
             if (k == "optimizer_bytes" and z >= 1) or (k == "gradients_bytes" and z >= 2) or (k == "weights_bytes" and z >= 3):

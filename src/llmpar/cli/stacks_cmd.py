@@ -104,8 +104,9 @@ def stacks_show(name: str, as_json: bool) -> None:
     fields = type(st).model_fields
     for key in ("zero_stages", "schedules"):   # what the framework implements: the planner searches only these
         table.add_row(key, ", ".join(str(x) for x in getattr(st, key)), fields[key].description or "")
-    for key in ("moe_folding", "activation_offloading"):
-        table.add_row(key, "yes" if getattr(st, key) else "no", fields[key].description or "")
+    for key in ("moe_folding", "activation_offloading", "param_offloading"):
+        v = getattr(st, key)
+        table.add_row(key, v if isinstance(v, str) else ("yes" if v else "no"), fields[key].description or "")
     for section in ("kernels", "overlap", "network", "memory", "fixed"):
         for key, text, desc in _rows(getattr(st, section), section + "."):
             table.add_row(key, text, desc)

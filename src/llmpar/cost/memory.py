@@ -50,7 +50,7 @@ from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, fp8_bf16_layers
 from llmpar.cost.states import *  # noqa: F401,F403
 from llmpar.cost.states import (
     BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
-    frozen_precision, head_shard, layer_shard, offload_optimizer, optimizer_step_bytes,
+    frozen_precision, head_shard, layer_shard, offload_optimizer, offload_params, optimizer_step_bytes,
 )
 from llmpar.cost import finetune as FT
 from llmpar.cost.runtime import *  # noqa: F401,F403
@@ -215,6 +215,8 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         # QLoRA dequantises one linear weight at a time into a 16-bit buffer (bitsandbytes
         # dequantize_4bit), live while its GEMM runs
         dequant = 2.0 * FT.largest_linear(model) if settings.finetune == "qlora" else 0.0
+    # parameter offload (ZeRO-3): the rank's 16-bit shards in host memory, the gathered layers in HBM
+    w, host_par = offload_params(w, par.zero, settings.param_offload)
     w, g = w + bw, g + bg
     # optimizer-state offload: a share of the states (and an fp32 gradient buffer) in host memory
     o, host_opt = offload_optimizer(o, prec, settings.optimizer_offload)
@@ -256,6 +258,7 @@ def _stage_eval(model: ModelSpec, par: Parallel, settings: Settings, prec: Bytes
         "act_first_extra_bytes": first_x, "act_last_extra_bytes": last_x, "act_working_bytes": working,
         "zero3_buffer_bytes": bw + bg, "buffers_bytes": buffers, "communicators": n_comm,
         "host_optimizer_bytes": host_opt + np.zeros_like(np.asarray(ne, dtype=float)),
+        "host_param_bytes": host_par + np.zeros_like(np.asarray(ne, dtype=float)),
     }
 
 
@@ -318,8 +321,11 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
     out["margin_bytes"] = cap - out["total_bytes"]
     out["host_bytes"] = np.broadcast_to(np.asarray(offload_host_bytes(model, par, settings), dtype=float)
-                                        + np.asarray(choose("host_optimizer_bytes"), dtype=float),
+                                        + np.asarray(choose("host_optimizer_bytes"), dtype=float)
+                                        + np.asarray(choose("host_param_bytes"), dtype=float),
                                         np.shape(out["total_bytes"])).astype(float)
+    out["host_param_bytes"] = np.broadcast_to(np.asarray(choose("host_param_bytes"), dtype=float),
+                                              np.shape(out["total_bytes"])).astype(float)
     out["host_fits"] = np.asarray(host_fits(hw, out["host_bytes"]), dtype=bool)
     out["fits"] = (out["total_bytes"] <= cap) & out["host_fits"]
     # a layout whose offloaded activations exceed host memory does not run, whatever its HBM

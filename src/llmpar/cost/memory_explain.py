@@ -22,7 +22,7 @@ from llmpar.cost.states import (
     INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV, SRC_MEGATRON_PP, SRC_MEGATRON_TP,
     SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _word_embedding, _zero3_buffers, _zero_divisors,
     bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard, optimized_params,
-    optimizer_step_bytes,
+    optimizer_step_bytes, SRC_OFFLOAD, SRC_PARAM_OFFLOAD,
 )
 from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
 from llmpar.cost.runtime import (
@@ -81,6 +81,13 @@ def state_terms(params_ne, params_e, lin_ne, lin_e, prec: BytesPerParam, par: Pa
             formula = f"{_g(nb)} B/param × Ψ_gpu{' / N' if float(d) > 1 else ''}"
             values = f"{_g(nb)} × {_g(params_ne)}{'' if float(d) == 1 else ' / ' + _g(d)}"
         out.append(Term(comp, f"{comp} ({prec.describe[comp]})", val, formula, f"{values}; {zdesc}", src))
+        if comp == "weights" and getattr(settings, "param_offload", False) and z >= 3 and settings.finetune == "full":
+            out.append(Term("weights", "shards held in host memory (--param-offload)", -val, "− the ZeRO-3 shard above",
+                            f"−{_g(val / 1e9)} GB to host memory", SRC_PARAM_OFFLOAD))
+        off = float(getattr(settings, "optimizer_offload", 0.0))
+        if comp == "optimizer" and off and val:
+            out.append(Term("optimizer", f"share held in host memory (--optimizer-offload {off:g})", -off * val,
+                            "− F × the optimizer states above", f"−{off:g} × {_g(val / 1e9)} GB", SRC_OFFLOAD))
     if prec.fp8_cache and (float(lin_ne) or float(lin_e)):
         val = prec.fp8_cache * (float(lin_ne) / float(wd) + float(lin_e) / float(wde))
         out.append(Term("weights", "fp8 weight cache (copy + transpose of linear weights)", val,

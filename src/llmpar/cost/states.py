@@ -183,6 +183,28 @@ def optimizer_offload_violations(settings: Settings, zero):
     return _out((z < 1) & (float(getattr(settings, "optimizer_offload", 0.0)) > 0.0))
 
 
+SRC_PARAM_OFFLOAD = ("Rajbhandari et al. 2021 (ZeRO-Infinity, arXiv:2104.07857) §5: the 16-bit parameter shards in "
+                     "CPU memory, copied to the GPU for each layer's all-gather; DeepSpeed zero_optimization."
+                     "offload_param (stage 3 only, deepspeed/runtime/zero/offload_config.py)")
+
+
+def offload_params(weights_bytes, zero, on):
+    """Parameter offload (``--param-offload``, ZeRO-3): (the sharded weight bytes left in HBM, the
+    host bytes). The rank's 16-bit shard of every parameter lives in host memory (ZeRO-Infinity §5;
+    DeepSpeed keeps parameters below ``param_persistence_threshold``, 1e5 elements, on the GPU: the
+    norms, a rounding error not counted); the two gathered layers' buffers stay in HBM (added by
+    the caller). Array-polymorphic in ``weights_bytes`` and ``zero``."""
+    w = np.asarray(weights_bytes, dtype=float)
+    moved = np.where((np.asarray(zero) >= 3) & bool(on), w, 0.0)
+    return w - moved, moved
+
+
+def param_offload_violations(settings: Settings, zero):
+    """Mask of layouts where --param-offload has nothing to move: below ZeRO-3 the GPU holds the
+    full replica it computes with (DeepSpeed offload_param is a stage-3 option)."""
+    return _out((np.asarray(zero) < 3) & bool(getattr(settings, "param_offload", False)))
+
+
 def optimized_params(optimizer_bytes, prec: BytesPerParam):
     """Parameters this GPU's optimizer updates: its optimizer-state bytes over the bytes per
     parameter (all of them at ZeRO-0, 1/(dp·cp) at ZeRO-1+). Array-polymorphic."""
@@ -397,5 +419,6 @@ def model_states_for_count(params, par: Parallel, settings: Settings) -> dict[st
     lin = shard if prec.fp8_cache else 0.0
     w, g, o = _states(shard, 0.0, lin, 0.0, prec, par)
     o, host = offload_optimizer(o, prec, settings.optimizer_offload)
+    w, host_w = offload_params(w, par.zero, settings.param_offload)
     return {"params_per_gpu": _out(shard), "weights_bytes": _out(w), "gradients_bytes": _out(g),
-            "optimizer_bytes": _out(o), "host_bytes": _out(host)}
+            "optimizer_bytes": _out(o), "host_bytes": _out(host + host_w)}

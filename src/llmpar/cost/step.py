@@ -557,8 +557,30 @@ def _data_parallel(model, hw, par, settings, place, S):
         link = float(hw.host_bandwidth) / hw.gpus_per_host_link
         off_t = f * (step_bytes / float(hw.host_memory_bandwidth) + opt_params * (g_bytes + 2.0) / link)
         opt_t = (1.0 - f) * opt_t + off_t
+    par_t = _param_fetches(hw, par, settings, z, m, S, dp_t, frac, w_dense * dense_params / (par.dp * par.cp)
+                           + w_exp * expert_params / par.expert_dp)
     return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t,
-                           offload_t=off_t)
+                           offload_t=off_t, param_t=par_t)
+
+
+def _param_fetches(hw, par, settings, z, m, S, dp_t, frac, shard_bytes):
+    """Parameter offload (--param-offload, ZeRO-3): the exposed seconds per step of copying the
+    rank's 16-bit shards from host memory before each gather.
+
+    ZeRO-Infinity §5 (Rajbhandari et al. 2021): each layer's shard crosses the host link before its
+    all-gather, for the forward and again for the backward of every micro-batch (2 m copies of
+    ``shard_bytes``, this GPU's 16-bit shard of the stage), and the updated shard goes back once
+    after the GPU's optimizer step (its share 1 - F: what a CPU step under --optimizer-offload F
+    updates is written in host memory already). The copies run on copy engines, not SMs, and are
+    prefetched like the gathers: the stack's ZeRO-3 prefetch share of the compute window that the
+    collectives leave (m (t_f + t_b) - t_dp) hides them; the rest is exposed. The host link is
+    shared by ``gpus_per_host_link`` GPUs copying at once (docs/memory.md, Parameter offload)."""
+    if not settings.param_offload:
+        return 0.0
+    link = float(hw.host_bandwidth) / hw.gpus_per_host_link
+    copies = (2.0 * m + (1.0 - settings.optimizer_offload)) * np.asarray(shard_bytes, dtype=float) / link
+    room = np.maximum(m * (S.t_f + S.t_b) - dp_t, 0.0)
+    return np.where(z >= 3, np.maximum(copies - frac * np.minimum(copies, room), 0.0), 0.0)
 
 
 def _flops_figures(model, hw, par, settings, step):
@@ -611,7 +633,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
     fixed_t = settings.stack.fixed.per_step_s + m * settings.stack.fixed.per_microbatch_s
     O = _offload(model, hw, par, settings, L)
     pipe_total = pipe_total + m * (O.f + O.b)      # pp = 1 with offloading: no bubble to adjust
-    step = pipe_total + D.exposed + D.opt_t + fixed_t
+    step = pipe_total + D.exposed + D.opt_t + fixed_t + D.param_t
 
     n = S.layers
     breakdown = {   # adds up to step
@@ -622,7 +644,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "dp": D.exposed,
         "cp": m * n * (C.cp_f + C.cp_b),
         "ep": m * n * (C.ep_f + C.ep_b),
-        "offload": m * (O.f + O.b),
+        "offload": m * (O.f + O.b) + D.param_t,
         "bubble": bubble,
         "optimizer": D.opt_t,
         "fixed": fixed_t + 0.0 * step,
@@ -645,6 +667,7 @@ def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings,
         "stage_forward_s": S.t_f,
         "stage_backward_s": S.t_b,
         "optimizer_offload_s": D.offload_t + 0.0 * step,
+        "param_offload_s": D.param_t + 0.0 * step,
         "critical_stage_layers": n,
         # the intermediate terms, per layer and micro-batch unless named otherwise (--explain)
         "parts": {

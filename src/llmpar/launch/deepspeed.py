@@ -41,6 +41,9 @@ def config_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dict:
                             f"DeepSpeed applies under ZeRO-3 only (here ZeRO-{d['zero']}); plan with --optimizer-offload 1 "
                             "or --zero 3")
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True, **({"ratio": f} if f < 1.0 else {})}
+    if getattr(settings, "param_offload", False):
+        # DeepSpeedZeroOffloadParamConfig (stage 3 only): the 16-bit parameter shards in pinned CPU memory
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     cfg = {"train_batch_size": global_batch, "train_micro_batch_size_per_gpu": d["micro_batch"],
            "gradient_accumulation_steps": d["microbatches"], "zero_optimization": zero}
     if settings.dtype == "bf16":

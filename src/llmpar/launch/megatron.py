@@ -34,6 +34,9 @@ def flags(model, hw, settings, par, *, global_batch: int, seq: int) -> list[tupl
     """(flag, value or None for a switch) in the order a launch script lists them."""
     d = par.as_dict()
     sched = d["schedule"]
+    if getattr(settings, "param_offload", False):
+        raise UserError("--emit megatron: Megatron-LM has no option that holds parameters in host memory "
+                        "(--param-offload); DeepSpeed's offload_param does (--emit deepspeed)")
     off = float(getattr(settings, "optimizer_offload", 0.0))
     if off and d["zero"] != 1:
         raise UserError(f"--emit megatron: --optimizer-cpu-offload offloads the distributed optimizer's states "

@@ -22,7 +22,7 @@ OptimizerConfig and DistributedDataParallelConfig: the Megatron-LM flags of the 
 
 Refused, with the reason: the GPipe, ZB-H1 and DualPipe schedules, QLoRA (NeMo has no NF4 base),
 LoRA on q and v only (NeMo adapts the fused linear_qkv as one matrix), ZeRO 0 with optimizer
-offload (as everywhere).
+offload (as everywhere), parameter offload (no NeMo 2 option holds parameters in host memory).
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ def overrides(model, hw, settings, par, *, global_batch: int, seq: int) -> list[
         out.append(("optim.config.use_distributed_optimizer", "False"))
     if d["offload_layers"]:
         out += [("model.config.cpu_offloading", "True"), ("model.config.cpu_offloading_num_layers", str(d["offload_layers"]))]
+    if getattr(settings, "param_offload", False):
+        raise UserError("--emit nemo: NeMo 2's Megatron strategy has no parameter offload to host memory "
+                        "(--param-offload); DeepSpeed's offload_param does (--emit deepspeed)")
     off = float(getattr(settings, "optimizer_offload", 0.0))
     if off:
         if z != 1:

@@ -31,9 +31,9 @@ def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dic
                   "(mode full) or an op selection (selective)")
     elif d["offload_layers"]:
         refuse = "activation offloading: torchtitan does not offload activations to host memory"
-    elif getattr(settings, "optimizer_offload", 0.0):
-        refuse = ("optimizer offload: torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) moves the parameters and "
-                  "gradients too, which llmpar does not model")
+    elif getattr(settings, "optimizer_offload", 0.0) and not getattr(settings, "param_offload", False):
+        refuse = ("optimizer offload alone: torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) moves the parameters "
+                  "and gradients too: plan with --param-offload --optimizer-offload 1")
     elif d["pp"] > 1 and d["schedule"] not in SCHEDULE:
         refuse = f"the {d['schedule']} schedule: torchtitan's names for it differ (1F1B, Interleaved1F1B, GPipe here)"
     elif model.moe is not None and d["etp"] not in (1, d["tp"]):
@@ -58,6 +58,10 @@ def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dic
     ac = {"mode": d["recompute"]}
     if d["recompute"] == "selective":
         ac["selective_ac_option"] = "op"
+    if getattr(settings, "param_offload", False):
+        # FSDP2 CPUOffloadPolicy: parameters, gradients and the optimizer step on the CPU (the stack's
+        # param_offloading: with-optimizer, so --optimizer-offload 1 came with it)
+        training["enable_cpu_offload"] = True
     out = {"parallelism": par_, "training": training, "activation_checkpoint": ac}
     if settings.dtype == "fp8":
         # torchtitan's Float8 training: the model converter plus its options section

@@ -495,6 +495,7 @@ def plan(
     lora_rank: int | None = None,
     lora_targets: str | None = None,
     optimizer_offload: float | str | None = None,
+    param_offload: bool | None = None,
     **layout,
 ) -> PlanResult:
     """Search the layouts of ``gpus`` GPUs for ``model`` and rank them (issue 4).
@@ -559,7 +560,7 @@ def plan(
                                     tp_overlap=tp_overlap, ep_overlap=ep_overlap, ep_dispatcher=ep_dispatcher,
                                     recompute_modules=recompute_modules, rank_order=rank_order,
                                     stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
-                                    optimizer_offload=optimizer_offload)
+                                    optimizer_offload=optimizer_offload, param_offload=param_offload)
     check_optimizer_offload(hw, settings)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
     FT.check_rank(spec_model, settings)

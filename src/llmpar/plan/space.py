@@ -41,7 +41,7 @@ from llmpar.cost import finetune as FT
 
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
-from llmpar.cost.states import optimizer_offload_violations
+from llmpar.cost.states import optimizer_offload_violations, param_offload_violations
 from llmpar.errors import UserError
 from llmpar.parallel import (MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations,
                              stack_violations)
@@ -70,6 +70,8 @@ REASONS = {
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
     "optimizer_offload": "--optimizer-offload offloads ZeRO's optimizer partition: ZeRO 0 has none "
                          "(cost/states.optimizer_offload_violations)",
+    "param_offload": "--param-offload moves ZeRO-3's parameter shards: below ZeRO 3 there are none "
+                     "(cost/states.param_offload_violations)",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
@@ -403,6 +405,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                                                dtype=bool), zero.shape),
         "optimizer_offload": np.broadcast_to(np.asarray(optimizer_offload_violations(settings, zero), dtype=bool),
                                              zero.shape),
+        "param_offload": np.broadcast_to(np.asarray(param_offload_violations(settings, zero), dtype=bool), zero.shape),
     }
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)

@@ -300,6 +300,10 @@ class Stack(_Strict):
                            "(Megatron-Core cpu_offloading_num_layers, --offload-layers): the planner then "
                            "searches it where it runs (pp 1, no recompute, hardware with a host link) "
                            "unless --fix/--allow offload_layers= names the counts")
+    param_offloading: Literal[False, True, "with-optimizer"] = Field(
+        False, description="the framework can hold ZeRO-3's parameter shards in host memory (--param-offload): "
+                           "true = on their own (DeepSpeed ZeRO-Infinity offload_param); with-optimizer = only "
+                           "together with the optimizer states and step (torch FSDP2 CPUOffloadPolicy)")
     kernels: Kernels = Field(default_factory=Kernels)
     overlap: Overlap = Field(default_factory=Overlap)
     network: Network = Field(default_factory=Network)
