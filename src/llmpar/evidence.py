@@ -228,8 +228,8 @@ def stack_class(settings) -> str:
     """The stack dimension of a query's class: its stack, with the fine-tuning method when it is not
     full training, "optimizer-offload" when the optimizer runs (partly) on the CPU and
     "param-offload" when ZeRO-3's parameters live in host memory ("megatron-core+qlora"). No
-    published run in validation/ is a LoRA/QLoRA run or offloads its optimizer or parameters, so such a query matches none and falls back to all published runs, widened and
-    "extrapolated"."""
+    published run in validation/ is a LoRA/QLoRA run or offloads its optimizer or parameters, so
+    such a query matches none and falls back to all published runs, widened and "extrapolated"."""
     name = settings.stack.name
     ft = getattr(settings, "finetune", "full")
     if ft != "full":

@@ -557,19 +557,20 @@ def _data_parallel(model, hw, par, settings, place, S):
         link = float(hw.host_bandwidth) / hw.gpus_per_host_link
         off_t = f * (step_bytes / float(hw.host_memory_bandwidth) + opt_params * (g_bytes + 2.0) / link)
         opt_t = (1.0 - f) * opt_t + off_t
-    par_t = _param_fetches(hw, par, settings, z, m, S, dp_t, frac, w_dense * dense_params / (par.dp * par.cp)
-                           + w_exp * expert_params / par.expert_dp)
+    par_t = _param_fetches(hw, par, settings, z, m, S, dp_t, frac,
+                           lambda: w_dense * dense_params / (par.dp * par.cp)
+                           + w_exp * expert_params / np.maximum(par.expert_dp, 1))
     return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t,
                            offload_t=off_t, param_t=par_t)
 
 
-def _param_fetches(hw, par, settings, z, m, S, dp_t, frac, shard_bytes):
+def _param_fetches(hw, par, settings, z, m, S, dp_t, frac, shard_bytes_of):
     """Parameter offload (--param-offload, ZeRO-3): the exposed seconds per step of copying the
     rank's 16-bit shards from host memory before each gather.
 
     ZeRO-Infinity §5 (Rajbhandari et al. 2021): each layer's shard crosses the host link before its
     all-gather, for the forward and again for the backward of every micro-batch (2 m copies of
-    ``shard_bytes``, this GPU's 16-bit shard of the stage), and the updated shard goes back once
+    ``shard_bytes_of()``, this GPU's 16-bit shard of the stage), and the updated shard goes back once
     after the GPU's optimizer step (its share 1 - F: what a CPU step under --optimizer-offload F
     updates is written in host memory already). The copies run on copy engines, not SMs, and are
     prefetched like the gathers: the stack's ZeRO-3 prefetch share of the compute window that the
@@ -578,7 +579,7 @@ def _param_fetches(hw, par, settings, z, m, S, dp_t, frac, shard_bytes):
     if not settings.param_offload:
         return 0.0
     link = float(hw.host_bandwidth) / hw.gpus_per_host_link
-    copies = (2.0 * m + (1.0 - settings.optimizer_offload)) * np.asarray(shard_bytes, dtype=float) / link
+    copies = (2.0 * m + (1.0 - settings.optimizer_offload)) * np.asarray(shard_bytes_of(), dtype=float) / link
     room = np.maximum(m * (S.t_f + S.t_b) - dp_t, 0.0)
     return np.where(z >= 3, np.maximum(copies - frac * np.minimum(copies, room), 0.0), 0.0)
 
