@@ -219,6 +219,14 @@ def memory(
     return _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, explain)
 
 
+def _host_line(what: str, nbytes, out, hw, tail: str) -> str:
+    """One assumption line for a share of the states held in host memory: its bytes, what the host
+    holds in all (with any other offload) of ``host_memory_per_gpu``, and whether that fits."""
+    return (f"{what}, {float(nbytes) / 1e9:,.2f} GB, in host memory ({float(out['host_bytes']) / 1e9:,.2f} GB offloaded "
+            f"in all of the {hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU, host_memory_per_gpu)"
+            + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "") + "; " + tail)
+
+
 def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> MemoryResult:
     """``--params 7.5B``: the model states of a bare parameter count (ZeRO paper Table 1)."""
     from llmpar.cost import memory as M
@@ -323,17 +331,12 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
 
         notes.append(FT.note(spec, settings, float(out["trainable_params_per_gpu"]), float(P.total_params(spec))))
     if settings.optimizer_offload:
-        notes.append(f"optimizer offload {settings.optimizer_offload:g}: that share of this GPU's optimizer states and an "
-                     f"fp32 gradient buffer for them in host memory, {float(out['host_bytes']) / 1e9:,.2f} GB of the "
-                     f"{hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU (host_memory_per_gpu, with any offloaded activations)"
-                     + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "")
-                     + "; the 16-bit weights and the gradients stay in HBM (ZeRO-Offload, Ren et al. 2021 §4)")
+        notes.append(_host_line(f"optimizer offload {settings.optimizer_offload:g}: that share of this GPU's optimizer "
+                                "states and an fp32 gradient buffer for them", out["host_optimizer_bytes"], out, hw,
+                                "the 16-bit weights and the gradients stay in HBM (ZeRO-Offload, Ren et al. 2021 §4)"))
     if settings.param_offload:
-        notes.append(f"parameter offload: this GPU's 16-bit ZeRO-3 parameter shards, {float(out['host_param_bytes']) / 1e9:,.2f} "
-                     f"GB, in host memory ({float(out['host_bytes']) / 1e9:,.2f} GB offloaded in all of the "
-                     f"{hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU)"
-                     + (": more than it holds, DOES NOT FIT" if not bool(out["host_fits"]) else "")
-                     + "; the two gathered layers stay in HBM (ZeRO-Infinity, Rajbhandari et al. 2021 §5)")
+        notes.append(_host_line("parameter offload: this GPU's 16-bit ZeRO-3 parameter shards", out["host_param_bytes"],
+                                out, hw, "the two gathered layers stay in HBM (ZeRO-Infinity, Rajbhandari et al. 2021 §5)"))
     if int(par.offload_layers):
         host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
         notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"

@@ -475,17 +475,21 @@ def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -
     f = settings.optimizer_offload
     if not f:
         return
-    missing = [k for k in ("host_bandwidth", "host_memory_bandwidth", "host_memory_per_gpu")
-               if getattr(hardware, k) is None]
-    if missing:
-        raise UserError(f"--optimizer-offload {f:g} needs the hardware's {', '.join(missing)}; {hardware.name} states "
-                        "none (add them to a copy of the profile: docs/hardware.md)")
+    _need_host(hardware, f"--optimizer-offload {f:g}", ("host_bandwidth", "host_memory_bandwidth", "host_memory_per_gpu"))
     if zero is not None:
         from llmpar.cost.states import optimizer_offload_violations
 
         if bool(optimizer_offload_violations(settings, zero)):
             raise UserError(f"--optimizer-offload {f:g} offloads ZeRO's optimizer partition: it needs --zero 1, 2 or 3 "
                             "(DeepSpeed offload_optimizer; Megatron-Core's distributed optimizer), got --zero 0")
+
+
+def _need_host(hardware: Hardware, option: str, keys) -> None:
+    """An offload option needs these host fields of the hardware profile (one line naming them)."""
+    missing = [k for k in keys if getattr(hardware, k) is None]
+    if missing:
+        raise UserError(f"{option} needs the hardware's {', '.join(missing)}; {hardware.name} states none "
+                        "(add them to a copy of the profile: docs/hardware.md)")
 
 
 def check_param_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
@@ -501,10 +505,7 @@ def check_param_offload(hardware: Hardware, settings: Settings, zero=None) -> No
     if stack.param_offloading == "with-optimizer" and settings.optimizer_offload < 1.0:
         raise UserError(f"--param-offload under stack {stack.name}: its CPU offload (torch FSDP2 CPUOffloadPolicy) "
                         "moves parameters, gradients and the optimizer step together: add --optimizer-offload 1")
-    missing = [k for k in ("host_bandwidth", "host_memory_per_gpu") if getattr(hardware, k) is None]
-    if missing:
-        raise UserError(f"--param-offload needs the hardware's {', '.join(missing)}; {hardware.name} states none "
-                        "(add them to a copy of the profile: docs/hardware.md)")
+    _need_host(hardware, "--param-offload", ("host_bandwidth", "host_memory_per_gpu"))
     if zero is not None:
         from llmpar.cost.states import param_offload_violations
 

@@ -324,8 +324,8 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
                                         + np.asarray(choose("host_optimizer_bytes"), dtype=float)
                                         + np.asarray(choose("host_param_bytes"), dtype=float),
                                         np.shape(out["total_bytes"])).astype(float)
-    out["host_param_bytes"] = np.broadcast_to(np.asarray(choose("host_param_bytes"), dtype=float),
-                                              np.shape(out["total_bytes"])).astype(float)
+    for key in ("host_param_bytes", "host_optimizer_bytes"):
+        out[key] = np.broadcast_to(np.asarray(choose(key), dtype=float), np.shape(out["total_bytes"])).astype(float)
     out["host_fits"] = np.asarray(host_fits(hw, out["host_bytes"]), dtype=bool)
     out["fits"] = (out["total_bytes"] <= cap) & out["host_fits"]
     # a layout whose offloaded activations exceed host memory does not run, whatever its HBM
