@@ -119,3 +119,11 @@ def test_genai_perf_export_and_its_streaming_bug():
     assert r["measured"] == {"output_tokens_per_s": pytest.approx(12277.70340876071)}
     with pytest.raises(Exception, match="streaming.json:1: output length 2,566 is 5.1x"):
         read(DATA / "genai-perf-trtllm-triton-kserve-c100-streaming.json")
+
+
+def test_genai_perf_csv_is_refused_naming_the_json(cli):
+    # a real profile_export_genai_perf.csv (tests/data/serving/SOURCES.md): latencies and
+    # throughputs but no concurrency or request rate, so nothing can be predicted against it
+    csv = REPO / "tests" / "data" / "serving" / "genai-perf-llama3.1-405b-fp8-dynamo-isl3000.csv"
+    assert_one_line_error(cli("calibrate", "serve", csv, "--model", "llama-3.1-405b", "--hardware", "h100-sxm"),
+                          "GenAI-Perf's CSV export states no load", "profile_export_genai_perf.json")

@@ -220,7 +220,12 @@ def read(path: Path, isl=None, osl=None) -> list[dict[str, Any]]:
                     runs.append(run)
     else:
         runs = _from_text(text, path) or _trtllm(text, path, isl, osl)
+    if not runs and stripped.startswith("Metric,") and "Time To First Token" in text:
+        # GenAI-Perf's profile_export_genai_perf.csv: latencies and throughputs, but not the load
+        # (concurrency or request rate) that produced them, so no prediction can be set against it
+        raise UserError(f"{path}: GenAI-Perf's CSV export states no load (concurrency or request rate); give its "
+                        "profile_export_genai_perf.json, which records them in input_config")
     if not runs:
         raise UserError(f"{path}: no serving benchmark result found (vllm bench serve / sglang.bench_serving JSON "
-                        f"or summary, trtllm-bench report)")
+                        f"or summary, trtllm-bench report, GenAI-Perf JSON export)")
     return runs
