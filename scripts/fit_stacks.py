@@ -68,4 +68,10 @@ def loso() -> None:
 
 if __name__ == "__main__":
     arg = sys.argv[1] if len(sys.argv) > 1 else "megatron-core"
-    loso() if arg == "--loso" else main(arg)
+    if arg in ("-h", "--help"):
+        print(__doc__)
+    elif arg != "--loso" and arg not in PLANS:
+        print(f"fit_stacks.py: unknown plan {arg!r}; one of: {', '.join(PLANS)}, or --loso", file=sys.stderr)
+        sys.exit(2)
+    else:
+        loso() if arg == "--loso" else main(arg)
