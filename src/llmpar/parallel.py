@@ -27,6 +27,10 @@ from llmpar.errors import UserError
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import MAX_SEQ, ModelSpec   # MAX_SEQ: tokens per sequence, one bound for specs and options
 
+# fine-tuning methods and LoRA target sets (cost/finetune.py prices them; docs/finetune.md)
+FINETUNE = ("full", "lora", "qlora")
+LORA_TARGETS = ("all", "attention", "qv")
+
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 DTYPES = ("bf16", "fp16", "fp8")
@@ -160,7 +164,6 @@ class Settings:
     def __post_init__(self):
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
 
-        from llmpar.cost.finetune import FINETUNE, LORA_TARGETS
         if self.finetune not in FINETUNE:
             raise UserError(f"--finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
         if self.lora_targets not in LORA_TARGETS:
@@ -315,7 +318,6 @@ def virtual_stages_message(v: int, layers: int, pp: int) -> str:
     """Why ``v`` virtual stages do not split ``layers`` over ``pp`` stages: the busiest stage's
     ceil(L/p) layers go into v equal chunks (Megatron-LM), so v must divide them. One text for
     memory/step/plan (layout rule ``virtual_stages``) and ``llmpar bubble --layers``."""
-    from llmpar.cost.pipeline import stage_layers   # cost is above parallel in the import order
 
     per = int(stage_layers(layers, pp))
     divs = [d for d in range(2, per + 1) if per % d == 0]
@@ -368,7 +370,6 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
       ceil(layers/pp) (Megatron-LM splits a stage into v equal model chunks)
     - zero: ZeRO stage in 0..3
     """
-    from llmpar.cost.pipeline import stage_layers   # cost is above parallel in the import order
 
     tp, pp, dp, cp, ep = par.tp, par.pp, par.dp, par.cp, par.ep
     seq, v, sp, zero = par.seq, par.virtual_stages, par.sp, par.zero
@@ -409,6 +410,11 @@ def stack_violations(stack, par: Parallel) -> dict[str, Any]:
 
 def _out_mask(x):
     return bool(x) if np.ndim(x) == 0 else x
+
+
+def _scalar(x):
+    """0-d results back to Python numbers (as cost/arrays.scalar_out, which is above this module)."""
+    return x.item() if isinstance(x, (np.ndarray, np.generic)) and np.ndim(x) == 0 else x
 
 
 def stack_violation_message(rule: str, stack, par: Parallel) -> str:
@@ -467,6 +473,54 @@ def check_layout(model: ModelSpec, par: Parallel) -> None:
             raise UserError(_violation_message(rule, model, par))
 
 
+# ------------------------------------------------------------ stage arithmetic and setting rules
+
+def stage_layers(layers, pp):
+    """Transformer layers on the most-loaded stage: ceil(L/p).
+
+    Uneven splits are valid (Llama 3, arXiv:2407.21783 §3.3.2: 126 layers on 16 stages, the
+    first and last stages one layer short -> 8 on the busiest stage)."""
+    L = np.asarray(layers)
+    p = np.asarray(pp)
+    return _scalar(-(-L // p))
+
+
+def chunk_layers(layers, pp, virtual_stages=1):
+    """Layers of one pipeline chunk on the busiest stage: ceil(L/p)/v (the interleaved schedule
+    splits a stage into v equal chunks; the layout rule makes v divide ceil(L/p)). 405B, pp 16,
+    v 4: 8/4 = 2. Array-polymorphic."""
+    return _scalar(np.asarray(stage_layers(layers, pp)) // np.asarray(virtual_stages))
+
+
+def optimizer_offload_violations(settings: Settings, zero):
+    """Mask of layouts outside what llmpar models for optimizer offload: ZeRO-0 (the offloaded states
+    are ZeRO's partition: DeepSpeed offload_optimizer needs a ZeRO stage, Megatron-Core offloads the
+    distributed optimizer's shard)."""
+    z = np.asarray(zero)
+    return _out_mask((z < 1) & (float(getattr(settings, "optimizer_offload", 0.0)) > 0.0))
+
+
+def param_offload_violations(settings: Settings, zero):
+    """Mask of layouts where --param-offload has nothing to move: below ZeRO-3 the GPU holds the
+    full replica it computes with (DeepSpeed offload_param is a stage-3 option)."""
+    return _out_mask((np.asarray(zero) < 3) & bool(getattr(settings, "param_offload", False)))
+
+
+def finetune_layout_violations(finetune: str, tp, pp, cp, ep):
+    """Mask of layouts outside what llmpar models for LoRA/QLoRA: tp, pp, cp or ep > 1 (fine-tuning
+    is priced data-parallel, with any ZeRO stage: cost/finetune.py's module doc). Full fine-tuning is unrestricted."""
+    if finetune == "full":
+        return _out_mask(np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (tp, pp, cp, ep))), dtype=bool))
+    return _out_mask((np.asarray(tp) > 1) | (np.asarray(pp) > 1) | (np.asarray(cp) > 1) | (np.asarray(ep) > 1))
+
+
+def finetune_layout_message(finetune: str, tp: int, pp: int, cp: int, ep: int) -> str:
+    given = ", ".join(f"{k} {v}" for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if v > 1)
+    return (f"--finetune {finetune} is modelled data-parallel only (tp = pp = cp = ep = 1, any ZeRO stage: the "
+            f"Hugging Face PEFT / FSDP / DeepSpeed setting of the published runs), not {given}; "
+            "TP-sharded adapters (NeMo) are not modelled (docs/finetune.md)")
+
+
 def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
     """--optimizer-offload F needs the profile's host link, host DRAM bandwidth and host memory, and
     (when ``zero`` is given) a ZeRO stage >= 1 (cost/states.optimizer_offload_violations); so does
@@ -477,8 +531,6 @@ def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -
         return
     _need_host(hardware, f"--optimizer-offload {f:g}", ("host_bandwidth", "host_memory_bandwidth", "host_memory_per_gpu"))
     if zero is not None:
-        from llmpar.cost.states import optimizer_offload_violations
-
         if bool(optimizer_offload_violations(settings, zero)):
             raise UserError(f"--optimizer-offload {f:g} offloads ZeRO's optimizer partition: it needs --zero 1, 2 or 3 "
                             "(DeepSpeed offload_optimizer; Megatron-Core's distributed optimizer), got --zero 0")
@@ -507,8 +559,6 @@ def check_param_offload(hardware: Hardware, settings: Settings, zero=None) -> No
                         "moves parameters, gradients and the optimizer step together: add --optimizer-offload 1")
     _need_host(hardware, "--param-offload", ("host_bandwidth", "host_memory_per_gpu"))
     if zero is not None:
-        from llmpar.cost.states import param_offload_violations
-
         if bool(param_offload_violations(settings, zero)):
             raise UserError(f"--param-offload moves ZeRO-3's parameter shards to host memory: it needs --zero 3 "
                             f"(DeepSpeed offload_param is a stage-3 option), got --zero {int(np.asarray(zero))}")
@@ -632,7 +682,6 @@ def resolve(
         n_rec = _pos_int(recompute_layers, "recompute-layers", MAX_GPUS)
         if RECOMPUTE[rec] != "full":
             raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
-        from llmpar.cost.pipeline import chunk_layers   # cost is above parallel in the import order
 
         per_chunk = int(chunk_layers(model.layers, pp, v))
         if n_rec > per_chunk:
@@ -691,11 +740,8 @@ def resolve(
     if settings is None:
         settings = Settings()
     check_settings(hardware, settings)
-    from llmpar.cost import finetune as FT
-
-    FT.check_rank(model, settings)
-    if bool(FT.layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
-        raise UserError(FT.layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
+    if bool(finetune_layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
+        raise UserError(finetune_layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
     check_optimizer_offload(hardware, settings, par.zero)
     return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
 

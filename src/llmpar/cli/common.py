@@ -11,7 +11,7 @@ from typing import Any
 import click
 import numpy as np
 
-from llmpar.cost.finetune import FINETUNE, LORA_TARGETS
+from llmpar.parallel import FINETUNE, LORA_TARGETS
 from llmpar.errors import UserError
 from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZERS, RECOMPUTE, SCHEDULES
 

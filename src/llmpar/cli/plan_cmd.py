@@ -19,6 +19,7 @@ from llmpar.cli.common import (complete_hardware, complete_model, echo_json, htm
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
+from llmpar.cli.plan_table import _val, equivalent_texts, plan_cells, plan_columns
 from llmpar.units import fmt_seconds
 
 _LAYOUT = [
@@ -233,65 +234,13 @@ def _csv_row(p) -> dict:
     return d
 
 
-def equivalent_texts(p) -> list[str]:
-    """Each layout tied with row ``p``, as the knobs where it differs from the row's ('zero=1')."""
-    base = p.parallel.as_dict()
-    out = []
-    for e in p.equivalent:
-        d = e.as_dict()
-        out.append(",".join(f"{k}={_val(v)}" for k, v in d.items() if v != base[k]) or "same layout")
-    return out
 
 
 # ------------------------------------------------------------------------------------ render
 
-_SCHED_SHORT = {"interleaved": "int", "dualpipe": "dualpipe", "zb-h1": "zb-h1", "1f1b": "1f1b", "gpipe": "gpipe"}
-
-
-def _sched(d: dict) -> str:
-    if d["pp"] == 1:
-        return "-"
-    return _SCHED_SHORT[d["schedule"]] + (f" v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "")
-
-
-_TERM_SHORT = {"recompute": "recomp", "optimizer": "optim"}
-
-
-def _secs(t: float) -> str:
-    """4 significant digits: 2.007 s, 198.1 ms, 707.7 s."""
-    return fmt_seconds(t, significant=4)
-
-
-def _rate(x: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= div:
-            return f"{x / div:.2f}{suffix}"
-    return f"{x:.0f}"
-
-
 # below this console width the table drops its least needed columns (the largest overhead, then
 # sp and z) instead of letting rich elide the rank, dp, step time and MFU (newcomer review, defect 2)
 _FULL_WIDTH = 121
-
-
-def plan_columns(unit: str) -> list[tuple[str, bool]]:
-    """The layout table's columns (name, right-aligned): the terminal and `--html` share them."""
-    return [("#", True), ("tp", True), ("pp", True), ("dp", True), ("cp", True), ("ep", True), ("z", True),
-            ("sp", False), ("rec", False), ("b", True), ("m", True), ("schedule", False), ("step", True),
-            ("tokens/s", True), ("MFU", True), (f"mem {unit}", True), ("overhead", False)]
-
-
-def plan_cells(p, fmt) -> list[str]:
-    """One layout's cells, in :func:`plan_columns`' order."""
-    from llmpar.cli import render as R
-
-    d = p.parallel.as_dict()
-    name, sec = p.largest_overhead()
-    return [str(x) for x in (
-        p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
-        R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
-        _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
-        f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")]
 
 
 def _rows_table(rows, fmt, unit, title, width: int | None = None):
@@ -314,17 +263,6 @@ def _rows_table(rows, fmt, unit, title, width: int | None = None):
         cells = plan_cells(p, fmt)
         table.add_row(*[cells[i] for i in keep])
     return table
-
-
-def _ep_cell(d) -> str:
-    """ep, and the expert-TP degree when MoE parallel folding sets it apart from tp ('32 e1')."""
-    return f"{d['ep']} e{d['etp']}" if d.get("etp", d["tp"]) != d["tp"] else str(d["ep"])
-
-
-def _mem_cell(p, fmt) -> str:
-    """Memory per GPU; a TIGHT row (within the stack's memory.uncertainty of the HBM) says so."""
-    text = fmt(p.memory_bytes)
-    return f"{text} TIGHT" if p.memory.get("verdict") == "tight" else text
 
 
 def _explain_lines(c, fmt, unit) -> list[str]:
@@ -356,12 +294,6 @@ def _explain_lines(c, fmt, unit) -> list[str]:
         lines.append(f"  {name:<11} #1 {show(a):>12}   #{o.rank} {show(b):>12}   (#{o.rank} spends "
                      f"{show(abs(d))} {word})")
     return lines
-
-
-def _val(v):
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return v
 
 
 def render(r, units: str = "gb") -> None:

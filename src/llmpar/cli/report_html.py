@@ -1,8 +1,8 @@
 """`--html FILE.html` on `plan`, `sweep` and `validate`: one self-contained static page a manager can
 read (docs/cli.md, The HTML report).
 
-No network and no script: the tables carry the same cells as the terminal's (plan_cmd.plan_cells,
-sweep_cmd.sweep_table, validate.report's rows), the assumptions and intervals as text, and the
+No network and no script: the tables carry the same cells as the terminal's (plan_table.plan_cells,
+sweep_table.sweep_table, validate.report's rows), the assumptions and intervals as text, and the
 command's figure (cli/plots.py, the one `--plot` draws) as inline SVG where matplotlib is installed
 (a line says so where it is not). Every text that comes from a result is escaped.
 """
@@ -95,7 +95,7 @@ def _training_lines(t: dict[str, Any] | None, who: str) -> list[str]:
 def sweep_page(r) -> str:
     """The page for a :class:`llmpar.results.SweepResult`."""
     from llmpar.cli import plots
-    from llmpar.cli.sweep_cmd import deadline_lines, legend, sweep_table
+    from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
     from llmpar.cli.training import fmt_tokens
 
     cols, rows, notes = sweep_table(r)
@@ -119,7 +119,7 @@ def plan_page(r, units: str = "gb") -> str:
     """The page for a :class:`llmpar.results.PlanResult` (its frontier figure needs keep_points)."""
     from llmpar.cli import plots
     from llmpar.cli import render as R
-    from llmpar.cli.plan_cmd import equivalent_texts, plan_cells, plan_columns
+    from llmpar.cli.plan_table import equivalent_texts, plan_cells, plan_columns
 
     fmt, unit = R.bytes_formatter(units)
     kv = [("on", f"{r.gpus:,} x {r.hardware}"), ("seq", f"{r.seq:,}"),

@@ -13,7 +13,8 @@ import click
 
 from llmpar.cli.common import (complete_hardware, complete_model, echo_json, html_option, overlap_options,
                                plot_option, precision_options)
-from llmpar.cli.training import fmt_days, fmt_quantity, fmt_tokens, training_options
+from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
+from llmpar.cli.training import fmt_tokens, training_options
 from llmpar.errors import CheckFailed, UserError
 
 # `llmpar plan`'s options that do not apply to a sweep (it plans its own counts and keeps #1 by time)
@@ -112,102 +113,6 @@ def _csv_row(d: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------ render
-
-_STATUS_WORDS = {"does_not_fit": "does not fit", "batch_cannot_split": "batch cannot split",
-                 "no_layout": "no layout"}
-
-
-def _layout(p) -> str:
-    from llmpar.cli.render import recompute_label
-
-    d = p.parallel.as_dict()
-    text = f"tp{d['tp']} pp{d['pp']} dp{d['dp']}"
-    if d["cp"] > 1:
-        text += f" cp{d['cp']}"
-    if d["ep"] > 1:
-        text += f" ep{d['ep']}"
-    if d.get("etp", d["tp"]) != d["tp"]:
-        text += f" etp{d['etp']}"
-    rec = recompute_label(d, short=True)
-    text += f" z{d['zero']}{'' if rec == 'none' else ' ' + rec} b{d['micro_batch']} m{d['microbatches']}"
-    if d["pp"] > 1 and d["virtual_stages"] > 1:
-        text += f" v{d['virtual_stages']}"
-    return text
-
-
-def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:
-    """The sweep table: columns (name, right-aligned), one row of cells per (hardware, count), and the
-    numbered notes of the rows without a layout. The terminal and `--html` print the same cells."""
-    from llmpar.cli.plan_cmd import _rate, _secs
-
-    priced = any(x.training and x.training["cost"] is not None for x in r.rows)
-    has_t = r.tokens is not None
-    cols = [("hardware", False), ("GPUs", True), ("layout", False), ("step", True), ("tokens/s", True),
-            ("MFU", True), ("scaling", True)]
-    level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
-    if has_t:
-        cols += [("days", True)]
-        if level is not None:
-            cols.append((f"days ({level * 100:.0f} %)", True))
-        cols += [("eff. days", True), ("GPU-hours", True), ("MWh", True)]
-        if priced:
-            cols += [("eff. cost", True)]
-    rows: list[list[str]] = []
-    notes: list[str] = []
-    for row in r.rows:
-        if not row.ok:
-            notes.append(f"{row.hardware} x {row.gpus:,}: {row.reason}")
-            cells = [row.hardware, f"{row.gpus:,}", f"{_STATUS_WORDS[row.status]} [{len(notes)}]"]
-            rows.append(cells + ["-"] * (len(cols) - len(cells)))
-            continue
-        p = row.plan
-        cells = [row.hardware, f"{row.gpus:,}", _layout(p), _secs(p.step_time_s), _rate(p.tokens_per_s),
-                 f"{p.mfu * 100:.1f}%", f"{row.scaling_efficiency * 100:.0f}%"]
-        if has_t:
-            t = row.training
-            cells += [fmt_days(t["days"])]
-            if level is not None:
-                iv = row.interval()
-                cells.append(f"{fmt_days(iv['days'][0])}-{fmt_days(iv['days'][1])}" + ("*" if iv["evidence"]["extrapolated"]
-                                                                                         else "") if iv else "-")
-            g = t.get("goodput") or {}
-            cells += [(f"{fmt_days(g['effective_days'])} ({g['goodput'] * 100:.0f}%)" if g.get("effective_days")
-                       is not None else "-"),
-                      fmt_quantity(t["gpu_hours"]),
-                      fmt_quantity(t["energy_mwh"]) if t["energy_mwh"] is not None else "?"]
-            if priced:
-                cells.append(fmt_quantity(g["effective_cost"]) if g.get("effective_cost") is not None else "-")
-        rows.append(cells)
-    return cols, rows, notes
-
-
-def deadline_lines(r) -> list[str]:
-    """`--deadline`'s answer per hardware profile, one line each (terminal and `--html`)."""
-    if r.deadline is None:
-        return []
-    out = []
-    for name, d in r.deadline["by_hardware"].items():
-        if d is None:
-            out.append(f"deadline {fmt_days(r.deadline['days'])} days: no swept count of {name} makes it "
-                       "(add larger counts to --gpus)")
-        else:
-            cost = f", cost {fmt_quantity(d['cost'])}" if d.get("cost") is not None else ""
-            out.append(f"deadline {fmt_days(r.deadline['days'])} days: {name} needs {d['gpus']:,} GPUs "
-                       f"({fmt_days(d['effective_days'])} days with failures and checkpoints{cost})")
-    return out
-
-
-def legend(r) -> str:
-    """The line under the table that says what its abbreviations and columns mean."""
-    level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
-    has_t = r.tokens is not None
-    return ("layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
-            "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
-            + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
-               "published run of its class; --json has the evidence)" if has_t and level is not None else "")
-            + ("; eff. days (goodput %): with failures, checkpoints and restarts, days / goodput; eff. cost the same; "
-               "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else ""))
-
 
 def render(r) -> None:
     from rich import box

@@ -38,12 +38,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+# the option domains and the layout rule live with the other layout rules (parallel.py); re-exported
+from llmpar.parallel import FINETUNE, LORA_TARGETS  # noqa: F401
+from llmpar.parallel import finetune_layout_message as layout_message  # noqa: F401
+from llmpar.parallel import finetune_layout_violations as layout_violations  # noqa: F401
 
-from llmpar.cost.arrays import scalar_out as _out
-
-FINETUNE = ("full", "lora", "qlora")
-LORA_TARGETS = ("all", "attention", "qv")
 DEFAULT_RANK = 16
 
 SRC_LORA = "Hu et al. 2021 (LoRA, arXiv:2106.09685) §4.1-4.2"
@@ -58,7 +57,7 @@ def linear_shapes(model, moe: bool) -> list[tuple[str, int, int, float]]:
     """(name, d_in, d_out, count) of one block's linear layers, unsharded (tp = 1): attention q, k,
     v, o (MLA: q or q_down/q_up, kv_down, kv_up, o); FFN gate, up, down (GeLU: up, down); MoE: the
     router, every routed expert's gate/up/down (count = experts) and the shared experts' FFN."""
-    from llmpar.cost.flops import _ffn_mats, attention_head_dims
+    from llmpar.cost.params import attention_head_dims, ffn_mats as _ffn_mats
 
     h, a, kv = model.hidden, model.heads, model.n_kv_heads
     d_qk, d_v = attention_head_dims(model)
@@ -157,21 +156,6 @@ def check_rank(model, settings) -> None:
             if settings.lora_rank > min(i, o):
                 raise UserError(f"--lora-rank {settings.lora_rank} exceeds {model.name}'s {name} matrix ({i} x {o}): "
                                 f"a rank above {min(i, o)} is no longer low-rank there")
-
-
-def layout_violations(finetune: str, tp, pp, cp, ep):
-    """Mask of layouts outside what llmpar models for LoRA/QLoRA: tp, pp, cp or ep > 1 (fine-tuning
-    is priced data-parallel, with any ZeRO stage; module doc). Full fine-tuning is unrestricted."""
-    if finetune == "full":
-        return _out(np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (tp, pp, cp, ep))), dtype=bool))
-    return _out((np.asarray(tp) > 1) | (np.asarray(pp) > 1) | (np.asarray(cp) > 1) | (np.asarray(ep) > 1))
-
-
-def layout_message(finetune: str, tp: int, pp: int, cp: int, ep: int) -> str:
-    given = ", ".join(f"{k} {v}" for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if v > 1)
-    return (f"--finetune {finetune} is modelled data-parallel only (tp = pp = cp = ep = 1, any ZeRO stage: the "
-            f"Hugging Face PEFT / FSDP / DeepSpeed setting of the published runs), not {given}; "
-            "TP-sharded adapters (NeMo) are not modelled (docs/finetune.md)")
 
 
 _TARGET_WORDS = {"all": "every linear layer of the blocks", "attention": "q, k, v, o", "qv": "q and v"}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.cost.params import is_moe_layer
+from llmpar.cost.params import attention_head_dims, ffn_mats as _ffn_mats, is_moe_layer  # noqa: F401 (re-exported)
 from llmpar.parallel import RECOMPUTE
 from llmpar.specs.model import ModelSpec
 
@@ -63,19 +63,6 @@ def attention_fraction(model: ModelSpec, s, causal):
     windowed = np.minimum(causal, np.asarray(causal) * band / 0.5)
     f = model.sliding_window_share
     return _out((1.0 - f) * np.asarray(causal) + f * windowed)
-
-
-def _ffn_mats(model: ModelSpec) -> int:
-    """Matrices of one FFN: GeLU 2 (h->f->h, Vaswani 2017 §3.3), SwiGLU 3 (gate, up, down; Shazeer 2020)."""
-    return 3 if model.ffn_type == "swiglu" else 2
-
-
-def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
-    """(d_qk, d_v): width of one query/key head and one value head.
-    MHA/GQA: (d, d); MLA (DeepSeek-V2 §2.1): (qk_nope + qk_rope, v_head_dim) = (192, 128) for V3."""
-    if model.mla is not None:
-        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
-    return model.d_head, model.d_head
 
 
 def _is_moe(model: ModelSpec, moe) -> bool:

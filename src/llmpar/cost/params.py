@@ -62,6 +62,19 @@ __all__ = [
 BREAKDOWN_KEYS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "head")
 
 
+def ffn_mats(model: ModelSpec) -> int:
+    """Matrices of one FFN: GeLU 2 (h->f->h, Vaswani 2017 §3.3), SwiGLU 3 (gate, up, down; Shazeer 2020)."""
+    return 3 if model.ffn_type == "swiglu" else 2
+
+
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(d_qk, d_v): width of one query/key head and one value head.
+    MHA/GQA: (d, d); MLA (DeepSeek-V2 §2.1): (qk_nope + qk_rope, v_head_dim) = (192, 128) for V3."""
+    if model.mla is not None:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+    return model.d_head, model.d_head
+
+
 def _linear(n_in: int, n_out: int, bias: bool) -> int:
     """Weights ``n_in*n_out`` plus ``n_out`` biases when the linear has a bias."""
     return n_in * n_out + (n_out if bias else 0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.parallel import SCHEDULES
+from llmpar.parallel import SCHEDULES, chunk_layers, stage_layers  # noqa: F401 (stage arithmetic: the layout's home)
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULES.index(s) for s in (
     "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
@@ -99,23 +99,6 @@ def ep_paired_share(schedule, pp, m, v=1):
     megatron = np.clip((chunks - alone) / chunks, 0.0, 1.0)
     out = np.where(s == DUALPIPE, dualpipe_paired_share(pp, m), np.where(s == GPIPE, 0.0, megatron))
     return _out(out)
-
-
-def stage_layers(layers, pp):
-    """Transformer layers on the most-loaded stage: ceil(L/p).
-
-    Uneven splits are valid (Llama 3, arXiv:2407.21783 §3.3.2: 126 layers on 16 stages, the
-    first and last stages one layer short -> 8 on the busiest stage)."""
-    L = np.asarray(layers)
-    p = np.asarray(pp)
-    return _out(-(-L // p))
-
-
-def chunk_layers(layers, pp, virtual_stages=1):
-    """Layers of one pipeline chunk on the busiest stage: ceil(L/p)/v (the interleaved schedule
-    splits a stage into v equal chunks; the layout rule makes v divide ceil(L/p)). 405B, pp 16,
-    v 4: 8/4 = 2. Array-polymorphic."""
-    return _out(np.asarray(stage_layers(layers, pp)) // np.asarray(virtual_stages))
 
 
 def partial_recompute_layers(share, per_chunk):

@@ -25,7 +25,8 @@ from llmpar.cost import params as P
 from llmpar.cost.arrays import scalar_out as _out
 from llmpar.cost.params import _linear, _mlp_bias, _out_bias
 from llmpar.errors import UserError
-from llmpar.parallel import Parallel, Settings
+from llmpar.parallel import (Parallel, Settings, optimizer_offload_violations,  # noqa: F401 (layout rules:
+                             param_offload_violations)                      # the layout's home)
 from llmpar.specs.model import ModelSpec
 
 SRC_ZERO = "Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054) §3.1, §5, Fig. 1"
@@ -175,14 +176,6 @@ def offload_optimizer(optimizer_bytes, prec: BytesPerParam, fraction):
     return (1.0 - f) * optimizer_bytes, f * (np.asarray(optimizer_bytes, dtype=float) + 4.0 * n)
 
 
-def optimizer_offload_violations(settings: Settings, zero):
-    """Mask of layouts outside what llmpar models for optimizer offload: ZeRO-0 (the offloaded states
-    are ZeRO's partition: DeepSpeed offload_optimizer needs a ZeRO stage, Megatron-Core offloads the
-    distributed optimizer's shard)."""
-    z = np.asarray(zero)
-    return _out((z < 1) & (float(getattr(settings, "optimizer_offload", 0.0)) > 0.0))
-
-
 SRC_PARAM_OFFLOAD = ("Rajbhandari et al. 2021 (ZeRO-Infinity, arXiv:2104.07857) §5: the 16-bit parameter shards in "
                      "CPU memory, copied to the GPU for each layer's all-gather; DeepSpeed zero_optimization."
                      "offload_param (stage 3 only, deepspeed/runtime/zero/offload_config.py)")
@@ -197,12 +190,6 @@ def offload_params(weights_bytes, zero, on):
     w = np.asarray(weights_bytes, dtype=float)
     moved = np.where((np.asarray(zero) >= 3) & bool(on), w, 0.0)
     return w - moved, moved
-
-
-def param_offload_violations(settings: Settings, zero):
-    """Mask of layouts where --param-offload has nothing to move: below ZeRO-3 the GPU holds the
-    full replica it computes with (DeepSpeed offload_param is a stage-3 option)."""
-    return _out((np.asarray(zero) < 3) & bool(getattr(settings, "param_offload", False)))
 
 
 def optimized_params(optimizer_bytes, prec: BytesPerParam):

@@ -27,7 +27,6 @@ from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
-from llmpar.cost import finetune as FT
 from llmpar.parallel import (check_optimizer_offload, DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
                              RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, flag,
                              _pos_int, fraction, seq_note, whole)
@@ -563,7 +562,6 @@ def plan(
                                     optimizer_offload=optimizer_offload, param_offload=param_offload)
     check_optimizer_offload(hw, settings)
     check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
-    FT.check_rank(spec_model, settings)
     notes.append(inputs.stack_note(settings))
     for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),
                  inputs.fabric_note(hw, gpus)):

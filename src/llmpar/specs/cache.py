@@ -4,7 +4,7 @@ Validating a hardware profile, a stack and a model builds pydantic's validators 
 which is most of what `llmpar memory` spends beyond importing its dependencies (docs/cli.md,
 start-up time). The cache stores the validated object under a key made of the class, the mapping
 itself (after `extends:` merging, so any edit to any file in the chain is a different key) and a
-fingerprint of the code that validates it (llmpar's and pydantic's versions and the source of
+fingerprint of the code that validates it (pydantic's version and the source of
 `llmpar/specs/*.py` and `llmpar/units.py`): a stale entry cannot be hit, only never used again.
 
 Where: ``$LLMPAR_CACHE_DIR``, else ``$XDG_CACHE_HOME/llmpar``, else ``~/.cache/llmpar``.
@@ -42,10 +42,9 @@ def _dir() -> Path | None:
 def _code_fingerprint() -> str:
     import pydantic
 
-    import llmpar
-
     here = Path(__file__).resolve().parent
-    h = hashlib.sha256(f"{getattr(llmpar, '__version__', '')}|{pydantic.VERSION}".encode())
+    # the validating code itself is hashed below; llmpar states no __version__ of its own to add
+    h = hashlib.sha256(f"pydantic {pydantic.VERSION}".encode())
     for path in sorted(here.glob("*.py")) + [here.parent / "units.py"]:
         try:
             h.update(path.read_bytes())
