@@ -230,6 +230,7 @@ def _host_line(what: str, nbytes, out, hw, tail: str) -> str:
 def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> MemoryResult:
     """``--params 7.5B``: the model states of a bare parameter count (ZeRO paper Table 1)."""
     from llmpar.cost import memory as M
+    from llmpar.cost import memory_explain as ME
 
     zero = layout["zero"]
     count = parse_count(params, "--params")
@@ -266,13 +267,14 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
         activation_bytes_per_layer=None, capacity_bytes=float(hw.gpu.memory), fits=bool(tot["fits"]),
         max_micro_batch=None, most_loaded_stage=0, bytes_per_param=_bpp(prec),
         assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(tot["communicators"]),
-        terms=M.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,
+        terms=ME.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,
     )
 
 
 def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch, context, explain) -> MemoryResult:
     """``--inference``: weights, KV cache and one prefill's working activations per GPU."""
     from llmpar.cost import memory as M
+    from llmpar.cost import memory_explain as ME
     from llmpar.cost import params as P
 
     b = _pos_int(batch, "batch", MAX_BATCH) or 1
@@ -303,13 +305,14 @@ def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch
                          "fp8_weight_cache": 0.0},
         assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(out["communicators"]),
         inference={"batch": b, "context": T, "kv_dtype": settings.kv_dtype},
-        terms=M.inference_terms(spec, hw, par, settings, b, T, res_bytes) if explain else None,
+        terms=ME.inference_terms(spec, hw, par, settings, b, T, res_bytes) if explain else None,
     )
 
 
 def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, explain) -> MemoryResult:
     """Training memory of the most-loaded pipeline stage (and every stage with ``per_stage``)."""
     from llmpar.cost import memory as M
+    from llmpar.cost import memory_explain as ME
     from llmpar.cost import params as P
     from llmpar.cost.pipeline import check_schedule
 
@@ -364,7 +367,7 @@ def _memory_training(spec, alias, hw, settings, layout, res_bytes, notes, per_st
         bytes_per_param=_bpp(prec), assumptions=notes + _runtime_notes(settings, res_bytes),
         communicators=int(out["communicators"]),
         stages=M.memory_per_stage(spec, hw, par, settings, res_bytes) if per_stage else None,
-        terms=M.memory_terms(spec, hw, par, settings, res_bytes, stage=stage) if explain else None,
+        terms=ME.memory_terms(spec, hw, par, settings, res_bytes, stage=stage) if explain else None,
     )
 
 

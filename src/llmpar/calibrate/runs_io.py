@@ -25,8 +25,8 @@ from llmpar.calibrate.train_logs import MAX_MEMORY_BYTES, read_log
 from llmpar.errors import UserError, suggest
 from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE,
                              SCHEDULES)
-from llmpar.specs.registry import DuplicateKeyError as _DuplicateKey   # the one JSON rule
-from llmpar.specs.registry import unique_json_pairs as _unique_pairs
+from llmpar.specs.reading import DuplicateKeyError as _DuplicateKey   # the one JSON rule
+from llmpar.specs.reading import unique_json_pairs as _unique_pairs
 from llmpar.units import parse_bytes, parse_seconds
 
 STATUSES = ("ok", "oom", "crashed")
@@ -577,7 +577,7 @@ def _table_rows_yaml(text: str, name: str, ctx: _Ctx, notes: list[str],
                      fmt: str = "YAML") -> tuple[list[tuple[str, dict]], dict]:
     # the spec files' loader: a key given twice in a mapping is refused, with its line (PyYAML
     # would keep the last one silently)
-    from llmpar.specs.registry import MAX_YAML_VALUES, _expands_beyond, _UniqueKeyLoader
+    from llmpar.specs.reading import MAX_YAML_VALUES, _expands_beyond, _UniqueKeyLoader
 
     try:
         loader = _UniqueKeyLoader(text)
@@ -636,7 +636,7 @@ _HEADER_KEYS = ("hardware", "stack", "metric", "convention", "flops_convention",
 def _inline_models(models: Any, name: str) -> dict[str, Any]:
     """A runs file's 'models:' mapping -> validated ModelSpec objects (same rules as models/*.yaml)."""
     from llmpar.specs.model import ModelSpec
-    from llmpar.specs.registry import validate
+    from llmpar.specs.reading import validate
 
     if not isinstance(models, dict):
         raise UserError(f"{name}: 'models:' must map model names to their shapes")

@@ -17,47 +17,12 @@ from llmpar.cost.states import FP8_TILE_BYTES, SRC_MEGATRON_CONV
 from llmpar.parallel import Parallel
 from llmpar.specs.model import ModelSpec
 
-SRC_KORTH = "Korthikanti et al. 2022 (arXiv:2205.05198) §4.1, Table 2"
+from llmpar.cost.act_term import SRC_KORTH, ActTerm  # noqa: F401 (one saved tensor: its own room)
 SRC_KORTH_EXTRA = "Korthikanti et al. 2022 §4.3 (embedding dropout, final norm, output layer, fp32 logits)"
 SRC_FLASH = "Dao et al. 2022 (FlashAttention, arXiv:2205.14135) §3.1: saves O and the softmax statistics"
 SRC_SWIGLU = "Shazeer 2020 (arXiv:2002.05202) eq. 6; Megatron-LM bias_swiglu saves [gate, up]"
 SRC_MOE = "Lepikhin et al. 2020 (GShard); Megatron-Core MoE alltoall dispatcher (tokens gathered over TP, k copies per token)"
 SRC_MLA = "DeepSeek-V2 (arXiv:2405.04434) §2.1.2-2.1.3; Megatron-Core MLA (down-projections replicated over TP)"
-
-
-@dataclass(frozen=True)
-class ActTerm:
-    """One tensor a layer saves for its backward, per token (Korthikanti 2022 §4.1 style).
-
-    bytes per layer per micro-batch = coef · dim · b · (s/c) [· s for s² terms] ÷ t if ``tp``
-    (÷ t if ``sp`` and sequence parallelism is on). ``selective``: kept under selective
-    recompute (Korthikanti §5 recomputes the attention core: the s² terms and softmax stats).
-    """
-
-    name: str
-    coef: float          # bytes per element
-    dim: int             # elements per token (s² terms: per token per key position)
-    unit: str            # symbolic per-token size: 'h', 'f', 'a·d', 'a·s', ...
-    tp: bool
-    sp: bool
-    selective: bool
-    s2: bool = False
-    source: str = SRC_KORTH
-    only_selective: bool = False   # saved only under selective recompute (a policy's own set, e.g. torchtitan-op)
-    only_tp: bool = False          # held only when TP > 1 (torch loss_parallel's decomposed log-softmax)
-    # dispatched tokens gathered over the expert-TP group: x etp/t of the replicated size (with
-    # etp = t every expert-TP rank holds all T tokens' copies; MoE parallel folding with etp < t
-    # leaves each rank its own T/t tokens' copies times etp: Liu et al. 2025, arXiv:2504.14960 §3)
-    etp: bool = False
-    # the Megatron-Core recompute module whose selective recompute drops it (TransformerConfig
-    # recompute_modules): core_attn the attention core's own tensors; layernorm, mla_up_proj and
-    # moe_act the outputs they discard and recompute; mlp, moe and shared_experts everything inside
-    # them but their input (Settings.selective_policy; None: no module drops it)
-    module: str | None = None
-
-    @property
-    def per_token(self) -> float:
-        return self.coef * self.dim
 
 
 CHECKPOINT_SOURCE = "Korthikanti et al. 2022 §5 / Table 2 (full recompute keeps the layer input, 2sbh)"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmpar.cost.activations import ActTerm
+from llmpar.cost.act_term import ActTerm
 from llmpar.specs.model import ModelSpec
 
 SRC_EAGER_NORM = "transformers LlamaRMSNorm.forward (autograd: pow saves x32, rsqrt saves rstd, mul saves y16)"

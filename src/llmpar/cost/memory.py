@@ -387,5 +387,3 @@ def memory_per_stage(model: ModelSpec, hw: Hardware, par: Parallel, settings: Se
 
 from llmpar.cost.inference import *  # noqa: E402,F401,F403
 from llmpar.cost.inference import inference_memory_per_gpu, kv_cache_per_token_layer  # noqa: E402,F401
-from llmpar.cost.memory_explain import *  # noqa: E402,F401,F403
-from llmpar.cost.memory_explain import Term, inference_terms, memory_terms, state_terms  # noqa: E402,F401

@@ -315,7 +315,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        from llmpar.specs.registry import unique_json_pairs   # a key given twice (reliability review, item 31)
+        from llmpar.specs.reading import unique_json_pairs   # a key given twice (reliability review, item 31)
 
         data = json.loads(text, object_pairs_hook=unique_json_pairs)
     except json.JSONDecodeError as exc:
@@ -338,7 +338,7 @@ def _name(path: Path, data: dict[str, Any]) -> str:
 
 def load_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (see the module docstring)."""
-    from llmpar.specs.registry import validate
+    from llmpar.specs.reading import validate
 
     path = Path(path)
     data = _read_json(path)

@@ -25,10 +25,9 @@ import numpy as np
 
 from llmpar.errors import UserError, suggest
 from llmpar.evidence import evidence_class
+from llmpar.validate.common import MEMORY_METRICS, SPEED_METRICS, validation_dir  # noqa: F401 (re-exported)
 
 DEFAULT_STACK = "megatron-core"
-SPEED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
-MEMORY_METRICS = ("peak_reserved_bytes", "peak_allocated_bytes")
 #: metric -> (what, unit of ``published`` / ``predicted`` in the JSON)
 METRICS: dict[str, tuple[str, str]] = {
     "step_time_s": ("iteration time", "s"),
@@ -60,12 +59,6 @@ SEARCHABLE = ("micro_batch", "virtual_stages", "zero", "recompute")
 
 
 # ------------------------------------------------------------------------------ the sources
-
-def validation_dir() -> Path:
-    from llmpar.specs.registry import data_dir
-
-    return data_dir("validation")
-
 
 def source_names() -> list[str]:
     """The shipped sources (file stems of ``validation/*.yaml``)."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from llmpar import evidence as EV
-from llmpar.validate.core import MEMORY_METRICS, SPEED_METRICS
+from llmpar.validate.common import MEMORY_METRICS, SPEED_METRICS
 
 SCHEME = "leave-one-source-out"
 

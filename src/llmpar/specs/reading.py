@@ -1,0 +1,216 @@
+"""Reading spec files, below the loaders (registry.py) and the HF config reader (hf.py), which both
+use it: where the shipped data live, the bounded duplicate-refusing YAML and JSON readers, and
+strict pydantic validation through the validated-spec cache (docs/architecture.md, Data files)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from llmpar.errors import UserError
+
+
+def data_dir(kind: str) -> Path:
+    """Folder holding the shipped ``kind`` ('hardware', 'models', 'stacks', 'engines' or 'validation') YAML files."""
+    # A source checkout (editable install) reads the repository folder first: hatch's editable
+    # install copies force-included data once, at install time, so that copy goes stale.
+    repo = Path(__file__).resolve().parents[3] / kind
+    if repo.is_dir() and (repo.parent / "pyproject.toml").is_file():
+        return repo
+    try:
+        packaged = resources.files("llmpar").joinpath("data").joinpath(kind)
+        if packaged.is_dir():
+            return Path(str(packaged))
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):  # editable installs
+        pass
+    repo = Path(__file__).resolve().parents[3] / kind
+    if repo.is_dir():
+        return repo
+    raise UserError(f"llmpar's shipped {kind}/ folder is missing (broken install?)")
+
+
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last one
+    silently, so a duplicated ``memory:`` line would override the first without a word). Built on
+    libyaml's parser where PyYAML has it (about 10x faster than the pure-Python one: reading every
+    shipped spec for the name index was most of `llmpar memory`'s start-up)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
+    loader.flatten_mapping(node)   # merge keys (<<) first, as SafeLoader does
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:   # an unhashable key (a list or mapping): construct_mapping reports it
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"duplicate key {key!r} (first given on line {first})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+# Numbers as YAML 1.2's core schema reads them, not YAML 1.1's (reliability review, items 20 and
+# 36): `3e9` and `5e-1` are floats (1.1 wants a dot and reads them as text, which a float field
+# then refused as "not a valid number"); `010` is ten (1.1: octal eight); `1:30` is text (1.1:
+# sexagesimal ninety), so a field expecting a number says so. Underscores between digits stay
+# allowed; 0o17 and 0x1f are the octal and hex forms.
+_INT = r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$"
+_FLOAT = r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(_INT), list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT), list("-+0123456789."))
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives a key twice (:func:`unique_json_pairs`)."""
+
+
+def unique_json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json ``object_pairs_hook``: a key given twice is refused (json keeps the last one silently),
+    as the YAML readers refuse it (:class:`_UniqueKeyLoader`); used by the runs tables' JSON and
+    the HF config.json reader."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _construct_int(loader, node) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _construct_float(loader, node) -> float:
+    text = loader.construct_scalar(node).replace("_", "").lower()
+    if text.lstrip("+-") == ".inf":
+        return float("-inf") if text.startswith("-") else float("inf")
+    if text == ".nan":
+        return float("nan")
+    return float(text)
+
+
+_UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
+_UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text of a spec file; bytes that are not UTF-8 are one line naming file and line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                        "spec files must be UTF-8") from None
+
+
+#: a YAML file llmpar reads is at most this large, and expands (aliases followed as a reader of
+#: the loaded object follows them) to at most this many values: the largest shipped file, the
+#: playbook grid, is 0.3 MB and ~40,000 values; a "billion laughs" alias bomb hangs any reader
+#: that walks it (reliability review, item 12)
+MAX_YAML_BYTES = 64 * 2**20
+MAX_YAML_VALUES = 2_000_000
+
+
+def _expands_beyond(data: Any, limit: int) -> bool:
+    """Whether walking ``data`` (every shared reference visited each time it is referenced, as a
+    serialiser or validator would) visits more than ``limit`` values; stops as soon as it does."""
+    stack, seen = [data], 0
+    while stack:
+        x = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return False
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; malformed YAML (including a duplicated key or bytes that are not
+    UTF-8), a file beyond MAX_YAML_BYTES or one whose aliases expand beyond MAX_YAML_VALUES is one
+    line naming the file."""
+    try:
+        if Path(path).stat().st_size > MAX_YAML_BYTES:
+            raise UserError(f"{path} is larger than {MAX_YAML_BYTES // 2**20} MiB: not a spec or runs file llmpar reads")
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = _decode(path, raw)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"malformed YAML in {where}: {problem}") from None
+    except (RecursionError, ValueError, OverflowError) as exc:   # e.g. absurd nesting, or a timestamp
+        raise UserError(f"malformed YAML in {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a YAML mapping at the top level")
+    if _expands_beyond(data, MAX_YAML_VALUES):
+        raise UserError(f"{path}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?): "
+                        "refused")
+    return data
+
+
+def validation_message(exc: ValidationError, source: str) -> str:
+    """First validation error as one line: which field, why."""
+    # pydantic puts its validator names into the location (a union member 'constrained-float',
+    # 'function-after[...]', a type tag 'float' / 'str'): keep the field path a user wrote
+    internal = {"int", "float", "str", "bool", "dict", "list", "none"}
+
+    def where(e) -> str:
+        parts = [str(p) for p in e.get("loc", ())
+                 if not (isinstance(p, str) and ("-" in p or "[" in p or p in internal))]
+        return ".".join(parts) or "(the whole file)"
+
+    errors = exc.errors()
+    err, loc = errors[0], where(errors[0])
+    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    msg = re.sub(r" or instance of \w+", "", msg)      # "a valid dictionary or instance of MoESpec"
+    # a union field (a number or a per-generation mapping) fails once per member: count fields
+    others = {where(e) for e in errors[1:]} - {loc}
+    more = f" (and {len(others)} more field{'s' if len(others) > 1 else ''})" if others else ""
+    return f"invalid spec {source}: field '{loc}': {msg}{more}"
+
+
+def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
+    """``cls`` from a spec file's mapping, in pydantic's strict mode: a YAML ``true`` is not the
+    integer 1 and a quoted "80" is not a number (unit strings such as ``80 GiB`` are parsed by the
+    fields' own validators before the strict check). A mapping validated before is read back from
+    the validated-spec cache (:mod:`llmpar.specs.cache`): same data, same code, same object."""
+    from llmpar.specs import cache
+
+    key = cache.key(cls, data)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    try:
+        obj = cls.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise UserError(validation_message(exc, source)) from None
+    cache.put(key, obj)
+    return obj

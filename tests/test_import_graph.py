@@ -1,0 +1,109 @@
+"""No import circles in llmpar, counting the imports inside functions (issue 24 §1: a circle hidden
+behind a function-level import is still a circle; docs/architecture.md, floors).
+
+Every ``import llmpar.x`` and ``from llmpar.x import y`` in src/llmpar, at any depth of the file,
+is an edge x -> the module it names (``from llmpar.x import y`` -> llmpar.x.y when y is a
+module). The package's own ``__init__`` is left out: its ``__getattr__`` is the API's lazy facade
+(``llmpar.memory`` resolves llmpar.api on first use), not a dependency of the modules that import
+a submodule through it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "llmpar"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        name = ".".join(("llmpar",) + parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        if name == "llmpar":
+            edges[name] = set()
+            continue
+        found: set[str] = set()
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("llmpar"))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                if not base.startswith("llmpar"):
+                    continue
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+                found.update(subs)
+                if len(subs) < len(node.names):
+                    found.add(base)
+        edges[name] = {m for m in found if m in mods and m != name}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_finder_sees_a_circle():
+    # the check can fail: two modules that import each other, one of them inside a function
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circles_counting_function_level_imports():
+    mods = _modules()
+    assert "llmpar.cost.step" in mods and "llmpar.parallel" in mods
+    cycles = _cycles(_edges(mods))
+    assert cycles == [], f"import circles: {cycles}"
