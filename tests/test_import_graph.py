@@ -107,3 +107,40 @@ def test_no_import_circles_counting_function_level_imports():
     assert "llmpar.cost.step" in mods and "llmpar.parallel" in mods
     cycles = _cycles(_edges(mods))
     assert cycles == [], f"import circles: {cycles}"
+
+
+# The floors of the house, lowest first (docs/architecture.md, The house): a module may import its
+# own floor and the ones below, never one above. The package facade (`llmpar`) is not a floor.
+FLOORS = (
+    ("errors", "units"),
+    ("specs",),
+    ("parallel",),
+    ("cost",),
+    ("evidence", "inputs", "remedies", "outputs", "step_trace", "results"),
+    ("plan", "calibrate", "validate", "serving", "launch"),
+    ("api",),
+    ("cli", "__main__"),
+)
+
+
+def floor_of(module: str) -> int | None:
+    if module == "llmpar":
+        return None
+    if module.endswith(".__main__"):      # `python -m llmpar.x`: an entry point, the CLI's floor
+        return len(FLOORS) - 1
+    top = module.split(".")[1]
+    return next((i for i, names in enumerate(FLOORS) if top in names), None)
+
+
+def test_every_module_has_a_floor_and_no_import_points_up():
+    mods = _modules()
+    unfloored = sorted(m for m in mods if m != "llmpar" and floor_of(m) is None)
+    assert unfloored == [], f"modules outside every floor (add them to FLOORS and docs/architecture.md): {unfloored}"
+    up = sorted((a, b) for a, targets in _edges(mods).items() for b in targets
+                if floor_of(a) is not None and floor_of(b) is not None and floor_of(b) > floor_of(a))
+    assert up == [], f"imports that point up a floor: {up}"
+
+
+def test_the_floor_check_can_fail():
+    assert floor_of("llmpar.specs.hardware") < floor_of("llmpar.cost.collectives")
+    assert floor_of("llmpar.validate.__main__") == floor_of("llmpar.cli.main")

@@ -40,10 +40,7 @@ import numpy as np
 
 from llmpar.errors import UserError, suggest
 
-COLLECTIVES = (
-    "broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather", "reduce_scatter",
-    "all_to_all", "send_recv",
-)
+from llmpar.specs.collective_names import COLLECTIVES, normalize_collective  # noqa: F401 (the names' home)
 #: collectives whose nccl-tests ``size`` counts every rank's piece (size = count x typesize x ranks;
 #: nccl-tests ``paramcount`` is per rank): the size convention of this module and of the logs
 GATHERED = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
@@ -70,11 +67,6 @@ _NCCL_CHOICES = {
     for c, algos in _ALGOS_FOR.items()
 }
 
-_ALIASES = {
-    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all", "a2a": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv",
-    "bcast": "broadcast",
-}
 _ALGO_ALIASES = {"nvlstree": "nvls_tree", "collnet_direct": "collnet", "collnetdirect": "collnet", "sharp": "collnet"}
 
 # NCCL tuning.cc ``baseLatencies`` (us) per algorithm, protocol (LL, LL128, Simple).
@@ -116,14 +108,6 @@ PROTO_BW = {
 }
 # NCCL ncclTopoGetAlgoTime: multi-node ring/Simple all-reduce latency x1.4 ("plateau effect").
 RING_PLATEAU = 1.4
-
-
-def normalize_collective(name: str) -> str:
-    key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
-    key = _ALIASES.get(key.replace("_", ""), key)
-    if key not in COLLECTIVES:
-        raise UserError(f"unknown collective {name!r}{suggest(key, COLLECTIVES)}; choose one of: {', '.join(COLLECTIVES)}")
-    return key
 
 
 def normalize_algorithm(name: str, collective: str | None = None) -> str:

@@ -162,7 +162,7 @@ class Tier(BaseModel):
     @model_validator(mode="after")
     def _check_collectives(self) -> Tier:
         if self.collectives:
-            from llmpar.cost.collectives import normalize_collective  # names live in one place
+            from llmpar.specs.collective_names import normalize_collective  # names live in one place
 
             self.collectives = {normalize_collective(k): v for k, v in self.collectives.items()}
         return self

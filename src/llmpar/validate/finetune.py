@@ -62,25 +62,32 @@ def read_file(path: Path) -> dict[str, Any]:
 
 
 def _evaluate(run: dict[str, Any], stack: str | None) -> dict[str, Any]:
-    import llmpar
+    """One published row against llmpar, through what `memory` and `step` compute with (the
+    settings, the resolved layout, cost/memory.memory_per_gpu and cost/step.step_time), not the API
+    above this floor (tests/test_import_graph.py)."""
+    from llmpar import inputs
+    from llmpar.cost.memory import memory_per_gpu
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import resolve
 
     kind = SPEED_KEY if SPEED_KEY in run else next(k for k in run if k in MEMORY_KEYS)
     gpus = int(run["gpus"])
     b = int(run["micro_batch"])
     m = int(run.get("microbatches", 1))
-    kw = dict(hardware=run["hardware"], gpus=gpus, dp=gpus, zero=int(run["zero"]), micro_batch=b, seq=int(run["seq"]),
-              global_batch=b * m * gpus, recompute=run["recompute"], finetune=run["finetune"],
-              lora_rank=int(run["lora_rank"]), lora_targets=run["lora_targets"], stack=stack,
-              optimizer=run.get("optimizer", "adam"), grad_dtype=run.get("grad_dtype"))
+    spec, _ = inputs.load_model_spec(run["model"])
+    hw = inputs.load_hardware_spec(run["hardware"])
+    settings = inputs.make_settings(spec, optimizer=run.get("optimizer", "adam"), grad_dtype=run.get("grad_dtype"),
+                                    stack=stack, finetune=run["finetune"], lora_rank=int(run["lora_rank"]),
+                                    lora_targets=run["lora_targets"])
+    par = resolve(spec, hw, settings=settings, gpus=gpus, dp=gpus, zero=int(run["zero"]), micro_batch=b,
+                  seq=int(run["seq"]), global_batch=b * m * gpus, recompute=run["recompute"]).parallel
     if kind == SPEED_KEY:
-        r = llmpar.step(run["model"], **kw)
-        predicted = float(r.tokens_per_s) / gpus
+        predicted = float(step_time(spec, hw, par, settings, with_memory=False)["tokens_per_s"]) / gpus
         published = float(run[SPEED_KEY])
         metric, unit = "tokens/s per GPU", "tokens/s"
     else:
-        r = llmpar.memory(run["model"], **kw)
         field, per = MEMORY_KEYS[kind]
-        predicted = float(r.memory[field])
+        predicted = float(memory_per_gpu(spec, hw, par, settings)[field])
         published = float(run[kind]) * per
         metric, unit = ("peak allocated" if field == "allocated_bytes" else "peak reserved"), "bytes"
     return {"row": run.get("row", ""), "model": run["model"], "method": run["finetune"], "metric": metric,
