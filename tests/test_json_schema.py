@@ -67,7 +67,7 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "tp_backward_s", "cp_exposed_s", "ep_exposed_s", "offload_exposed_s", "offload_bytes_per_microbatch",
     "head_forward_s", "head_backward_s", "embedding_s", "mtp_forward_s", "mtp_backward_s",
     "bf16_layers_extra_s", "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params",
-    "microbatches"))
+    "microbatches", "param_offload_s"))
 
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "memory.host_bytes", "equivalent[]",
@@ -102,6 +102,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "inference.batch", "inference.context", "inference.kv_dtype"),
     "memory --params": MEMORY,
     "step": STEP_FIGURES + STEP_PARTS + ("model_requested", "assumptions[]")
+    + under("terms[].", ("component", "name", "seconds", "formula", "values", "source", "counted"))
     + tuple(f"memory.interval.{k}" for k in MEMORY_INTERVAL) + under("detail.", (
         "stage_forward_s", "stage_backward_s", "critical_stage_layers", "model_flops_per_step",
         "hardware_flops_per_step", "peak_flops", "generation", "attention_efficiency[]",

@@ -240,6 +240,13 @@ class StepResult(StepFigures):
     assumptions: list[str] = []
     training: dict[str, Any] | None = None   # days, GPU-hours, energy, cost to train `tokens` (cost.training)
 
+    def terms(self) -> list:
+        """Every component's formula, values and source (cost/step_explain.py; ``--explain``): the
+        counted terms add up to ``breakdown_s``."""
+        from llmpar.cost.step_explain import step_terms
+
+        return step_terms(self)
+
     def to_dict(self) -> dict[str, Any]:
         mem = self.memory
         memory = {**mem.memory, "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
@@ -249,6 +256,7 @@ class StepResult(StepFigures):
             "model_requested": self.model_requested,
             **self.step_json(memory, mem.fits),
             "detail": dict(self.detail),
+            "terms": [t.as_dict() for t in self.terms()],
             "assumptions": list(self.assumptions),
             **({"training": dict(self.training)} if self.training is not None else {}),
         }

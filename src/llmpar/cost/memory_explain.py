@@ -6,9 +6,6 @@ that the terms add up to the core's components.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from llmpar.cost import params as P
@@ -36,21 +33,7 @@ SRC_DDP = "PyTorch DistributedDataParallel docs, gradient_as_bucket_view (False:
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 
-
-@dataclass
-class Term:
-    """One line of ``--explain``: component, name, bytes, formula, substituted values, source."""
-
-    component: str
-    name: str
-    bytes: float
-    formula: str
-    values: str
-    source: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"component": self.component, "name": self.name, "bytes": self.bytes,
-                "formula": self.formula, "values": self.values, "source": self.source}
+from llmpar.cost.terms import Term  # the one explained-term type (memory's are in bytes)
 
 
 def _g(x) -> str:
