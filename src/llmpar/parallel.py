@@ -232,6 +232,18 @@ class Settings:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
+        # effective values resolved once here, so no formula asks where a value came from:
+        # - bytes per gradient the DP reduction moves: the stack's overlap.grad_reduce_dtype, but
+        #   gradients given as bf16 (--grad-dtype bf16, a runs table's grad_dtype) are reduced in bf16
+        #   whatever the stack says (Megatron-Core grad_reduce_in_fp32 = False reduces the bf16 buffer)
+        # - ZeRO-3 prefetch and ZeRO-1/2 weight-gather overlap: the stack's zero3_prefetch and
+        #   param_gather (unset: as overlap.dp), unless --dp-overlap is given, which sets every DP overlap
+        ov = stack.overlap
+        object.__setattr__(self, "grad_reduce_bytes", 2.0 if (given["grad_dtype"] and self.grad_dtype == "bf16")
+                           or ov.grad_reduce_dtype != "fp32" else 4.0)
+        object.__setattr__(self, "zero3_overlap", self.dp_overlap if given["dp_overlap"] else float(ov.zero3_prefetch))
+        object.__setattr__(self, "param_gather_overlap", self.dp_overlap if given["dp_overlap"] or ov.param_gather is None
+                           else float(ov.param_gather))
 
     @property
     def selective_policy(self):

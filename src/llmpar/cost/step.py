@@ -477,13 +477,10 @@ def _data_parallel(model, hw, par, settings, place, S):
         shard.moe, dtype=float) + ends
     # bytes per gradient the DP reduction moves: fp32 (Megatron-Core grad_reduce_in_fp32) or the
     # 16-bit model dtype (Megatron-LM 2021 fp16: reduced before the copy into the fp32 main grads;
-    # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype. Gradients given
-    # as bf16 (--grad-dtype bf16, a runs table's grad_dtype) are reduced in bf16 whatever the stack
-    # says: the buffer is what is reduced (Megatron-Core grad_reduce_in_fp32 = False makes the
-    # main-grad buffer bf16 and reduces it so; Megatron-Bridge's Qwen3 performance configs set it)
-    g_comm = 4.0 if ov.grad_reduce_dtype == "fp32" else 2.0
-    if settings.overrides().get("grad_dtype") == "bf16":
-        g_comm = 2.0
+    # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype; bf16 gradients
+    # given are reduced in bf16 (resolved once: Settings.grad_reduce_bytes; Megatron-Bridge's Qwen3
+    # performance configs set grad_reduce_in_fp32 = False)
+    g_comm = settings.grad_reduce_bytes
     w_dense, w_exp = _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params)
     place_dp = dict(place)
     place_dp["dp"] = place["dpcp"]
@@ -514,9 +511,9 @@ def _data_parallel(model, hw, par, settings, place, S):
     # The last layer's bucket is never hidden (its gradients are the last computed): at least
     # dp_t / L_stage stays exposed.
     z = np.asarray(par.zero)
-    given = "dp_overlap" in settings.overrides()   # --dp-overlap overrides every DP overlap value of the stack
-    frac = np.where(z >= 3, settings.dp_overlap if given else ov.zero3_prefetch, settings.dp_overlap)
-    frac_ag = frac if ov.param_gather is None or given else ov.param_gather
+    # (--dp-overlap sets every DP overlap value of the stack: resolved once in Settings)
+    frac = np.where(z >= 3, settings.zero3_overlap, settings.dp_overlap)
+    frac_ag = settings.param_gather_overlap           # the ZeRO-1/2 gather (only used below ZeRO-3)
     # gradient reduction window: ZeRO-0/1 reduce once, behind the last micro-batch's backward;
     # ZeRO-2 reduce-scatters every micro-batch's gradients as its backward produces them
     # (DeepSpeed stage 2 overlap_comm, FSDP SHARD_GRAD_OP), so each hides behind its own backward:
