@@ -25,7 +25,7 @@ def _csv(tmp_path, name, body, head=HEAD):
 
 @pytest.mark.parametrize("row, needle", [
     # llama-3-8b (models/llama-3-8b.yaml): dense, 32 layers, 32 heads, 8 KV heads. `llmpar step`
-    # refuses each of these layouts (parallel.check_layout); a runs row that ran now gets the same words
+    # refuses each of these layouts (layout.check_layout); a runs row that ran now gets the same words
     ("llama-3-8b,h100-sxm,8,1,1,2,8192,64,1,5.0", "ep=2 given but llama-3-8b has no experts"),
     ("llama-3-8b,h100-sxm,64,1,64,1,8192,64,1,5.0", "pp=64 exceeds the 32 layers"),
     ("llama-3-8b,h100-sxm,16,16,1,1,8192,64,1,5.0", "tp=16 does not divide the 8 KV heads"),
@@ -228,7 +228,7 @@ def test_unknown_names_in_rows_name_the_row(cli, tmp_path, row, needle):
 
 def test_dtype_and_unit_errors_name_the_row(cli, tmp_path):
     # A100 has no FP8 tensor cores (hardware/a100-80gb.yaml states no fp8 peak): `step` refuses it
-    # (parallel.check_settings), and so does the runs row, naming itself
+    # (layout.check_settings), and so does the runs row, naming itself
     f = tmp_path / "fp8.csv"
     f.write_text("model,hardware,gpus,seq,global_batch,dtype,step_time_s\nllama-3-8b,a100-80gb,8,8192,64,fp8,3\n")
     assert_one_line_error(cli("calibrate", "runs", f, "--check"), f"{f}:2:", "fp8")

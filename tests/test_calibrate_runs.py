@@ -215,7 +215,7 @@ def test_cli_unknown_stack_and_parameter(cli, tmp_path):
 
 def test_a_layout_that_breaks_a_rule_is_predicted_not_to_run():
     # pp = 32 on the 32-layer llama-3-8b is allowed (one layer per stage), pp = 64 is not: llmpar's
-    # layout rules (parallel.layout_violations: pp <= layers) say it cannot run, so its verdict
+    # layout rules (layout.layout_violations: pp <= layers) say it cannot run, so its verdict
     # is "does not run" and an OOM/crashed status agrees with it (the playbook's 93 crashed runs
     # with pp > layers)
     runs = [R.Run(source=str(pp), model="llama-3-8b", hardware="h100-sxm", status="oom",

@@ -3,7 +3,7 @@
 import pytest
 
 from llmpar.errors import UserError
-from llmpar.parallel import resolve
+from llmpar.layout import resolve
 from llmpar.specs import load_hardware, load_model
 from llmpar.units import parse_bandwidth, parse_bytes, parse_count, parse_flops, parse_per_direction_bandwidth, parse_seconds
 

@@ -8,7 +8,8 @@ import pytest
 
 from llmpar import api
 from llmpar.cost import memory as M
-from llmpar.parallel import Parallel, stack_violations
+from llmpar.parallel import Parallel
+from llmpar.layout import stack_violations
 from llmpar.specs import load_hardware, load_stack
 
 

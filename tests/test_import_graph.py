@@ -115,6 +115,7 @@ FLOORS = (
     ("errors", "units"),
     ("specs",),
     ("parallel",),
+    ("layout",),
     ("cost",),
     ("evidence", "inputs", "remedies", "outputs", "step_trace", "results"),
     ("plan", "calibrate", "validate", "serving", "launch"),

@@ -14,7 +14,8 @@ from llmpar.cost import comm, flops
 from llmpar.cost.states import _zero_divisors, layer_shard
 from llmpar.cost.topology import _groups, dims_placement
 from llmpar.errors import UserError
-from llmpar.parallel import Parallel, check_layout, resolve
+from llmpar.parallel import Parallel
+from llmpar.layout import check_layout, resolve
 from llmpar.specs import load_hardware, load_model
 
 

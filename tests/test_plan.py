@@ -15,7 +15,7 @@ import llmpar
 from llmpar import api
 from llmpar.cost.pipeline import check_schedule
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import check_layout
+from llmpar.layout import check_layout
 from llmpar.plan import space as SP
 from llmpar.plan.search import plan
 from llmpar.specs import load_hardware, load_model
@@ -112,7 +112,7 @@ def test_partial_recompute_rows_equal_step():
 
 
 def test_every_plan_is_a_layout_the_scalar_checks_accept(p405, gpt3):
-    # The planner's masks are the array form of parallel.check_layout and pipeline.check_schedule:
+    # The planner's masks are the array form of layout.check_layout and pipeline.check_schedule:
     # whatever it proposes, `llmpar step` must accept.
     for r, name in ((p405, "llama-3.1-405b"), (gpt3, "gpt3-175b")):
         model = load_model(name)

@@ -1,5 +1,5 @@
-"""Each layout rule is written once (parallel.py) and applied alike by `memory`, `step`, `plan` and
-`calibrate runs` (issue 24 §1). For every rule of ``parallel.LAYOUT_RULES`` and every settings rule
+"""Each layout rule is written once (layout.py) and applied alike by `memory`, `step`, `plan` and
+`calibrate runs` (issue 24 §1). For every rule of ``layout.LAYOUT_RULES`` and every settings rule
 the planner counts (``plan.space.REASONS``), one layout that breaks it: `memory` and `step` refuse
 it in the same words, and `plan` with that layout fixed finds no candidate and counts it under the
 rule's own name (or, for the settings rules, refuses the setting the same way)."""
@@ -11,7 +11,7 @@ import pytest
 import llmpar
 from conftest import assert_one_line_error
 from llmpar.errors import UserError
-from llmpar.parallel import LAYOUT_RULES
+from llmpar.layout import LAYOUT_RULES
 from llmpar.plan import space as SP
 
 # rule -> (model, layout keywords of memory/step, the words of the refusal). Shapes from

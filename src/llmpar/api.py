@@ -25,8 +25,8 @@ from typing import Any
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import (fabric_note, generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note,
                            parse_reserve, stack_note, stack_support_note)
-from llmpar.parallel import (DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction,
-                             resolve, whole)
+from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction, whole
+from llmpar.layout import resolve
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
                             SweepRow, ValidateResult, num, step_numbers)
@@ -60,7 +60,7 @@ def load_stack(stack: str | Stack | None = None) -> Stack:
 
 
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
-    """A stand-in spec for `--params`: lets parallel.resolve apply the usual degree rules
+    """A stand-in spec for `--params`: lets layout.resolve apply the usual degree rules
     (gpus = tp·cp·pp·dp, one-node default) to a bare parameter count without shapes."""
     heads = _pos_int(tp, "tp", MAX_GPUS) or 1
     layers = _pos_int(pp, "pp", MAX_GPUS) or 1

@@ -173,7 +173,7 @@ def stack_support_note(settings: Settings, par) -> str | None:
         missing.append(f"ZeRO-{zero} (it implements " + ", ".join(str(z) for z in st.zero_stages) + ")")
     if int(par.pp) > 1 and sched not in st.schedules:
         missing.append(f"the {sched} schedule (it implements " + ", ".join(st.schedules) + ")")
-    from llmpar.parallel import stack_violation_message, stack_violations
+    from llmpar.layout import stack_violation_message, stack_violations
 
     refused = [stack_violation_message(rule, st, par) for rule, bad in stack_violations(st, par).items() if bool(bad)]
     if refused:

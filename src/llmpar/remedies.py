@@ -61,7 +61,7 @@ def _cost(spec, hw, settings, layout, res_bytes):
     from llmpar.cost.memory import memory_per_gpu
     from llmpar.cost.pipeline import check_schedule
     from llmpar.cost.step import step_time
-    from llmpar.parallel import check_layout, resolve
+    from llmpar.layout import check_layout, resolve
 
     try:
         par = resolve(spec, hw, settings=settings, **layout).parallel

@@ -183,7 +183,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
         raise UserError(f"{where}: recompute_layers needs recompute: full")
     n_off = num("offload_layers") or 0
     if n_off:
-        # Megatron-Core's rules for CPU offloading (parallel.resolve): below the layer count, pp 1,
+        # Megatron-Core's rules for CPU offloading (layout.resolve): below the layer count, pp 1,
         # no recompute (an unstated recompute is therefore none)
         if n_off >= model.layers:
             raise UserError(f"{where}: offload_layers {n_off} must be below the model's {model.layers} layers")
@@ -198,7 +198,7 @@ def _layout_candidates(run: Run, model, zero_stages=(0, 1, 2, 3),
     zeros = [zero_given] if zero_given is not None else list(zero_stages)
     if zero_given is None and pp > 1 and pp_zero_stages is not None:
         # under pipeline parallelism only the stages the framework launches there
-        # (parallel.stack_violations)
+        # (layout.stack_violations)
         zeros = [z for z in zeros if z in pp_zero_stages] or zeros
     sp = lay.get("sp")
     sp = bool(tp > 1) if sp is None else bool(sp)
@@ -271,13 +271,14 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
             pp_zero_stages=None) -> tuple[list[Run], list[_Group]]:
     """Resolve models and hardware and expand every run's candidate layouts into array groups.
 
-    Each run goes through the rules ``llmpar step`` applies (``parallel.check_layout``,
-    ``parallel.check_settings``) and its measurements through its hardware's bounds; a failure is
+    Each run goes through the rules ``llmpar step`` applies (``layout.check_layout``,
+    ``layout.check_settings``) and its measurements through its hardware's bounds; a failure is
     one UserError naming the run's ``file:line``. A layout that breaks a layout rule is refused
     for a run that ran (status ok) and noted for one that did not (it is predicted not to run,
     which its status agrees with) or for a published row (``row:``), kept as published. The notes
     go to the runs' ``notes`` and to ``notes``."""
-    from llmpar.parallel import Parallel, Settings, check_layout, check_settings, layout_violations
+    from llmpar.parallel import Parallel, Settings
+    from llmpar.layout import check_layout, check_settings, layout_violations
     from llmpar.specs import load_hardware, load_model
     from llmpar.specs.model import ModelSpec
 
@@ -336,7 +337,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
                             f"link); {hw.name} states none")
         model, par = model_of(mname, runs[items[0][0]].source), Parallel(**arr)
         index = np.array([i for i, _ in items])
-        # the layout rules `llmpar step` and the planner apply (parallel.layout_violations), over
+        # the layout rules `llmpar step` and the planner apply (layout.layout_violations), over
         # every candidate at once; the message is check_layout's, of the first broken candidate
         bad = np.zeros(len(items), dtype=bool)
         for mask in layout_violations(model, par).values():
@@ -389,7 +390,8 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     """Every run through cost/step with ``stack`` (arrays; one call per group)."""
     from llmpar.cost import flops
     from llmpar.cost.step import step_time
-    from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings, layout_violations
+    from llmpar.parallel import RECOMPUTE, SCHEDULES, Settings
+    from llmpar.layout import layout_violations
 
     n = len(runs)
     out = {k: np.full(n, np.nan) for k in ("t", "mem", "cap", "mf", "cf", "hf", "tok", "gpus", "alloc", "pool",

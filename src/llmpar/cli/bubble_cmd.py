@@ -64,8 +64,8 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
         most = int(pl.stage_layers(layers, pp))
         if v > most:
             raise UserError(f"--virtual-stages {v} exceeds the {most} layers per pipeline stage ({layers} layers / pp={pp})")
-        if most % v:   # the layout rule memory/step apply (parallel.py, rule virtual_stages)
-            from llmpar.parallel import virtual_stages_message
+        if most % v:   # the layout rule memory/step apply (layout.py, rule virtual_stages)
+            from llmpar.layout import virtual_stages_message
 
             raise UserError(virtual_stages_message(v, layers, pp))
         stage = {"layers": layers, "most_loaded_stage_layers": most,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.parallel import SCHEDULES, chunk_layers, stage_layers  # noqa: F401 (stage arithmetic: the layout's home)
+from llmpar.parallel import SCHEDULES
+from llmpar.layout import chunk_layers, stage_layers  # noqa: F401 (stage arithmetic: the layout's home)
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULES.index(s) for s in (
     "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))

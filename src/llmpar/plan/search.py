@@ -27,9 +27,8 @@ from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import (check_optimizer_offload, DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP,
-                             RECOMPUTE, SCHEDULES, Parallel, Settings, check_settings, default_global_batch, flag,
-                             _pos_int, fraction, seq_note, whole)
+from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP, RECOMPUTE, SCHEDULES, Parallel, Settings, default_global_batch, flag, _pos_int, fraction, whole
+from llmpar.layout import check_optimizer_offload, check_settings, seq_note
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -561,7 +560,7 @@ def plan(
                                     stack=stack, finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                     optimizer_offload=optimizer_offload, param_offload=param_offload)
     check_optimizer_offload(hw, settings)
-    check_settings(hw, settings)   # the rule memory and step apply (parallel.resolve)
+    check_settings(hw, settings)   # the rule memory and step apply (layout.resolve)
     notes.append(inputs.stack_note(settings))
     for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),
                  inputs.fabric_note(hw, gpus)):
@@ -756,7 +755,7 @@ def _check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: 
         raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
     off = allowed.get("offload_layers")
     if off and 0 not in off:
-        # Megatron-Core's rules for CPU offloading (parallel.resolve refuses the same for `llmpar step`)
+        # Megatron-Core's rules for CPU offloading (layout.resolve refuses the same for `llmpar step`)
         pp_fixed, rec = allowed.get("pp"), allowed.get("recompute")
         if pp_fixed and 1 not in pp_fixed:
             raise FixConflict(f"offload_layers={','.join(map(str, off))} needs pp 1 (Megatron-Core: no CPU offloading "

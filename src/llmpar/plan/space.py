@@ -20,8 +20,8 @@ A candidate is one value of each knob of :class:`llmpar.parallel.Parallel`:
   Megatron-Core allows it: pp = 1, no recompute, fewer layers than the model has, and hardware
   that states its CPU-GPU link (``host_bandwidth``; :attr:`SpaceSpec.offload`).
 
-The constraints are :func:`llmpar.parallel.layout_violations` — the very masks
-:func:`llmpar.parallel.check_layout` raises on for one layout — and
+The constraints are :func:`llmpar.layout.layout_violations` — the very masks
+:func:`llmpar.layout.check_layout` raises on for one layout — and
 :func:`llmpar.cost.pipeline.schedule_feasible` (the mask of :func:`check_schedule`); the tests
 sample layouts and check that the planner and ``check_layout``/``check_schedule`` agree. Each rejected
 candidate is counted once, under the first reason it fails, in the order of :data:`REASONS`.
@@ -43,8 +43,8 @@ from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.cost.states import optimizer_offload_violations, param_offload_violations
 from llmpar.errors import UserError
-from llmpar.parallel import (MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings, layout_violations,
-                             stack_violations)
+from llmpar.parallel import MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.layout import layout_violations, stack_violations
 from llmpar.specs.model import ModelSpec
 
 INTERLEAVED = SCHEDULES.index("interleaved")
@@ -66,7 +66,7 @@ REASONS = {
     "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
                 "DualPipe: pp even, m even and >= 2*pp)",
     "convention": "ZeRO stage outside what --convention covers",
-    "stack": "the stack's framework does not launch it (parallel.stack_violations: ZeRO stage under pipeline parallelism)",
+    "stack": "the stack's framework does not launch it (layout.stack_violations: ZeRO stage under pipeline parallelism)",
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
     "optimizer_offload": "--optimizer-offload offloads ZeRO's optimizer partition: ZeRO 0 has none "
                          "(cost/states.optimizer_offload_violations)",
@@ -76,7 +76,7 @@ REASONS = {
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
 
-# the rules of parallel.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
+# the rules of layout.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
 _DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")
 
 # the knobs --fix / --allow accept: key -> Parallel field
@@ -86,7 +86,7 @@ _KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_
                  "virtual-stages": "virtual_stages", "vpp": "virtual_stages", "offload": "offload_layers",
                  "offload-layers": "offload_layers"}
 # the largest value of each integer knob: the bounds `llmpar memory` and `step` apply to the same
-# options (parallel.resolve: degrees, virtual stages and layer counts at most MAX_GPUS, a micro-batch
+# options (layout.resolve: degrees, virtual stages and layer counts at most MAX_GPUS, a micro-batch
 # at most MAX_BATCH); beyond them the knob's column would leave int64 (--virtual-stages 10^30 did)
 KNOB_MAX = {"micro_batch": MAX_BATCH, **{k: MAX_GPUS for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
                                                                "offload_layers")}}
@@ -373,7 +373,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                         if n_knobs == 0:
                             continue
                         total += n_knobs
-                        # the degree rules of parallel.layout_violations (the same function check_layout uses)
+                        # the degree rules of layout.layout_violations (the same function check_layout uses)
                         bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, seq=S))
                         reason = next((r for r in _DEGREE_RULES if bad[r]), None)
                         if reason is not None:

@@ -286,7 +286,7 @@ class Stack(_Strict):
     pp_zero_stages: list[Literal[0, 1, 2, 3]] | None = Field(
         None, description="ZeRO stages the framework launches together with pipeline parallelism (pp > 1), cited "
                           "from its own argument checks (DeepSpeed's PipelineEngine: 0 and 1); None: every stage of "
-                          "zero_stages (parallel.stack_violations)")
+                          "zero_stages (layout.stack_violations)")
     schedules: list[Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]] = Field(
         default_factory=lambda: ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"], min_length=1,
         description="pipeline schedules the framework implements (the planner searches only these unless "

@@ -68,7 +68,7 @@ def _evaluate(run: dict[str, Any], stack: str | None) -> dict[str, Any]:
     from llmpar import inputs
     from llmpar.cost.memory import memory_per_gpu
     from llmpar.cost.step import step_time
-    from llmpar.parallel import resolve
+    from llmpar.layout import resolve
 
     kind = SPEED_KEY if SPEED_KEY in run else next(k for k in run if k in MEMORY_KEYS)
     gpus = int(run["gpus"])
