@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import UserError
-from llmpar.parallel import (DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP, RECOMPUTE,
-                             SCHEDULES, Parallel, Resolved, Settings, _pos_int, code, default_global_batch, flag, whole)
+from llmpar.parallel import (DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP, RECOMPUTE,
+                             SCHEDULES, Parallel, Resolved, Settings, _pos_int, code, default_global_batch, default_seq,
+                             flag, whole)
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import MAX_SEQ, ModelSpec
 
@@ -331,7 +332,7 @@ def resolve(
             f"({node} GPUs) -> dp={dp}, {model_par * dp} GPUs in all"
         )
     if seq is None:
-        seq = min(DEFAULT_SEQ, model.max_seq)
+        seq = default_seq(model)
         notes.append(f"seq defaults to min(8192, model max {model.max_seq}) = {seq}")
     else:
         seq = _pos_int(seq, "seq", MAX_SEQ)

@@ -352,6 +352,12 @@ def default_global_batch(seq: int, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> 
 # ------------------------------------------------------------ stage arithmetic and setting rules
 
 
+def default_seq(model) -> int:
+    """The sequence length when none is given: min(8192, the model's maximum) (docs/architecture.md,
+    CLI conventions); memory, step, plan and sweep all take it from here."""
+    return min(DEFAULT_SEQ, model.max_seq)
+
+
 def ceil_div(a, b):
     """Integer ceiling that works on ints and numpy integer arrays."""
     return -(-a // b)

@@ -27,7 +27,10 @@ from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import DEFAULT_BATCH_TOKENS, DEFAULT_SEQ, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP, RECOMPUTE, SCHEDULES, Parallel, Settings, default_global_batch, flag, _pos_int, fraction, whole
+from llmpar.parallel import (
+    DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP, RECOMPUTE, SCHEDULES, Parallel,
+    Settings, default_global_batch, flag, _pos_int, fraction, whole, default_seq
+)
 from llmpar.layout import check_optimizer_offload, check_settings, seq_note
 from llmpar.plan import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
@@ -665,7 +668,7 @@ def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defa
     bounds of what llmpar models; what was assumed goes into ``defaults`` / ``notes``. `sweep`
     resolves its one batch for every GPU count with it too."""
     if seq is None:
-        seq = min(DEFAULT_SEQ, model.max_seq)
+        seq = default_seq(model)
         defaults.append(f"seq {seq}")
     else:
         seq = _pos(seq, "seq", MAX_SEQ)
