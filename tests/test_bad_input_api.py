@@ -169,7 +169,7 @@ def test_gemm_allocation_failure_is_one_line(monkeypatch):
     ("tp", dict(tp="2")), ("tp", dict(tp=2.5)), ("zero", dict(zero=True)),
 ])
 def test_memory_integer_arguments(bad, kw):
-    # was ValueError/OverflowError from int(nan) / int(inf) in parallel._pos_int; "2" and True are not numbers
+    # was ValueError/OverflowError from int(nan) / int(inf) in parallel.positive_int; "2" and True are not numbers
     with pytest.raises(UserError, match=rf"^{bad} must be a whole number"):
         llmpar.memory("llama-3-8b", **kw)
 

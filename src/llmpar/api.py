@@ -25,7 +25,7 @@ from typing import Any
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import (fabric_note, generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note,
                            parse_reserve, stack_note, stack_support_note)
-from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, _pos_int, flag, fraction, whole
+from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, positive_int, flag, fraction, whole
 from llmpar.layout import resolve
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
                             MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
@@ -62,12 +62,12 @@ def load_stack(stack: str | Stack | None = None) -> Stack:
 def _bare_spec(count: float, text: str, tp, pp, seq) -> ModelSpec:
     """A stand-in spec for `--params`: lets layout.resolve apply the usual degree rules
     (gpus = tp·cp·pp·dp, one-node default) to a bare parameter count without shapes."""
-    heads = _pos_int(tp, "tp", MAX_GPUS) or 1
-    layers = _pos_int(pp, "pp", MAX_GPUS) or 1
+    heads = positive_int(tp, "tp", MAX_GPUS) or 1
+    layers = positive_int(pp, "pp", MAX_GPUS) or 1
     # built unvalidated: a stand-in, not a model, whose tp heads and pp layers may pass the bounds
     # of a real model's shapes (specs/model.py: 65,536 heads, 10,000 layers) within resolve's own
     return ModelSpec.model_construct(name=f"--params {text}", family="gpt", layers=layers, hidden=heads, heads=heads,
-                                     head_dim=1, ffn_hidden=1, vocab=1, max_seq=_pos_int(seq, "seq", MAX_SEQ) or 8192)
+                                     head_dim=1, ffn_hidden=1, vocab=1, max_seq=positive_int(seq, "seq", MAX_SEQ) or 8192)
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -277,12 +277,12 @@ def _memory_inference(spec, alias, hw, settings, layout, res_bytes, notes, batch
     from llmpar.cost import memory_explain as ME
     from llmpar.cost import params as P
 
-    b = _pos_int(batch, "batch", MAX_BATCH) or 1
+    b = positive_int(batch, "batch", MAX_BATCH) or 1
     if layout["microbatches"] is None and layout["global_batch"] is None:
         layout = dict(layout, microbatches=1)
     r: Resolved = resolve(spec, hw, settings=settings, **layout)
     par = r.parallel
-    T = _pos_int(context, "context", MAX_SEQ) or int(par.seq)
+    T = positive_int(context, "context", MAX_SEQ) or int(par.seq)
     notes = notes + [a for a in r.assumptions if "one node" in a]
     if context is None:
         notes.append(f"context defaults to min(8192, model max {spec.max_seq}) = {T}")
@@ -617,7 +617,7 @@ def _collective_group(hw, gpus: int | None, per_node: int | None) -> tuple[int, 
     if gpus > MAX_GPUS:
         raise UserError(f"--gpus {gpus} is beyond what llmpar models (at most {MAX_GPUS:,})")
     if per_node is not None:
-        per_node = _pos_int(per_node, "gpus-per-node")
+        per_node = positive_int(per_node, "gpus-per-node")
         if per_node > domain:
             raise UserError(
                 f"--gpus-per-node {per_node} is larger than the {domain}-GPU NVLink domain of {hw.name}"
@@ -755,7 +755,7 @@ def validate(
 
     tol = parse_tolerance(tolerance)
     if limit is not None:
-        limit = _pos_int(limit, "limit")
+        limit = positive_int(limit, "limit")
     if source is not None and not (isinstance(source, str) or (isinstance(source, (list, tuple))
                                                                  and all(isinstance(x, str) for x in source))):
         raise UserError(f"source must be a validation source name (a file stem of validation/*.yaml) or a list of "

@@ -12,7 +12,7 @@ import numpy as np
 
 from llmpar.errors import UserError
 from llmpar.parallel import (DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP, RECOMPUTE,
-                             SCHEDULES, Parallel, Resolved, Settings, _pos_int, code, default_global_batch, default_seq,
+                             SCHEDULES, Parallel, Resolved, Settings, positive_int, code, default_global_batch, default_seq,
                              flag, whole)
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import MAX_SEQ, ModelSpec
@@ -305,14 +305,14 @@ def resolve(
     notes: list[str] = []
     zero = whole(zero, "zero") or 0  # its range: the layout rule "zero" (check_layout)
     sp = flag(sp, "sp")
-    tp = _pos_int(tp, "tp", MAX_GPUS) or 1
-    pp = _pos_int(pp, "pp", MAX_GPUS) or 1
-    cp = _pos_int(cp, "cp", MAX_GPUS) or 1
-    ep = _pos_int(ep, "ep", MAX_GPUS) or 1
-    etp = _pos_int(etp, "etp", MAX_GPUS) or 0
-    gpus = _pos_int(gpus, "gpus", MAX_GPUS)
-    dp = _pos_int(dp, "dp", MAX_GPUS)
-    b = _pos_int(micro_batch, "micro-batch", MAX_BATCH) or 1
+    tp = positive_int(tp, "tp", MAX_GPUS) or 1
+    pp = positive_int(pp, "pp", MAX_GPUS) or 1
+    cp = positive_int(cp, "cp", MAX_GPUS) or 1
+    ep = positive_int(ep, "ep", MAX_GPUS) or 1
+    etp = positive_int(etp, "etp", MAX_GPUS) or 0
+    gpus = positive_int(gpus, "gpus", MAX_GPUS)
+    dp = positive_int(dp, "dp", MAX_GPUS)
+    b = positive_int(micro_batch, "micro-batch", MAX_BATCH) or 1
     model_par = tp * cp * pp
     if model_par * (dp or 1) > MAX_GPUS:
         raise UserError(f"tp*cp*pp*dp = {model_par * (dp or 1):,} GPUs is beyond what llmpar models "
@@ -335,13 +335,13 @@ def resolve(
         seq = default_seq(model)
         notes.append(f"seq defaults to min(8192, model max {model.max_seq}) = {seq}")
     else:
-        seq = _pos_int(seq, "seq", MAX_SEQ)
+        seq = positive_int(seq, "seq", MAX_SEQ)
     if (note := seq_note(model, seq)) is not None:
         notes.append(note)
     if sp is None:
         sp = tp > 1
     if virtual_stages is not None:
-        _pos_int(virtual_stages, "virtual-stages", MAX_GPUS)
+        positive_int(virtual_stages, "virtual-stages", MAX_GPUS)
     v = virtual_stages or 1
     if schedule is None:
         schedule = "interleaved" if v > 1 else "1f1b"
@@ -358,7 +358,7 @@ def resolve(
     # 0 is "every layer", as the JSON's parallel.recompute_layers writes it: a result's own layout
     # feeds back (reliability review, item 30)
     if recompute_layers is not None and not (whole(recompute_layers, "recompute-layers") == 0):
-        n_rec = _pos_int(recompute_layers, "recompute-layers", MAX_GPUS)
+        n_rec = positive_int(recompute_layers, "recompute-layers", MAX_GPUS)
         if RECOMPUTE[rec] != "full":
             raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
 
@@ -372,7 +372,7 @@ def resolve(
         # pipeline parallelism, no activation recomputation
         if whole(offload_layers, "offload-layers") < 0:     # 0 is "none" (above)
             raise UserError(f"--offload-layers must be 0 (none) or a positive integer, got {offload_layers}")
-        n_off = _pos_int(offload_layers, "offload-layers", MAX_GPUS)
+        n_off = positive_int(offload_layers, "offload-layers", MAX_GPUS)
         if n_off >= model.layers:
             raise UserError(f"--offload-layers {n_off} must be below the model's {model.layers} layers")
         if pp > 1:
@@ -386,16 +386,16 @@ def resolve(
                             f"{hardware.name} states none")
     per_step = b * dp
     if global_batch is not None:
-        global_batch = _pos_int(global_batch, "global-batch", MAX_BATCH)
+        global_batch = positive_int(global_batch, "global-batch", MAX_BATCH)
         if global_batch % per_step:
             raise UserError(
                 f"--global-batch {global_batch} is not divisible by micro-batch*dp = {b}*{dp} = {per_step}"
             )
         m = global_batch // per_step
-        if microbatches is not None and _pos_int(microbatches, "microbatches", MAX_BATCH) != m:
+        if microbatches is not None and positive_int(microbatches, "microbatches", MAX_BATCH) != m:
             raise UserError(f"--microbatches {microbatches} disagrees with --global-batch {global_batch} / (b*dp) = {m}")
     elif microbatches is not None:
-        m = _pos_int(microbatches, "microbatches", MAX_BATCH)
+        m = positive_int(microbatches, "microbatches", MAX_BATCH)
     else:
         target, capped = default_global_batch(seq, default_batch_tokens)
         m = max(1, round(target / per_step))

@@ -326,7 +326,7 @@ def fraction(value, what: str) -> float | None:
     return float(value)
 
 
-def _pos_int(value, what: str, hi: int | None = None) -> int:
+def positive_int(value, what: str, hi: int | None = None) -> int:
     value = whole(value, what)
     if value is None:
         return None

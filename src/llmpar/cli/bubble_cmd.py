@@ -37,14 +37,14 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
     """The result of `llmpar bubble` as a dict (no printing)."""
     from llmpar.cost import pipeline as pl
 
-    from llmpar.parallel import MAX_BATCH, MAX_GPUS, _pos_int
+    from llmpar.parallel import MAX_BATCH, MAX_GPUS, positive_int
 
     notes: list[str] = []
-    pp = _pos_int(pp, "pp", MAX_GPUS)
-    microbatches = _pos_int(microbatches, "microbatches", MAX_BATCH)
-    virtual_stages = _pos_int(virtual_stages, "virtual-stages", MAX_GPUS)
+    pp = positive_int(pp, "pp", MAX_GPUS)
+    microbatches = positive_int(microbatches, "microbatches", MAX_BATCH)
+    virtual_stages = positive_int(virtual_stages, "virtual-stages", MAX_GPUS)
     if layers is not None:
-        layers = _pos_int(layers, "layers", MAX_GPUS)
+        layers = positive_int(layers, "layers", MAX_GPUS)
     v = virtual_stages or 1
     if schedule is None:
         schedule = "interleaved" if v > 1 else "1f1b"

@@ -19,7 +19,7 @@ from llmpar.cli.common import (complete_hardware, complete_model, echo_json, htm
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
-from llmpar.cli.plan_table import _val, equivalent_texts, plan_cells, plan_columns
+from llmpar.cli.plan_table import knob_text, equivalent_texts, plan_cells, plan_columns
 from llmpar.units import fmt_seconds
 
 _LAYOUT = [
@@ -285,7 +285,7 @@ def _explain_lines(c, fmt, unit) -> list[str]:
         lines = [f"why #1 beats #{o.rank}: {fmt(c.margin)} {unit} less memory per GPU"]
         show = lambda v: f"{fmt(v)} {unit}"  # noqa: E731
     if c.knobs:
-        lines.append("  layout: " + ", ".join(f"{k} {_val(a)} vs {_val(b)}" for k, a, b in c.knobs))
+        lines.append("  layout: " + ", ".join(f"{k} {knob_text(a)} vs {knob_text(b)}" for k, a, b in c.knobs))
     scale = abs(c.margin) or 1.0
     shown = [t for t in c.terms if abs(t[2] - t[1]) >= 0.02 * scale][:6] or c.terms[:3]
     for name, a, b in shown:

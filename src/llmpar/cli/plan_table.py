@@ -12,11 +12,11 @@ def equivalent_texts(p) -> list[str]:
     out = []
     for e in p.equivalent:
         d = e.as_dict()
-        out.append(",".join(f"{k}={_val(v)}" for k, v in d.items() if v != base[k]) or "same layout")
+        out.append(",".join(f"{k}={knob_text(v)}" for k, v in d.items() if v != base[k]) or "same layout")
     return out
 
 
-def _val(v):
+def knob_text(v):
     if isinstance(v, bool):
         return "on" if v else "off"
     return v
@@ -34,12 +34,12 @@ def _sched(d: dict) -> str:
 _TERM_SHORT = {"recompute": "recomp", "optimizer": "optim"}
 
 
-def _secs(t: float) -> str:
+def secs_text(t: float) -> str:
     """4 significant digits: 2.007 s, 198.1 ms, 707.7 s."""
     return fmt_seconds(t, significant=4)
 
 
-def _rate(x: float) -> str:
+def rate_text(x: float) -> str:
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if x >= div:
             return f"{x / div:.2f}{suffix}"
@@ -63,9 +63,9 @@ def plan_cells(p, fmt) -> list[str]:
     name, sec = p.largest_overhead()
     return [str(x) for x in (
         p.rank, d["tp"], d["pp"], d["dp"], d["cp"], _ep_cell(d), d["zero"], "on" if d["sp"] else "off",
-        R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), _secs(p.step_time_s),
-        _rate(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
-        f"{_TERM_SHORT.get(name, name)} {_secs(sec)}" if sec > 0 else "-")]
+        R.recompute_label(d, short=True), d["micro_batch"], d["microbatches"], _sched(d), secs_text(p.step_time_s),
+        rate_text(p.tokens_per_s), f"{p.mfu * 100:.1f}%", _mem_cell(p, fmt),
+        f"{_TERM_SHORT.get(name, name)} {secs_text(sec)}" if sec > 0 else "-")]
 
 
 def _ep_cell(d) -> str:

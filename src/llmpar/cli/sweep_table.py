@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from llmpar.cli.plan_table import _rate, _secs
+from llmpar.cli.plan_table import rate_text, secs_text
 from llmpar.cli.training import fmt_days, fmt_quantity
 
 
@@ -53,7 +53,7 @@ def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:
             rows.append(cells + ["-"] * (len(cols) - len(cells)))
             continue
         p = row.plan
-        cells = [row.hardware, f"{row.gpus:,}", _layout(p), _secs(p.step_time_s), _rate(p.tokens_per_s),
+        cells = [row.hardware, f"{row.gpus:,}", _layout(p), secs_text(p.step_time_s), rate_text(p.tokens_per_s),
                  f"{p.mfu * 100:.1f}%", f"{row.scaling_efficiency * 100:.0f}%"]
         if has_t:
             t = row.training

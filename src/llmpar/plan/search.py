@@ -29,7 +29,7 @@ from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import (
     DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_SEQ, MAX_TOKENS_PER_STEP, RECOMPUTE, SCHEDULES, Parallel,
-    Settings, default_global_batch, flag, _pos_int, fraction, whole, default_seq
+    Settings, default_global_batch, flag, positive_int, fraction, whole, default_seq
 )
 from llmpar.layout import check_optimizer_offload, check_settings, seq_note
 from llmpar.plan import space as SP
@@ -416,7 +416,7 @@ def _layout_keyword(key: str, value) -> str:
 def _pos(value, what: str, hi: int | None = None, required: bool = False):
     if value is None and required:
         raise UserError(f"{what.replace('-', '_')} must be a positive integer, got None")
-    value = _pos_int(value, what, hi)   # the API's one rule for integers (parallel.whole), then the bounds
+    value = positive_int(value, what, hi)   # the API's one rule for integers (parallel.whole), then the bounds
     return None if value is None else int(value)
 
 
