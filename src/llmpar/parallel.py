@@ -255,6 +255,15 @@ class Settings:
         mem = self.stack.memory
         return tuple(mem.recompute_modules) if mem.selective_recompute == "modules" else mem.selective_recompute
 
+    def changed(self, **changes) -> Settings:
+        """These settings with ``changes``, the stack-backed values that were not given re-derived
+        from the stack (``dataclasses.replace`` would pass them on as if typed: then --dp-overlap
+        would look given and replace the stack's ZeRO-3 prefetch, Settings.zero3_overlap)."""
+        vals = {f.name: getattr(self, f.name) for f in fields(self)}
+        vals.update({k: None for k, given in self._given.items() if not given})
+        vals.update(changes)
+        return Settings(**vals)
+
     def overrides(self) -> dict[str, Any]:
         """The stack-backed settings that were given explicitly (they override the stack)."""
         return {k: getattr(self, k) for k, given in self._given.items() if given}

@@ -78,8 +78,6 @@ def _cost(spec, hw, settings, layout, res_bytes):
 def fit_changes(spec, hw, settings, par, layout: dict[str, Any], res_bytes, base_step_s: float | None = None
                 ) -> list[dict[str, Any]]:
     """The changes that make the layout fit, fastest first (module docstring)."""
-    from dataclasses import replace
-
     from llmpar.cost.step import step_time
 
     if base_step_s is None:
@@ -89,7 +87,7 @@ def fit_changes(spec, hw, settings, par, layout: dict[str, Any], res_bytes, base
             base_step_s = None
     singles = []
     for label, lay, st in _variants(spec, settings, par, layout):
-        s2 = replace(settings, **st) if st else settings
+        s2 = settings.changed(**st) if st else settings
         got = _cost(spec, hw, s2, {**layout, **lay}, res_bytes)
         if got is not None:
             singles.append((label, lay, st, got))
@@ -97,7 +95,7 @@ def fit_changes(spec, hw, settings, par, layout: dict[str, Any], res_bytes, base
     if not any(g[1] for *_, g in singles):
         best = sorted(singles, key=lambda x: x[3][0])[:3]
         for (la, ya, sa, _), (lb, yb, sb, _) in combinations(best, 2):
-            s2 = replace(settings, **{**sa, **sb}) if (sa or sb) else settings
+            s2 = settings.changed(**{**sa, **sb}) if (sa or sb) else settings
             got = _cost(spec, hw, s2, {**layout, **ya, **yb}, res_bytes)
             if got is not None:
                 tried.append((f"{la} and {lb}", {**ya, **yb}, {**sa, **sb}, got))
