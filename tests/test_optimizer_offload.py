@@ -73,3 +73,17 @@ def test_does_not_fit_names_offloading_the_optimizer_when_it_fits():
 ])
 def test_bad_offload_input_is_one_line(cli, args, needle):
     assert_one_line_error(cli(*args), needle)
+
+
+def test_plan_that_fits_nowhere_says_which_offload_would(cli):
+    # Llama 3 70B on one DGX H100 (megatron-core): no layout fits in 80 GB. The planner re-evaluates
+    # the same candidates with the offload settings (memory's own function) and names the first that
+    # makes some fit; planning with it then ranks layouts, every one with ZeRO >= 1
+    res = cli("plan", "llama-3-70b", "--gpus", "8")
+    assert res.code == 1
+    assert "no layout fits" in res.err and "with --optimizer-offload 1" in res.err and "of these layouts fit" in res.err
+    r = llmpar.plan("llama-3-70b", gpus=8, optimizer_offload=1, top=3)
+    assert r.plans and all(p.parallel.zero >= 1 for p in r.plans)
+    # where no offload helps (405B on 8 GPUs), the refusal says nothing about offloading
+    res = cli("plan", "llama-3.1-405b", "--gpus", "8")
+    assert res.code == 1 and "offload" not in res.err

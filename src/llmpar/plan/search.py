@@ -243,6 +243,37 @@ def _nothing_fits(model, mem, par: Parallel, units: str, margin: float = 0.0) ->
     )
 
 
+def _offload_would_fit(model, hw, cand, settings, reserve, margin: float) -> str:
+    """When nothing fits: the offload settings (not searched: they are settings, docs/planner.md)
+    under which some of the same candidates would, each evaluated by the same memory function,
+    as a clause to add to the refusal ('' when none would, or the stack and hardware allow none)."""
+    from llmpar.layout import check_optimizer_offload, optimizer_offload_violations, param_offload_violations
+
+    tries = []
+    if settings.optimizer_offload < 1.0:
+        tries.append(("--optimizer-offload 1", {"optimizer_offload": 1.0}))
+    if settings.stack.param_offloading is True and settings.finetune == "full" and not settings.param_offload:
+        tries.append(("--param-offload", {"param_offload": True}))
+        tries.append(("--param-offload --optimizer-offload 1", {"param_offload": True, "optimizer_offload": 1.0}))
+    out = []
+    for flag_text, change in tries:
+        try:
+            s2 = settings.changed(**change)
+            check_optimizer_offload(hw, s2)       # the hardware states the host fields it needs
+        except UserError:
+            continue
+        zero = np.asarray(cand.par.zero)
+        ok = ~np.asarray(optimizer_offload_violations(s2, zero) | param_offload_violations(s2, zero), dtype=bool)
+        if not ok.any():
+            continue
+        _, hbm, host = _memory_in_chunks(model, hw, cand.par, s2, reserve, margin, cand.size)
+        n = int(np.count_nonzero(hbm & host & ok))
+        if n:
+            out.append(f"with {flag_text}, {n:,} of these layouts fit")
+            break                                 # the first (the least) change that does
+    return ("; " + "; ".join(out) + ": plan with it (docs/memory.md, Optimizer and Parameter offload)") if out else ""
+
+
 def compare(a: PlanRow, b: PlanRow, objective: str) -> Comparison:
     if objective == "time":
         terms = [(k, a.breakdown_s[k], b.breakdown_s[k]) for k in a.breakdown_s]
@@ -292,7 +323,8 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
                           f"holds: at least {h / 1e9:,.1f} GB per GPU against host_memory_per_gpu "
                           + (f"{hw.host_memory_per_gpu / 1e9:,.1f} GB" if hw.host_memory_per_gpu else "(not stated)"))
     if n_fit == 0:
-        raise _nothing_fits(model, mem["all"], cand.par, units, margin or 0.0)
+        exc = _nothing_fits(model, mem["all"], cand.par, units, margin or 0.0)
+        raise CheckFailed(str(exc) + _offload_would_fit(model, hw, cand, settings, reserve, margin or 0.0))
     idx = np.flatnonzero(fits)
     par = SP.subset(cand.par, idx)
     mem = mem["fit"]
