@@ -269,3 +269,23 @@ def test_qwen3_moe_sparse_layers_and_gpt_oss_defaults(tmp_path):
     cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "layer_types"}
     m = load_hf_config(write(tmp_path, cfg, "nolt"))
     assert (m.sliding_window, m.sliding_window_share, m.attention_sinks) == (128, 0.5, True)
+
+
+# microsoft/Phi-3-mini-4k-instruct config.json (the keys that count)
+PHI3_MINI = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072,
+             "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+             "sliding_window": 2047, "tie_word_embeddings": False, "attention_bias": False}
+
+
+def test_phi3_mini_counts_3_8b_by_hand(tmp_path):
+    # embedding and head 32,064 x 3,072 = 98,500,608 each (untied); per layer: qkv_proj 3,072 x 9,216
+    # + o_proj 3,072^2 = 37,748,736, gate_up_proj 3,072 x 16,384 + down_proj 8,192 x 3,072 = 75,497,472,
+    # two RMSNorms 6,144: 113,252,352 x 32 = 3,624,075,264; final norm 3,072.
+    # 2 x 98,500,608 + 3,624,075,264 + 3,072 = 3,821,079,552 ("3.8B parameters", the model card)
+    from llmpar.cost.params import total_params
+
+    m = load_hf_config(write(tmp_path, PHI3_MINI, "Phi-3-mini-4k-instruct"))
+    assert total_params(m) == 3_821_079_552
+    # the 2,047-token window is on every layer (Phi3Attention passes config.sliding_window)
+    assert (m.sliding_window, m.sliding_window_share) == (2047, 1.0)

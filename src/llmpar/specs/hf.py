@@ -1,9 +1,9 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, gpt2,
-gpt_neox. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
+gpt_neox, phi3. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
 ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``,
-``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``); where a
+``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``, ``Phi3Config``); where a
 key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
 malformed JSON (file and line), an unknown ``model_type`` (naming the supported ones) or a missing
 or non-integer key (naming the key).
@@ -18,7 +18,8 @@ from typing import Any, Callable
 from llmpar.errors import UserError
 from llmpar.specs.model import ModelSpec
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox",
+             "phi3")
 
 _MISSING = object()
 
@@ -149,6 +150,17 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
         share = 1.0
     if share > 0 and window < out["max_seq"]:
         out.update(sliding_window=window, sliding_window_share=share)
+
+
+def _phi3(c: _Config) -> dict[str, Any]:
+    """Phi3Config (Phi-3 mini / medium, Phi-3.5 mini): a Llama block with q, k, v fused into one
+    qkv_proj and gate, up into one gate_up_proj (transformers models/phi3/modeling_phi3.py: the same
+    weights, no biases), RMSNorm, RoPE; the sliding window (Phi-3 mini 4K: 2047) on every layer.
+    ``partial_rotary_factor`` (Phi-4 mini) changes no count: RoPE has no weights. Phi-3 small's
+    block-sparse attention is model_type phi3small, not read."""
+    out = _llama_like(c, "llama")
+    _sliding(c, out, "all")
+    return out
 
 
 def _qwen3(c: _Config) -> dict[str, Any]:
@@ -304,6 +316,7 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "deepseek_v3": _deepseek_v3,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
+    "phi3": _phi3,
 }
 
 
