@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import UserError
-from llmpar.parallel import (DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP, RECOMPUTE,
-                             SCHEDULES, Parallel, Resolved, Settings, positive_int, code, default_global_batch, default_seq,
-                             flag, whole)
+from llmpar.parallel import (
+    DEFAULT_BATCH_TOKENS, MAX_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP, RECOMPUTE, SCHEDULES, Parallel, Resolved, Settings,
+    code, default_global_batch, default_seq, flag, positive_int, whole,
+)
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import MAX_SEQ, ModelSpec
 
