@@ -14,6 +14,7 @@ import llmpar
 
 CASES = [
     ("llama-3-70b", dict(gpus=64, tp=8, pp=4, zero=1, global_batch=128, virtual_stages=2)),
+    ("llama-3-70b", dict(gpus=64, tp=8, pp=4, zero=1, global_batch=128, stack="nanotron")),  # blocking p2p
     ("llama-3-70b", dict(gpus=64, tp=8, pp=2, cp=2, zero=1, global_batch=128, seq=16384, recompute="full")),
     ("mixtral-8x7b", dict(gpus=64, tp=2, pp=1, ep=8, zero=1, global_batch=256)),
     ("llama-3-8b", dict(gpus=16, tp=1, cp=16, zero=1, global_batch=16, seq=8192)),   # CP beyond its attention
@@ -47,7 +48,7 @@ def test_some_terms_are_on_in_these_cases():
     on = set()
     for model, kw in CASES:
         on |= {k for k, v in llmpar.step(model, **kw).breakdown_s.items() if v > 0}
-    assert {"compute", "recompute", "tp", "bubble", "dp", "cp", "ep", "offload", "optimizer", "fixed"} <= on
+    assert {"compute", "recompute", "tp", "pp", "bubble", "dp", "cp", "ep", "offload", "optimizer", "fixed"} <= on
 
 
 def test_step_json_carries_the_terms(cli):
