@@ -289,3 +289,35 @@ def test_phi3_mini_counts_3_8b_by_hand(tmp_path):
     assert total_params(m) == 3_821_079_552
     # the 2,047-token window is on every layer (Phi3Attention passes config.sliding_window)
     assert (m.sliding_window, m.sliding_window_share) == (2047, 1.0)
+
+
+# google/gemma-2-9b config.json (the keys that count)
+GEMMA2_9B = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584,
+             "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+             "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "attn_logit_softcapping": 50.0,
+             "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256}
+
+
+def test_gemma2_9b_counts_by_hand(tmp_path):
+    # embedding 256,000 x 3,584 = 917,504,000 (tied: once); per layer: q 3,584 x 4,096 (16 heads of
+    # 256) = 14,680,064, k and v 3,584 x 2,048 = 7,340,032 each, o 14,680,064 -> 44,040,192; gated
+    # MLP 3 x 3,584 x 14,336 = 154,140,672; four norms 14,336 -> 198,195,200 x 42 = 8,324,198,400;
+    # final norm 3,584. 917,504,000 + 8,324,198,400 + 3,584 = 9,241,705,984 (the checkpoint's count)
+    from llmpar.cost.params import total_params
+
+    m = load_hf_config(write(tmp_path, GEMMA2_9B, "gemma-2-9b"))
+    assert total_params(m) == 9_241_705_984
+    assert m.sandwich_norms and m.tied_embeddings and m.d_head == 256
+    # the 4,096-token window on the even layers: 21 of 42 (and at max_seq 8192 it is a real band)
+    assert (m.sliding_window, m.sliding_window_share) == (4096, 0.5)
+
+
+def test_sandwich_norms_save_two_more_inputs(tmp_path):
+    # each extra RMSNorm saves its h-wide bf16 input: 2 x 2 B x h per token per layer more
+    from llmpar.cost.activations import activation_terms
+
+    m = load_hf_config(write(tmp_path, GEMMA2_9B, "gemma-2-9b"))
+    plain = m.model_copy(update={"sandwich_norms": False})
+    per_token = lambda model: sum(t.per_token for t in activation_terms(model, False, "flash") if not t.s2)  # noqa: E731
+    assert per_token(m) - per_token(plain) == pytest.approx(2 * 2.0 * 3584)

@@ -134,7 +134,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *under("spec.", ("name", "aliases[]", "description", "source", "family", "layers", "hidden", "heads",
                          "kv_heads", "head_dim", "ffn_hidden", "ffn_type", "vocab", "tied_embeddings", "norm",
                          "position", "max_seq", "linear_bias", "qkv_bias", "attention_out_bias", "mlp_bias",
-                         "dropout", "attention", "parallel_block", "sliding_window", "sliding_window_share",
+                         "dropout", "attention", "parallel_block", "sandwich_norms", "sliding_window", "sliding_window_share",
                          "mtp_layers", "attention_sinks", "moe", "mla")),
         *under("derived.", ("kv_heads", "head_dim", "moe_layers", "dense_layers")),
         *under("params_per_layer.", ("attention", "dense_mlp", "expert", "shared_experts", "router", "norms",

@@ -212,6 +212,8 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
                 selective=True, source=gsrc if std else gsrc + "; " + SRC_FLASH))
     if drop:
         add(ActTerm("attention residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
+    if model.sandwich_norms:    # Gemma 2/3 post_attention_layernorm: saves the attention output it normalises
+        add(ActTerm(f"{norm} post-attention input", 2.0, h, "h", tp=False, sp=True, selective=True))
     # --- MLP / MoE block
     add(ActTerm(f"{norm} 2 input", 2.0, h, "h", tp=False, sp=True, selective=True))
     swiglu = model.ffn_type == "swiglu"
@@ -254,6 +256,8 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
         ffn_terms("MLP", model.ffn_hidden, "f", module="mlp")
     if drop:
         add(ActTerm("MLP residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
+    if model.sandwich_norms:    # Gemma 2/3 post_feedforward_layernorm: saves the MLP output it normalises
+        add(ActTerm(f"{norm} post-MLP input", 2.0, h, "h", tp=False, sp=True, selective=True))
     return T
 
 

@@ -168,8 +168,9 @@ def layer_elementwise_bytes(model, b, s, tp, sp, cp=1, attention: str = "flash",
     e = dtype_bytes
     resid_split = np.where(sp, tp, 1)
     drop = 1.0 if model.dropout else 0.0
-    # residual-stream ops: 2 norms + 2 (bias-)(dropout-)residual adds
-    stream = (2 * 2 * T * h * e + 2 * (3 * T * h * e + drop * T * h)) / resid_split
+    # residual-stream ops: 2 norms (4 with sandwich norms: Gemma 2/3) + 2 (bias-)(dropout-)residual adds
+    norms = 4 if model.sandwich_norms else 2
+    stream = (norms * 2 * T * h * e + 2 * (3 * T * h * e + drop * T * h)) / resid_split
     # MLP activation function
     if model.moe is not None:
         moe = model.moe

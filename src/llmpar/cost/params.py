@@ -164,8 +164,9 @@ def router_params(model: ModelSpec) -> int:
 
 
 def norm_params_per_layer(model: ModelSpec) -> int:
-    """The block's two norms of width h (pre-attention and pre-MLP); MLA's inner norms are in attention."""
-    return 2 * norm_params(model, model.hidden)
+    """The block's norms of width h: pre-attention and pre-MLP, and with sandwich norms (Gemma 2/3)
+    the post-attention and post-MLP ones too; MLA's inner norms are in attention."""
+    return (4 if model.sandwich_norms else 2) * norm_params(model, model.hidden)
 
 
 def param_tensors_per_layer(model: ModelSpec) -> int:
@@ -177,7 +178,7 @@ def param_tensors_per_layer(model: ModelSpec) -> int:
     its two inner norms and the down/up split of Q and KV (2 more matrices).
     Counts what loops over parameters cost (nanotron's ZeRO-1 gather: cost/comm.py)."""
     n = 4 + (1 if _qkv_bias(model) else 0) + (1 if _out_bias(model) else 0) + (2 if _mlp_bias(model) else 0)
-    n += 2 * (2 if model.norm == "layernorm" else 1)
+    n += (4 if model.sandwich_norms else 2) * (2 if model.norm == "layernorm" else 1)
     if model.mla is not None:
         n += 4
     if model.moe is not None:

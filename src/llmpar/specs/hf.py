@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, gpt2,
-gpt_neox, phi3. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
+gpt_neox, phi3, gemma2, gemma3_text. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
 ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``,
 ``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``, ``Phi3Config``); where a
 key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
@@ -19,7 +19,7 @@ from llmpar.errors import UserError
 from llmpar.specs.model import ModelSpec
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox",
-             "phi3")
+             "phi3", "gemma2", "gemma3_text")
 
 _MISSING = object()
 
@@ -160,6 +160,21 @@ def _phi3(c: _Config) -> dict[str, Any]:
     block-sparse attention is model_type phi3small, not read."""
     out = _llama_like(c, "llama")
     _sliding(c, out, "all")
+    return out
+
+
+def _gemma2(c: _Config) -> dict[str, Any]:
+    """Gemma2Config / Gemma3TextConfig (transformers models/gemma2, gemma3): a Llama-shaped block
+    with four norms (input, post_attention, pre_feedforward, post_feedforward: sandwich norms), a
+    gated GeLU-tanh MLP (gate, up, down: the SwiGLU shapes and FLOPs), head_dim stated (256 for
+    Gemma 2 9B / 27B: 16 or 32 heads of it beside a 3,584 / 4,608 hidden), tied embeddings, and the
+    sliding window on every other layer (Gemma2: the even layers; Gemma 3: ``layer_types``, five
+    sliding to one full). The attention and final-logit soft-capping (a tanh over the scores and
+    the logits) are element-wise and not priced; RMSNorm's (1 + w) scaling has the same weights."""
+    out = _llama_like(c, "llama")
+    out.update(sandwich_norms=True, tied_embeddings=c.flag("tie_word_embeddings", True),
+               head_dim=c.integer("head_dim", default=256))
+    _sliding(c, out, "alternate")
     return out
 
 
@@ -317,6 +332,8 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "phi3": _phi3,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma2,
 }
 
 

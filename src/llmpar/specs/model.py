@@ -111,6 +111,9 @@ class ModelSpec(BaseModel):
         "flash", description="default attention kernel: standard keeps the s^2 softmax/dropout activations"
     )
     parallel_block: bool = Field(False, description="attention and MLP in parallel from one norm (GPT-NeoX, GPT-J)")
+    sandwich_norms: bool = Field(False, description="a norm after attention and after the MLP too, before each "
+                                                    "residual add: 4 norms per block (Gemma 2/3: post_attention_"
+                                                    "layernorm, post_feedforward_layernorm)")
     sliding_window: int | None = Field(
         None, gt=0, le=MAX_SEQ,
         description="tokens a query attends back to in the sliding-window (banded) layers; None = none")
