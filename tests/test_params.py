@@ -83,6 +83,12 @@ from llmpar.specs.registry import shipped_names
         ("qwen2.5-7b", 7_615_616_512),
         # DeepSeek-R1: the DeepSeek-V3 architecture (an alias of it), 671,026,419,200 as above
         ("deepseek-r1", 671_026_419_200),
+        # Gemma 2 9B (checkpoint 9,241,705,984): 42*(3584*4096*2 + 2*3584*2048 + 3*3584*14336 + 4*3584)
+        #   + 256000*3584 (tied) + 3584 = 8,324,198,400 + 917,504,000 + 3,584
+        ("gemma-2-9b", 9_241_705_984),
+        # Gemma 2 27B ("27.2B"): 46*(4608*4096*2 + 2*4608*2048 + 3*4608*36864 + 4*4608)
+        #   + 256000*4608 (tied) + 4608 = 26,047,475,712 + 1,179,648,000 + 4,608 = 27,227,128,320
+        ("gemma-2-27b", 27_227_128_320),
     ],
 )
 def test_published_totals(name, expected):
