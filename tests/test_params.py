@@ -89,6 +89,10 @@ from llmpar.specs.registry import shipped_names
         # Gemma 2 27B ("27.2B"): 46*(4608*4096*2 + 2*4608*2048 + 3*4608*36864 + 4*4608)
         #   + 256000*4608 (tied) + 4608 = 26,047,475,712 + 1,179,648,000 + 4,608 = 27,227,128,320
         ("gemma-2-27b", 27_227_128_320),
+        # Llama 4 Scout text model (17B active; 109B with the vision encoder): 48*(2*5120^2 + 2*5120*1024
+        #   + 16*3*5120*8192 (routed) + 3*5120*8192 (shared) + 5120*16 (router) + 2*5120)
+        #   + 2*202048*5120 + 5120 = 105,700,884,480 + 2,068,971,520 + 5,120 = 107,769,861,120
+        ("llama-4-scout", 107_769_861_120),
     ],
 )
 def test_published_totals(name, expected):
