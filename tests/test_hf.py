@@ -321,3 +321,35 @@ def test_sandwich_norms_save_two_more_inputs(tmp_path):
     plain = m.model_copy(update={"sandwich_norms": False})
     per_token = lambda model: sum(t.per_token for t in activation_terms(model, False, "flash") if not t.s2)  # noqa: E731
     assert per_token(m) - per_token(plain) == pytest.approx(2 * 2.0 * 3584)
+
+
+# meta-llama/Llama-4-Maverick-17B-128E config.json (the text_config keys that count)
+LLAMA4_MAVERICK = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"], "text_config": {
+    "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 202048, "max_position_embeddings": 1048576, "num_local_experts": 128, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 2, "attention_chunk_size": 8192, "tie_word_embeddings": False}}
+
+
+def test_llama4_maverick_counts_400b_by_hand(tmp_path):
+    # 24 dense layers (even indices): attention 2*5120^2 + 2*5120*1024 = 62,914,560, SwiGLU
+    # 3*5120*16384 = 251,658,240, norms 10,240 -> 314,583,040 each = 7,549,992,960;
+    # 24 MoE layers (odd): attention 62,914,560 + 128 experts x 3*5120*8192 = 16,106,127,360 + one
+    # shared expert 125,829,120 + router 5120*128 = 655,360 + norms 10,240 = 16,295,536,640 each
+    # = 391,092,879,360; + 2*202,048*5,120 (untied) + 5,120 = 400,711,848,960 ("400B total")
+    from llmpar.cost.params import total_params
+
+    m = load_hf_config(write(tmp_path, LLAMA4_MAVERICK, "Llama-4-Maverick-17B-128E"))
+    assert total_params(m) == 400_711_848_960
+    assert m.moe.dense_layers == list(range(0, 48, 2)) and m.moe.shared_experts == 1 and m.ffn_hidden == 16384
+    # chunked attention on the 36 RoPE layers of 48 (three of four)
+    assert (m.sliding_window, m.sliding_window_share) == (8192, 0.75)
+
+
+def test_llama4_scout_config_matches_the_shipped_yaml(tmp_path):
+    cfg = {**LLAMA4_MAVERICK, "text_config": {**LLAMA4_MAVERICK["text_config"], "num_local_experts": 16,
+                                               "interleave_moe_layer_step": 1, "intermediate_size_mlp": 8192}}
+    from llmpar.cost.params import total_params
+
+    assert total_params(load_hf_config(write(tmp_path, cfg, "Llama-4-Scout-17B-16E"))) == \
+        total_params(load_model("llama-4-scout")) == 107_769_861_120

@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, gpt2,
-gpt_neox, phi3, gemma2, gemma3_text. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
+gpt_neox, phi3, gemma2, gemma3_text, llama4. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
 ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``,
 ``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``, ``Phi3Config``); where a
 key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
@@ -19,7 +19,7 @@ from llmpar.errors import UserError
 from llmpar.specs.model import ModelSpec
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox",
-             "phi3", "gemma2", "gemma3_text")
+             "phi3", "gemma2", "gemma3_text", "llama4")
 
 _MISSING = object()
 
@@ -175,6 +175,35 @@ def _gemma2(c: _Config) -> dict[str, Any]:
     out.update(sandwich_norms=True, tied_embeddings=c.flag("tie_word_embeddings", True),
                head_dim=c.integer("head_dim", default=256))
     _sliding(c, out, "alternate")
+    return out
+
+
+def _llama4(c: _Config) -> dict[str, Any]:
+    """Llama4Config (Scout, Maverick): the text model under ``text_config`` (Llama4TextConfig). Every
+    ``interleave_moe_layer_step``-th layer is MoE (layer i when (i + 1) % step == 0: Scout 1 = all,
+    Maverick 2 = the odd layers), with ``num_local_experts`` routed experts of ``intermediate_size``
+    top ``num_experts_per_tok`` and one shared expert of the same size; the other layers a dense
+    SwiGLU of ``intermediate_size_mlp``. The router has no bias and the L2 QK-norm no weights. The
+    layers with RoPE (``no_rope_layers`` 1; absent: three of every four) attend inside
+    ``attention_chunk_size`` chunks: priced as that window on those layers (equal up to one chunk;
+    beyond it a chunk's queries see half of it on average, so attention is overcounted there)."""
+    text = c.data.get("text_config", c.data)
+    if not isinstance(text, dict):
+        raise c._fail(f"key 'text_config' must be a mapping, got {text!r}")
+    t = _Config(text, c.path, c.model_type)
+    out = _llama_like(t, "llama")
+    layers, step = out["layers"], t.count("interleave_moe_layer_step", 1)
+    moe_idx = [i for i in range(layers) if (i + 1) % step == 0]
+    out["ffn_hidden"] = t.integer("intermediate_size_mlp", default=t.integer("intermediate_size"))
+    out["moe"] = dict(experts=t.integer("num_local_experts"), top_k=t.integer("num_experts_per_tok", default=1),
+                      shared_experts=1, expert_ffn_hidden=t.integer("intermediate_size"),
+                      dense_layers=[i for i in range(layers) if i not in moe_idx], router_bias=False)
+    chunk = t.integer("attention_chunk_size", default=None, allow_null=True)
+    rope = text.get("no_rope_layers")
+    share = (sum(1 for x in rope if x) / layers if isinstance(rope, list) and len(rope) == layers
+             else sum(1 for i in range(layers) if (i + 1) % 4 != 0) / layers)
+    if chunk is not None and share > 0 and chunk < out["max_seq"]:
+        out.update(sliding_window=chunk, sliding_window_share=share)
     return out
 
 
@@ -334,6 +363,7 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "phi3": _phi3,
     "gemma2": _gemma2,
     "gemma3_text": _gemma2,
+    "llama4": _llama4,
 }
 
 
