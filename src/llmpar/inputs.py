@@ -90,19 +90,11 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
         raise UserError(f"--grad-dtype {grad_dtype} has no effect under --convention {convention}, whose formula "
                         "fixes the gradient bytes: drop it, or use --convention llmpar to count it")
     kv = kv_dtype or ("fp16" if dtype == "fp16" else "bf16")
-    extra = {}
-    if dp_overlap is not None:
-        extra["dp_overlap"] = _fraction(dp_overlap, "dp-overlap")
-    if tp_overlap is not None:
-        extra["tp_overlap"] = _fraction(tp_overlap, "tp-overlap")
-    if ep_overlap is not None:
-        extra["ep_overlap"] = _fraction(ep_overlap, "ep-overlap")
-    if ep_dispatcher is not None:
-        extra["ep_dispatcher"] = str(ep_dispatcher)
-    if recompute_modules is not None:
-        extra["recompute_modules"] = recompute_modules
-    if rank_order is not None:
-        extra["rank_order"] = str(rank_order)
+    extra = {key: _fraction(v, key.replace("_", "-")) for key, v in
+             (("dp_overlap", dp_overlap), ("tp_overlap", tp_overlap), ("ep_overlap", ep_overlap)) if v is not None}
+    extra.update({key: (v if key == "recompute_modules" else str(v)) for key, v in
+                  (("ep_dispatcher", ep_dispatcher), ("recompute_modules", recompute_modules),
+                   ("rank_order", rank_order)) if v is not None})
     if (lora_rank is not None or lora_targets is not None) and finetune in (None, "full"):
         given = " and ".join(o for o, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets)) if v is not None)
         raise UserError(f"{given} describe{'s' if ' and ' not in given else ''} LoRA adapters: add --finetune lora "

@@ -125,6 +125,18 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
     arrived = 0                          # requests whose arrival time is known and <= clock, in id order
     finished = 0
 
+    def finish(k: int, now: float) -> None:
+        # a request ends: its KV reservation and sequence slot are released; a closed loop sends
+        # its next request at that moment
+        nonlocal kv_used, running, finished, next_new
+        done_t[k] = now
+        kv_used -= I[k] + O[k]
+        running -= 1
+        finished += 1
+        if rate is None and next_new < n_requests:
+            arrival[next_new] = now
+            next_new += 1
+
     def admit_arrivals(now: float) -> None:
         # ids arrive in order: Poisson times increase with the id; a closed loop's next request is
         # sent (its time set) when one ends, and until then its time is inf
@@ -171,24 +183,11 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
         if step > MAX_STEPS:
             raise UserError(f"--simulate {n_requests}: more than {MAX_STEPS:,} iterations; simulate fewer requests")
         while decoding and decoding[0][0] <= step:
-            _, k = heapq.heappop(decoding)
-            done_t[k] = clock
-            kv_used -= I[k] + O[k]
-            running -= 1
-            finished += 1
-            if rate is None and next_new < n_requests:
-                arrival[next_new] = clock
-                next_new += 1
+            finish(heapq.heappop(decoding)[1], clock)
         for k in done_pf:
             first[k] = clock
             if O[k] <= 1:
-                done_t[k] = clock
-                kv_used -= I[k] + O[k]
-                running -= 1
-                finished += 1
-                if rate is None and next_new < n_requests:
-                    arrival[next_new] = clock
-                    next_new += 1
+                finish(k, clock)
             else:
                 heapq.heappush(decoding, (step + O[k] - 1, k))
     return _summary(arrival, first, done_t, O, I)
