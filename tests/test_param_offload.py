@@ -79,7 +79,7 @@ def test_refusals_name_the_culprit(cli):
                           "--param-offload")
 
 
-def test_plan_searches_zero3_only_and_says_why(cli):
+def test_plan_searches_zero3_only_and_says_why():
     r = llmpar.plan("llama-3-70b", gpus=8, stack="deepspeed", param_offload=True, optimizer_offload=1, top=3)
     assert r.plans and all(p.parallel.zero == 3 for p in r.plans)
     assert r.space.rejected["param_offload"] > 0
@@ -89,7 +89,8 @@ def test_plan_searches_zero3_only_and_says_why(cli):
 
 def test_does_not_fit_offers_it_where_the_stack_does_it(cli):
     # 70B over 24 GPUs, ZeRO-3, full recompute: 88.55 GB against 85.90; moving the 2 x 70.55B / 24
-    # = 5.88 GB of shards to host memory leaves 81.79 GB (allocator pool included): it fits
+    # = 5.88 GB of shards to host memory saves 5.88 x 1.15 (deepspeed's allocator overhead) = 6.76 GB
+    # and leaves 81.79 GB: it fits
     res = cli("memory", "llama-3-70b", "--stack", "deepspeed", "--zero", "3", "--dp", "24", "--recompute", "full")
     assert "parameters to host memory (--param-offload): 81.79 GB" in res.out
     # megatron-core cannot: not offered
@@ -110,3 +111,14 @@ def test_emitted_configs(cli):
     assert "enable_cpu_offload = true" in r.out
     assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "8", "--stack", "deepspeed", "--param-offload",
                               "--emit", "megatron"), "--param-offload")
+
+
+def test_a_bare_count_whose_offload_exceeds_host_memory_does_not_fit():
+    # --params 20B on one GPU, ZeRO-3 with both offloads: the host holds 2 B (16-bit shard) +
+    # 12 B (Adam states) + 4 B (fp32 gradients) = 18 B x 20e9 = 360 GB, above h100-sxm's 256 GB per
+    # GPU; the HBM (46.6 GB) holds the rest, so it is the host that refuses it
+    r = llmpar.memory(params="20B", zero=3, gpus=1, stack="deepspeed", param_offload=True, optimizer_offload=1)
+    note = next(a for a in r.assumptions if a.startswith("offload:"))
+    assert "360.00 GB" in note and "DOES NOT FIT" in note
+    assert r.memory["total_bytes"] < r.capacity_bytes
+    assert r.fits is False and r.verdict == "does_not_fit"

@@ -199,3 +199,23 @@ def test_chromium_renders_the_sweep_page_with_its_table_and_figure(cli, tmp_path
     dark = float(np.mean(pixels.mean(axis=-1) < 0.6))
     # a page of text, a table and a figure: more than 1 % of its pixels are ink; a blank page has none
     assert dark > 0.01, dark
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["plan", "{m}", "--gpus", "8", "--html", "{m}"], "--html"),
+    (["sweep", "{m}", "--gpus", "8", "--html", "{m}"], "--html"),
+    (["step", "llama-3-8b", "--gpus", "8", "--hardware", "{h}", "--trace", "{h}"], "--trace"),
+    (["plan", "llama-3-8b", "--gpus", "8", "--stack", "{s}", "--emit", "megatron", "--out", "{s}"], "--out"),
+])
+def test_no_writer_overwrites_a_file_the_command_reads(cli, tmp_path, argv, option):
+    # reliability review, writers (a class): `plan m.html --html m.html` replaced the model YAML with the report
+    from tests.conftest import REPO
+
+    m, h, s = tmp_path / "m.html", tmp_path / "hw.json", tmp_path / "st.yaml"
+    m.write_text((REPO / "models" / "llama-3-8b.yaml").read_text())
+    h.write_text((REPO / "hardware" / "h100-sxm.yaml").read_text())
+    s.write_text("name: mine\nextends: megatron-core\n")
+    before = {p: p.read_bytes() for p in (m, h, s)}
+    res = cli(*[a.format(m=m, h=h, s=s) for a in argv])
+    assert_one_line_error(res, option, "one of the files this command reads")
+    assert {p: p.read_bytes() for p in (m, h, s)} == before

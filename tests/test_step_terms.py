@@ -35,12 +35,21 @@ def test_counted_terms_add_up_to_each_component(model, kw):
         if t.counted:
             counted[t.component] = counted.get(t.component, 0.0) + t.value
     assert set(counted) == set(r.breakdown_s)
-    for comp, value in r.breakdown_s.items():
-        assert counted[comp] == pytest.approx(value, rel=1e-9, abs=1e-12), comp
-    assert sum(counted.values()) == pytest.approx(r.step_time_s, rel=1e-9)
-    # the parts are shown, not added: one layer's GEMMs are far below the stage's compute
-    parts = [t for t in terms if not t.counted]
-    assert parts and all(t.component == "compute" for t in parts)
+    # bubble, dp and optimizer carry the breakdown's own values (their windows are cost/pipeline's
+    # and _data_parallel's), as do compute / recompute when FP8's BF16 layers hold recompute time
+    # (cost/step_explain.py): checking those would compare a number with itself, so only the
+    # components the explanation computes from the per-layer parts are checked
+    parts = r.detail["parts"]
+    copied = {"bubble", "dp", "optimizer"}
+    if parts["bf16_layers_extra_s"]:
+        copied |= {"recompute"} | ({"compute"} if r.parallel.recompute else set())
+    derived = set(r.breakdown_s) - copied
+    assert {"compute", "tp", "pp", "cp", "ep", "offload", "fixed"} - {"compute"} <= derived
+    for comp in derived:
+        assert counted[comp] == pytest.approx(r.breakdown_s[comp], rel=1e-9, abs=1e-12), comp
+    # the parts are shown, not added (all of them the compute's per-layer pieces)
+    shown = [t for t in terms if not t.counted]
+    assert shown and all(t.component == "compute" for t in shown)
 
 
 def test_some_terms_are_on_in_these_cases():

@@ -255,16 +255,18 @@ def _memory_of_count(params, hw, settings, layout, res_bytes, explain) -> Memory
                  f"tp·pp = {int(par.tp) * int(par.pp)}, ZeRO-{zero} over dp·cp = {int(par.dp) * int(par.cp)}")
     if settings.convention == "deepspeed" and zero == 3:
         notes.append("DeepSpeed's ZeRO-3 estimator adds 4 x largest layer: unknown for a bare count, taken as 0")
-    if settings.optimizer_offload:
-        host = float(states["host_bytes"])
-        notes.append(f"optimizer offload {settings.optimizer_offload:g}: {host / 1e9:,.2f} GB of optimizer states and "
-                     f"fp32 gradients in host memory of the {hw.host_memory_per_gpu / 1e9:,.0f} GB per GPU"
-                     + (": more than it holds" if host > hw.host_memory_per_gpu else ""))
+    host_ok = bool(M.host_fits(hw, states["host_bytes"]))
+    if settings.optimizer_offload or settings.param_offload:
+        what = " and ".join(w for w, on in (("optimizer states with their fp32 gradients", settings.optimizer_offload),
+                                            ("ZeRO-3 parameter shards", settings.param_offload)) if on)
+        notes.append(_host_line(f"offload: {what}", states["host_bytes"],
+                                {"host_bytes": states["host_bytes"], "host_fits": host_ok}, hw,
+                                "ZeRO-Offload / ZeRO-Infinity (Ren et al. 2021 §4; Rajbhandari et al. 2021 §5)"))
     prec = M.bytes_per_param(settings, zero, par.microbatches)
     return MemoryResult.model_construct(
         model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
         mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
-        activation_bytes_per_layer=None, capacity_bytes=float(hw.gpu.memory), fits=bool(tot["fits"]),
+        activation_bytes_per_layer=None, capacity_bytes=float(hw.gpu.memory), fits=bool(tot["fits"]) and host_ok,
         max_micro_batch=None, most_loaded_stage=0, bytes_per_param=_bpp(prec),
         assumptions=notes + _runtime_notes(settings, res_bytes), communicators=int(tot["communicators"]),
         terms=ME.memory_terms(None, hw, par, settings, res_bytes, params=count) if explain else None,

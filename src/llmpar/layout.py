@@ -177,13 +177,13 @@ def optimizer_offload_violations(settings: Settings, zero):
     are ZeRO's partition: DeepSpeed offload_optimizer needs a ZeRO stage, Megatron-Core offloads the
     distributed optimizer's shard)."""
     z = np.asarray(zero)
-    return _out_mask((z < 1) & (float(getattr(settings, "optimizer_offload", 0.0)) > 0.0))
+    return _out_mask((z < 1) & (settings.optimizer_offload > 0.0))
 
 
 def param_offload_violations(settings: Settings, zero):
     """Mask of layouts where --param-offload has nothing to move: below ZeRO-3 the GPU holds the
     full replica it computes with (DeepSpeed offload_param is a stage-3 option)."""
-    return _out_mask((np.asarray(zero) < 3) & bool(getattr(settings, "param_offload", False)))
+    return _out_mask((np.asarray(zero) < 3) & settings.param_offload)
 
 
 def finetune_layout_violations(finetune: str, tp, pp, cp, ep):
@@ -203,7 +203,7 @@ def finetune_layout_message(finetune: str, tp: int, pp: int, cp: int, ep: int) -
 
 def check_optimizer_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
     """--optimizer-offload F needs the profile's host link, host DRAM bandwidth and host memory, and
-    (when ``zero`` is given) a ZeRO stage >= 1 (cost/states.optimizer_offload_violations); so does
+    (when ``zero`` is given) a ZeRO stage >= 1 (optimizer_offload_violations above); so does
     --param-offload (check_param_offload)."""
     check_param_offload(hardware, settings, zero)
     f = settings.optimizer_offload
@@ -227,7 +227,7 @@ def _need_host(hardware: Hardware, option: str, keys) -> None:
 def check_param_offload(hardware: Hardware, settings: Settings, zero=None) -> None:
     """--param-offload needs a stack whose framework offloads parameters (stack
     ``param_offloading``), the profile's host link and host memory, and (when ``zero`` is given)
-    ZeRO-3, whose parameter shards are what moves (cost/states.param_offload_violations)."""
+    ZeRO-3, whose parameter shards are what moves (param_offload_violations above)."""
     if not settings.param_offload:
         return
     stack = settings.stack

@@ -120,6 +120,8 @@ class MemoryResult(Result):
         memory.uncertainty of the capacity on either side is 'tight')."""
         from llmpar.cost.runtime import verdict_code, verdict_name
 
+        if not self.fits and self.memory["total_bytes"] <= self.capacity_bytes:
+            return "does_not_fit"       # the HBM holds it; what it offloads exceeds host memory
         return verdict_name(verdict_code(self.memory["total_bytes"], self.capacity_bytes,
                                          self.settings.stack.memory.uncertainty))
 

@@ -235,3 +235,16 @@ def complete_hardware(ctx, param, incomplete: str):
 def complete_stack(ctx, param, incomplete: str):
     """Shipped stack names and aliases."""
     return _complete("stacks", incomplete)
+
+
+def guard_outputs(model, kw: dict, outputs: dict) -> None:
+    """Every file a command writes (``--out``, ``--plot``, ``--html``, ``--trace``: option -> path or
+    None) is checked before any work against the files it reads (a model, HF config, hardware or
+    stack given as a path; a comma list of profiles too): never written over an input (reliability
+    review, writers: `plan m.yaml --html m.yaml` replaced the model with the report)."""
+    from llmpar.outputs import check_out
+
+    named = [model, kw.get("hf"), kw.get("stack"), *str(kw.get("hardware") or "").split(",")]
+    inputs = [Path(v) for v in named if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()]
+    for option, path in outputs.items():
+        check_out(path, inputs=inputs, option=option)

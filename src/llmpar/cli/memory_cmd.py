@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import common_options, complete_model, echo_json, plot_option
+from llmpar.cli.common import common_options, complete_model, echo_json, guard_outputs, plot_option
 from llmpar.parallel import DTYPES
 from llmpar.units import fmt_count
 
@@ -40,6 +40,7 @@ def memory(model, **kw):
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
     plot_path = kw.pop("plot_path")
+    guard_outputs(model, kw, {"--plot": plot_path})
     if plot_path is not None:
         if kw.get("inference") or kw.get("params"):
             from llmpar.errors import UserError
@@ -138,8 +139,10 @@ def _verdict_text(r, fmt, unit) -> str:
     what = "batch" if r.mode == "inference" else "micro-batch"
     u = r.settings.stack.memory.uncertainty
     tag = f"(within ±{u:.0%} of the limit) " if r.verdict == "tight" else ""
-    if r.fits:
+    if r.fits or total <= cap:
         head = f"{tag}{fmt(total)} {unit} per GPU of {fmt(cap)} {unit} HBM (margin {fmt(cap - total)} {unit})"
+        if not r.fits:
+            head += "; what it offloads is more than the host memory holds (the assumption above)"
     else:
         head = f"{tag}{fmt(total)} {unit} per GPU > {fmt(cap)} {unit} HBM (margin −{fmt(total - cap)} {unit})"
     if r.max_micro_batch is None:

@@ -14,7 +14,7 @@ import io
 
 import click
 
-from llmpar.cli.common import (complete_hardware, complete_model, echo_json, html_option, overlap_options,
+from llmpar.cli.common import (guard_outputs, complete_hardware, complete_model, echo_json, html_option, overlap_options,
                                plot_option, precision_options)
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import CheckFailed, UserError
@@ -123,10 +123,8 @@ def plan(model, **kw):
         raise UserError("--out writes the --emit configuration: give --emit megatron|nemo|torchtitan|deepspeed")
     if emit is not None and (as_json or as_csv):
         raise UserError("--emit prints the launch configuration: leave out --json/--csv")
+    guard_outputs(model, kw, {"--out": out, "--plot": plot_path, "--html": html_path})
     if out is not None:
-        from llmpar.outputs import check_out
-
-        check_out(out)
         if html_path is not None and Path(out).resolve() == html_path.resolve():
             raise UserError(f"--out and --html both name {out}: give each its own file")
     try:

@@ -6,6 +6,8 @@ parses, calls it and renders (docs/serving.md).
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from llmpar.cli.common import complete_hardware, complete_model, echo_json
@@ -145,11 +147,13 @@ def _render(r, explain: bool) -> None:
              ("requests/s", per_s(r.requests_per_s)),
              ("running per replica", f"{load['running'] / s['replicas']:,.1f}")]
     if load.get("queue_s"):
-        rows.append(("waiting in queue", fmt_seconds(load["queue_s"])))
+        q = load["queue_s"]
+        rows.append(("waiting in queue", fmt_seconds(q) if math.isfinite(q) else "unbounded (saturated)"))
     if "prefill_gpus" in load:
         rows += [("pools", f"{load['prefill_gpus']} prefill + {load['decode_gpus']} decode GPUs"),
                  ("KV transfer per request", fmt_seconds(load["kv_transfer_s"])),
-                 ("prefill utilisation", f"{load['prefill_utilization'] * 100:.0f} %"),
+                 ("prefill utilisation", f"{load['prefill_utilization'] * 100:.0f} %" if load["prefill_utilization"] < 1
+                  else "above 100 % (saturated: requests arrive faster than the pool prefills them)"),
                  ("prefill / decode capacity (requests)", f"{per_s(load['prefill_capacity_requests_per_s'])} / "
                                                           f"{per_s(load['decode_capacity_requests_per_s'])}")]
     if "capacity_requests_per_s" in load:

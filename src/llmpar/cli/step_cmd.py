@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from llmpar.cli.common import common_options, complete_model, echo_json, overlap_options
+from llmpar.cli.common import common_options, guard_outputs, complete_model, echo_json, overlap_options
 from llmpar.cli.training import print_training, training_options
 from llmpar.units import fmt_bytes, fmt_seconds
 
@@ -53,10 +53,7 @@ def step(model, **kw):
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
     trace_path = kw.pop("trace_path")
-    if trace_path is not None:
-        from llmpar.outputs import check_out
-
-        check_out(trace_path)
+    guard_outputs(model, kw, {"--trace": trace_path})
     result = api.step(model, **kw)
     if trace_path is not None:
         import json

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import (complete_hardware, complete_model, echo_json, html_option, overlap_options,
+from llmpar.cli.common import (guard_outputs, complete_hardware, complete_model, echo_json, html_option, overlap_options,
                                plot_option, precision_options)
 from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
 from llmpar.cli.training import fmt_tokens, training_options
@@ -78,6 +78,7 @@ def sweep(model, **kw):
     html_path = kw.pop("html_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
+    guard_outputs(model, kw, {"--plot": plot_path, "--html": html_path})
     from llmpar.cli.progress import progress_bar
 
     with progress_bar("sweep", enabled=not (as_json or as_csv)) as tick:

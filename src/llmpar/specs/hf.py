@@ -192,7 +192,7 @@ def _llama4(c: _Config) -> dict[str, Any]:
         raise c._fail(f"key 'text_config' must be a mapping, got {text!r}")
     t = _Config(text, c.path, c.model_type)
     out = _llama_like(t, "llama")
-    layers, step = out["layers"], t.count("interleave_moe_layer_step", 1)
+    layers, step = out["layers"], t.integer("interleave_moe_layer_step", default=1)
     moe_idx = [i for i in range(layers) if (i + 1) % step == 0]
     out["ffn_hidden"] = t.integer("intermediate_size_mlp", default=t.integer("intermediate_size"))
     out["moe"] = dict(experts=t.integer("num_local_experts"), top_k=t.integer("num_experts_per_tok", default=1),
