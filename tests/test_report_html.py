@@ -219,3 +219,12 @@ def test_no_writer_overwrites_a_file_the_command_reads(cli, tmp_path, argv, opti
     res = cli(*[a.format(m=m, h=h, s=s) for a in argv])
     assert_one_line_error(res, option, "one of the files this command reads")
     assert {p: p.read_bytes() for p in (m, h, s)} == before
+
+
+def test_an_unwritable_folder_is_refused_before_any_work(cli):
+    # `validate --html /proc/v.html` ran the whole validation, then failed on the write: every
+    # writer now probes the folder first (outputs.check_out), in one line
+    res = cli("validate", "--html", "/proc/llmpar-v.html")
+    assert_one_line_error(res, "cannot write /proc/llmpar-v.html", "takes no new file")
+    assert "deepseek" not in res.out      # nothing was validated first
+

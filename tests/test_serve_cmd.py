@@ -59,6 +59,7 @@ def test_api_matches_cli_and_replicas_scale_throughput():
     (("mixtral-8x7b", "--tp", "4", "--ep", "2", "--dp-attention"), "--ep"),
     (("llama-3-70b", "--gpus", "8", "--tp", "2", "--disagg", "3", "--rate", "2"), "whole replicas"),
     (("llama-3-70b", "--gpus", "8", "--tp", "2", "--disagg", "2", "--concurrency", "8"), "--rate"),
+    (("mixtral-8x7b", "--gpus", "4", "--tp", "2", "--dp-attention", "--rate", "5", "--disagg", "2"), "--dp-attention"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, culprit):
     assert_one_line_error(cli("serve", *args), culprit)

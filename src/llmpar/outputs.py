@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():      # every --out writes into an existing folder: said before any work
         raise UserError(f"cannot write {out}: no folder {parent} (llmpar creates none)")
+    try:   # the folder takes a file (the writer's own temp-and-rename needs it): said before any work
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".llmpar-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:   # validate --html /proc/v.html ran the whole validation first
+        raise UserError(f"cannot write {out}: {parent} takes no new file ({exc.strerror})") from None
     for p in inputs:
         if _same(out, Path(p)):
             raise UserError(f"{option} {out} is one of the files this command reads: write the result to another file")

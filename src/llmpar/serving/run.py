@@ -302,6 +302,10 @@ def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit
         raise UserError("--disagg is modelled under Poisson arrivals: give --rate R (requests/s)")
     if d.spec_tokens or d.prefix_hit:
         raise UserError("--disagg with --spec-tokens or --prefix-hit is not modelled")
+    if d.dp_attention:
+        # cost/serving_disagg.py splits a request's KV over the tp ranks; under data-parallel
+        # attention one rank holds it whole, so the transfer would be understated by tp
+        raise UserError("--disagg with --dp-attention is not modelled (the KV hand-off assumes tp-sharded KV)")
     res = disaggregated(model, hw, engine, d.dep(), isl, osl, float(rate), P // size, (d.gpus - P) // size, limit,
                         budget)
     out.update(figures=res, rate=float(rate), disagg={"prefill_gpus": P, "decode_gpus": d.gpus - P,
