@@ -42,6 +42,8 @@ def test_api_matches_cli_and_replicas_scale_throughput():
     (("llama-3-8b", "--concurrency", "4", "--rate", "2"), "give one load"),
     (("llama-3-8b", "--prompts", "10", "--concurrency", "4"), "--prompts"),
     (("llama-3-8b", "--rate", "-3"), "--rate"),
+    (("llama-3-8b", "--rate", "2", "--prompts", "0"), "--prompts"),
+    (("llama-3.1-8b", "--engine", "trtllm", "--isl", "12000", "--osl", "100"), "does not chunk prompts"),
     (("llama-3-8b", "--rate", "fast"), "--rate"),
     (("llama-3-8b", "--tp", "3"), "--tp 3"),
     (("llama-3-8b", "--ep", "2", "--tp", "2"), "dense"),
@@ -111,3 +113,19 @@ def test_engines_listing_and_show(cli):
     s = cli("engines", "show", "vllm", "--json").json()
     assert s["profile"]["scheduler"]["memory_rule"] == "total"
     assert_one_line_error(cli("engines", "show", "vlm"), "did you mean", "llmpar engines")
+
+
+def test_a_finite_run_above_capacity_is_answered_not_saturated(cli):
+    """`--rate R --prompts N` is a benchmark of N requests (vllm bench serve --request-rate R
+    --num-prompts N): above the capacity its figures are finite, exit 0, and the note says they hold
+    for that run's length; without --prompts the same rate is SATURATED (exit 1)."""
+    r = cli("serve", "llama-3-8b", "--rate", "500", "--prompts", "300", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["load"]["saturated"] and d["load"]["prompts"] == 300
+    assert math.isfinite(d["ttft_s"]) and math.isfinite(d["tpot_s"])
+    # the run cannot finish faster than its capacity allows, nor than its requests arrive
+    assert d["requests_per_s"] <= d["load"]["capacity_requests_per_s"] * (1 + 1e-9)
+    assert d["load"]["duration_s"] >= 300 / 500
+    assert any("this run's length" in n for n in d["notes"])
+    assert cli("serve", "llama-3-8b", "--rate", "500").code == 1

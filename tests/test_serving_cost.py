@@ -259,3 +259,66 @@ def test_disaggregated_prefill_and_decode_by_hand():
     # a decode pool free of prefill chunks decodes faster than the co-located replica at the same load
     co = load.open_loop(L70, H100, e, dep, 2048, 256, 1.0, limit, 8192)
     assert r["tpot_s"] < co["tpot_s"]
+
+
+def _ideal():
+    """An engine whose every iteration takes T = 10 ms (infinite bandwidth and FLOPs, 10 ms per
+    step): the mixed state at 1,024/128 tokens gives TTFT 15 ms, TPOT 10 ms, e2e 1.285 s
+    (test_decode_at_batch_1_and_64_from_bytes), so n running complete n / 1.285 requests/s."""
+    e = _engine(decode_bandwidth=1.0, per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
+    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
+        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
+    return e, hw, {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+
+
+def test_offline_wait_by_hand():
+    """N requests submitted once to n slots completing X/s. In waves: W = ceil(N/n); mean wait
+    (n/X)·[n(W-1)(W-2)/2 + (W-1)(N-(W-1)n)]/N. N = 500, n = 348, X = 16: W = 2, the second wave
+    of 152 waits 348/16 = 21.75 s: 21.75 x 152 / 500 = 6.612 s. Staggered (a slot at a time):
+    m(m+1)/(2NX), m = 152: 152 x 153 / 16,000 = 1.4535 s. N = 3n in waves: waits 0, n/X, 2n/X,
+    mean n/X. N <= n: no wait."""
+    assert load.offline_wait(500, 348, 16, True) == pytest.approx(6.612, rel=1e-9)
+    assert load.offline_wait(500, 348, 16, False) == pytest.approx(1.4535, rel=1e-9)
+    assert load.offline_wait(300, 100, 4, True) == pytest.approx(25.0, rel=1e-9)
+    assert load.offline_wait(64, 100, 4, True) == 0 and load.offline_wait(64, 100, 4, False) == 0
+
+
+def test_offline_waits_once_not_a_closed_loop_cycle():
+    """400 prompts at once on 4 slots of the ideal engine (X = 4 / 1.285 = 3.1128/s; the prompts
+    fit one 8,192-token iteration, so they run in waves: W = 100): mean wait (4/X)·[4·99·98/2 +
+    99·4]/400 = 1.285 x 19,800 / 400 = 63.6075 s, TTFT = that + the wave's 10 ms in-engine TTFT
+    (k = 1: (1 + 1)/2 x 10 ms). A closed loop of 400 clients would say C/X − e2e = 400 x 1.285/4
+    − 1.28 = 127.22 s: each client there resubmits and waits a whole cycle."""
+    e, hw, dep = _ideal()
+    r = load.offline(L8, hw, e, dep, 1024, 128, 400, 4, 8192)
+    assert r["queue_s"] == pytest.approx(1.28 * 19_800 / 400, rel=1e-6)   # wave = 1.28 s (k = 1)
+    assert r["ttft_s"] == pytest.approx(1.28 * 19_800 / 400 + 0.01, rel=1e-6)
+    c = load.closed_loop(L8, hw, e, dep, 1024, 128, 400, 4, 8192)
+    assert c["queue_s"] == pytest.approx(400 / 4 * 1.28 - 1.28, rel=1e-6)
+
+
+def test_a_finite_run_below_capacity_is_the_steady_state():
+    """400 requests at 2/s on the ideal engine (capacity 385 / 1.285 = 300/s): every request sees
+    TTFT 15 ms, TPOT 10 ms and e2e 1.285 s whatever runs beside it, and the run lasts until the last
+    arrival (200 s) plus one request: X = 400 / 201.285 = 1.98723/s."""
+    e, hw, dep = _ideal()
+    r = load.finite_rate(L8, hw, e, dep, 1024, 128, 2.0, 400, 385, 8192)
+    assert (r["ttft_s"], r["tpot_s"], r["e2e_s"]) == pytest.approx((0.015, 0.01, 1.285), rel=1e-6)
+    # the fluid moves in 400 steps of the horizon (0.51 s here): the last arrival lands within one
+    assert r["requests_per_s"] == pytest.approx(400 / 201.285, rel=2e-3)
+    assert r["queue_s"] == pytest.approx(0.0, abs=1e-9) and not r["saturated"]
+
+
+def test_a_finite_run_above_capacity_has_a_finite_queue():
+    """All 400 requests at once (λ = 10^6/s) on 4 slots: the fluid admits request j > 4 when the
+    (j − 4)-th completion frees a slot, at (j − 4)/X with X = 4 / 1.285 = 3.1128/s, so the mean wait
+    is (N − n)²/(2·N·X) = 396² / (800 x 3.1128) = 62.97 s (the fluid, not the waves: arrivals are a
+    stream); the run ends at 396/X + 1.285 = 128.50 s. The steady open loop has no answer here
+    (saturated); the finite run does."""
+    e, hw, dep = _ideal()
+    r = load.finite_rate(L8, hw, e, dep, 1024, 128, 1e6, 400, 4, 8192)
+    X = 4 / 1.285
+    assert r["queue_s"] == pytest.approx(396 ** 2 / (2 * 400 * X), rel=0.01)
+    assert r["ttft_s"] == pytest.approx(396 ** 2 / (2 * 400 * X) + 0.015, rel=0.01)
+    assert r["duration_s"] == pytest.approx(396 / X + 1.285, rel=0.01)
+    assert r["saturated"] and math.isfinite(r["tpot_s"])

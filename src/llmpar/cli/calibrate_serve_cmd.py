@@ -84,7 +84,7 @@ def _render(r, base: str, out) -> None:
         con.print(f"{r['cv_scheme']}: {summary(r['cv'])} (the honest figure)", highlight=False)
     else:
         con.print("no cross-validation: two runs are too few to hold one out", highlight=False)
-    vals, by_gen = F._unpack(r["fitted"])
+    vals, by_gen = F.unpack_fit(r["fitted"])
     con.print("fitted: " + ", ".join(f"{n} {v:.4g}" for (_, n, *_), v in zip(F.PARAMS, vals))
               + "".join(f", decode_bandwidth[{g}] {v:.4g}" for g, v in by_gen.items()), highlight=False)
     if out is not None:

@@ -37,7 +37,9 @@ from llmpar.errors import CheckFailed
 @click.option("--concurrency", type=int, help="Closed loop: C clients, each sending its next request when one ends.")
 @click.option("--rate", default=None, help="Open loop: Poisson arrivals, requests/s; inf = all --prompts at once "
                                            "(the default, as vllm bench serve).")
-@click.option("--prompts", type=int, help="Requests of the offline run (--rate inf; default 1000).")
+@click.option("--prompts", type=int, help="Requests of the run: with --rate inf all at once (default 1000); "
+                                           "with a finite --rate, a benchmark of N requests at that rate "
+                                           "(figures of the run in time, finite above capacity).")
 @click.option("--batch", type=int, help="Static batching: B requests prefilled and decoded together.")
 @click.option("--weights", type=click.Choice(WEIGHT_DTYPES), default="bf16", show_default=True,
               help="Weight precision of the linear layers (int4: AWQ/GPTQ group 128).")
@@ -106,7 +108,8 @@ def _render(r, explain: bool) -> None:
     s = r.settings
     load = r.load
     what = {"concurrency": f"{load.get('concurrency')} concurrent clients (closed loop)",
-            "rate": f"{load.get('rate'):g} requests/s (Poisson)" if "rate" in load else "",
+            "rate": (f"{load.get('rate'):g} requests/s (Poisson)" if "rate" in load else "")
+            + (f", {load['prompts']:,} requests" if "rate" in load and load.get("prompts") else ""),
             "offline": f"{load.get('prompts')} prompts at once (offline)",
             "batch": f"static batch of {load.get('batch')}"}[load["kind"]]
     con.print(header(f"serve {r.model} on {r.hardware} with {r.engine}",

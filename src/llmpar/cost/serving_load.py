@@ -35,7 +35,10 @@ With n requests running and an iteration budget of B tokens (``max_num_batched_t
   20,000-token prompts at concurrency 8 measured TTFT 0.74-0.76 s; waves would say about 4 s).
 * Open loop (Poisson arrivals at λ requests/s): n solves n = λ·e2e(n) (Little's law); above the
   rate the largest n sustains, the queue grows without bound (saturated: no steady state).
-* Offline (N requests at once, ``--rate inf``): the closed loop (waves) at C = N; duration N/X.
+* Offline (N requests at once, ``--rate inf``): the engine runs as the closed loop at n = min(N,
+  limit); a request waits for a slot once (:func:`offline_wait`: in waves of n, or one slot at a
+  time when staggered, both ≈ N/(2X) for N ≫ n), where the closed loop's clients wait C/X − e2e
+  every cycle; duration N/X.
 * Static batch (B requests prefilled together, then decoded together; no new arrivals).
 
 Speculative decoding (``dep["spec_tokens"]`` k, ``dep["acceptance"]`` a) turns the O − 1 decode
@@ -249,10 +252,134 @@ def open_loop(model, hw, engine, dep, isl, osl, rate, limit, budget):
     return {k: scalar_out(v) for k, v in out.items()}
 
 
-def offline(model, hw, engine, dep, isl, osl, prompts, limit, budget):
-    """N = ``prompts`` requests submitted at once (``--rate inf``): the closed loop at C = N."""
-    out = closed_loop(model, hw, engine, dep, isl, osl, prompts, limit, budget)
-    out["duration_s"] = scalar_out(np.asarray(prompts, dtype=float) / np.asarray(out["requests_per_s"]))
+STEPS = 400
+
+
+def _interp_rows(x, lo, hi, table):
+    """table[r] sampled at GRID points evenly on [lo[r], hi[r]]: its value at x[r] (linear,
+    clamped), one row per request stream."""
+    g = table.shape[1] - 1
+    pos = np.clip((x - lo) / np.maximum(hi - lo, 1e-300), 0.0, 1.0) * g
+    i = np.minimum(np.floor(pos).astype(int), g - 1)
+    f = pos - i
+    rows = np.arange(table.shape[0])
+    return table[rows, i] * (1.0 - f) + table[rows, i + 1] * f
+
+
+def finite_rate(model, hw, engine, dep, isl, osl, rate, requests, limit, budget):
+    """A benchmark of N = ``requests`` requests arriving at λ = ``rate`` per second (``vllm bench
+    serve --request-rate λ --num-prompts N``; module docstring, "A finite run"): the fluid model
+    in time, not its steady state, so a rate above capacity has finite figures (the queue and the
+    batch grow only while the N requests arrive). Arrays of one entry per stream (lengths, rate,
+    N and limit broadcast). Returns the _metrics keys, means over the N requests."""
+    shape = np.broadcast(*(np.asarray(v) for v in (isl, osl, rate, requests, limit))).shape
+    flat = [np.broadcast_to(np.asarray(v, dtype=float), shape).reshape(-1) for v in (isl, osl, rate, requests, limit)]
+    I, O, lam, N, lim = flat
+    lim = np.maximum(lim, 1.0)
+    # the steady figures at n running, n on a grid of [1, limit] per stream
+    grid = 1.0 + (lim - 1.0)[:, None] * (np.arange(GRID + 1, dtype=float) / GRID)[None, :]
+    m = _metrics(engine, hw, I[:, None], O[:, None], grid,
+                 _state(model, hw, engine, dep, I[:, None], O[:, None], grid, budget), dep=dep)
+    tab = {k: np.broadcast_to(np.asarray(m[k], dtype=float), grid.shape)
+           for k in ("requests_per_s", "ttft_s", "e2e_s", "tpot_s", "iteration_s", "prefill_iteration_s",
+                     "prefill_iterations")}
+    X_of = tab["requests_per_s"]
+    one = np.ones_like(lim)
+
+    def X(n):   # completions/s with n running (n/e2e below one request)
+        return np.where(n >= 1.0, _interp_rows(n, one, lim, X_of), n * X_of[:, 0])
+
+    t_arr = N / lam
+    # the horizon: every request arrived and served at the capacity, plus one request's time
+    dt = (t_arr + N / X_of[:, -1] + tab["e2e_s"][:, -1]) / STEPS
+    h = np.maximum(0.01 * lim, 1e-3)
+    s = np.zeros_like(N)       # requests in the system (running + waiting)
+    A = np.zeros_like(N)       # arrived
+    Dn = np.zeros_like(N)      # completed
+    adm = [np.zeros_like(N)]   # admitted so far: min(A, completed + limit)
+    ns = [np.zeros_like(N)]
+    for _ in range(STEPS):
+        a = np.minimum(lam * dt, N - A)
+        # implicit Euler, s' = s + a − dt·X(min(s', limit)), by Newton from the explicit step (stable
+        # at any step: X grows with n, so the root is unique on [0, s + a])
+        s_new = np.clip(s + a - dt * X(np.minimum(s, lim)), 0.0, s + a)
+        for _ in range(4):
+            n = np.minimum(s_new, lim)
+            x = X(n)
+            slope = np.where(s_new < lim, (X(np.minimum(n + h, lim)) - x) / h, 0.0)
+            s_new = np.clip(s_new - (s_new - s - a + dt * x) / (1.0 + dt * np.maximum(slope, 0.0)), 0.0, s + a)
+        Dn = Dn + (s + a - s_new)
+        A = A + a
+        s = s_new
+        adm.append(np.minimum(A, Dn + lim))
+        ns.append(np.minimum(s, lim))
+    adm_t = np.stack(adm, axis=1)
+    n_t = np.stack(ns, axis=1)
+    times = dt[:, None] * np.arange(STEPS + 1, dtype=float)[None, :]
+    # request j arrives at j/λ and is admitted when the admitted count reaches it (FIFO)
+    j = N[:, None] * ((np.arange(64, dtype=float) + 0.5) / 64.0)[None, :]
+    t_in = np.stack([np.interp(j[r], adm_t[r], times[r]) for r in range(N.size)])
+    wait = np.maximum(t_in - j / lam[:, None], 0.0)
+    n_in = np.stack([np.interp(t_in[r], times[r], n_t[r]) for r in range(N.size)])
+    n_in = np.maximum(n_in, 1.0)
+
+    def at(key, nn):   # a steady figure at each column's n
+        return np.stack([_interp_rows(nn[:, c], one, lim, tab[key]) for c in range(nn.shape[1])], axis=1)
+
+    ttft = (wait + at("ttft_s", n_in)).mean(axis=1)
+    e2e = (wait + at("e2e_s", n_in)).mean(axis=1)
+    # the run ends when the last request (arrived at N/λ) has been admitted and served
+    t_last = np.array([np.interp(N[r] * (1.0 - 1e-9), adm_t[r], times[r]) for r in range(N.size)])   # first reach
+    n_last = np.maximum([np.interp(t_last[r], times[r], n_t[r]) for r in range(N.size)], 1.0)
+    makespan = np.maximum(t_last, N / lam) + _interp_rows(n_last, one, lim, tab["e2e_s"])
+    # token gaps pooled over the run (a benchmark's mean ITL): ∫ n dt / ∫ n/TPOT(n) dt
+    nn = np.maximum(n_t, 1e-9)
+    tp = at("tpot_s", np.maximum(n_t, 1.0))
+    tpot = (nn.sum(axis=1)) / np.maximum((nn / tp).sum(axis=1), 1e-300)
+    Xrun = N / makespan
+    busy = np.maximum(n_t.mean(axis=1), 1.0)   # the iteration at the run's mean batch
+    steady = {k: _interp_rows(busy, one, lim, tab[k]) for k in ("iteration_s", "prefill_iteration_s",
+                                                                "prefill_iterations")}
+    out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, tpot, np.nan), "e2e_s": e2e, "requests_per_s": Xrun,
+           "output_tokens_per_s": Xrun * O, "running": n_t.mean(axis=1), "queue_s": wait.mean(axis=1),
+           "duration_s": makespan, "capacity_requests_per_s": X_of[:, -1], "saturated": lam >= X_of[:, -1], **steady}
+    if not shape:
+        return {k: (bool(v[0]) if k == "saturated" else float(v[0])) for k, v in out.items()}
+    return {k: v.reshape(shape) for k, v in out.items()}
+
+
+def offline_wait(N, n, X, in_step):
+    """Mean wait for a slot of N requests submitted at once to n slots that complete X requests/s
+    (module docstring, "Offline"). In step (waves): wave w of n starts w·n/X after the first, so
+    with W = ceil(N/n) waves, the last of N − (W − 1)·n requests, the mean wait is
+    (n/X)·[n(W − 1)(W − 2)/2 + (W − 1)(N − (W − 1)n)]/N; staggered, request j > n takes the slot
+    the (j − n)-th completion frees: (N − n)(N − n + 1)/(2·N·X). Both tend to N/(2X) for N ≫ n."""
+    N = np.maximum(np.asarray(N, dtype=float), 1.0)
+    n = np.maximum(np.minimum(np.asarray(n, dtype=float), N), 1.0)
+    X = np.maximum(np.asarray(X, dtype=float), 1e-300)
+    W = np.ceil(N / n - 1e-9)
+    last = N - (W - 1.0) * n
+    waves = (n / X) * (n * (W - 1.0) * (W - 2.0) / 2.0 + (W - 1.0) * last) / N
+    m = np.maximum(N - n, 0.0)
+    return np.where(in_step, waves, m * (m + 1.0) / (2.0 * N * X))
+
+
+def offline(model, hw, engine, dep, isl, osl, prompts, limit, budget, waves=True):
+    """N = ``prompts`` requests submitted at once (``--rate inf``; module docstring, "Offline"):
+    the closed loop's engine-side figures at n = min(N, limit) running, and the mean wait for a
+    slot of requests submitted once (:func:`offline_wait`), not the closed loop's C/X − e2e (its
+    clients resubmit, so every one of them waits a whole cycle: twice the offline mean for N ≫ n)."""
+    N = np.asarray(prompts, dtype=float)
+    out = closed_loop(model, hw, engine, dep, isl, osl, N, limit, budget, waves=waves)
+    n = np.minimum(N, limit)
+    in_step = np.asarray(waves) & (_prompt(dep, isl)[0] <= budget)
+    wait = offline_wait(N, n, out["requests_per_s"], in_step)
+    run = np.asarray(out["ttft_s"]) - np.asarray(out["queue_s"])
+    ttft = run + wait
+    out["e2e_s"] = scalar_out(np.asarray(out["e2e_s"]) - np.asarray(out["ttft_s"]) + ttft)
+    out["ttft_s"] = scalar_out(ttft)
+    out["queue_s"] = scalar_out(wait + 0.0 * run)
+    out["duration_s"] = scalar_out(N / np.asarray(out["requests_per_s"]))
     return out
 
 

@@ -46,7 +46,8 @@ def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl
 
             row = ServingRow(source=path.name, row=run["where"], engine=engine.name, model=model.name,
                              hardware=hw.name, gpus=gpus, tp=tp, pp=pp, ep=1, isl=I, osl=O, load=run["load"],
-                             weights=weights, kv_dtype=kv_dtype, measured=_measured(run["measured"]))
+                             weights=weights, kv_dtype=kv_dtype, measured=_measured(run["measured"]),
+                             requests=run.get("requests"))
             if row.measured:
                 rows.append(row)
     return rows
@@ -97,6 +98,14 @@ def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=
     after = _errors(rows, after_engine)
     flat = [v for x in after for v in x.values()]
     rms = math.sqrt(sum(v * v for v in flat) / max(len(flat), 1))
+    vals, _gens = F.unpack_fit(fitted)
+    pinned = [f"{name} {v:.3g}" for (section, name, lo, hi, _s), v in zip(F.PARAMS, vals)
+              if section == "kernels" and v >= hi - 1e-3]
+    kernels = [p for p in F.PARAMS if p[0] == "kernels"]
+    if len(pinned) == len(kernels):   # bandwidth and GEMM both at the ceiling: faster than this hardware
+        raise UserError(f"the fit pins {' and '.join(pinned)} at the hardware's ceiling: the runs are faster than "
+                        f"{hw.name} can serve {model.name}; not an engine's constants but a different deployment "
+                        "(check --model, --hardware, --tp and --weights)")
     if rms > MAX_FIT_RMS:
         raise UserError(f"the fitted profile still misses the runs by {math.exp(rms) - 1:.0%} (rms): not an engine's "
                         "constants but a different deployment; check --model, --hardware, --tp and --weights")
@@ -119,7 +128,7 @@ def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=
 
 def engine_yaml(base_name: str, result: dict[str, Any], files) -> str:
     """The fitted profile: ``extends:`` the base engine, the fitted values, the calibration record."""
-    vals, by_gen = F._unpack(result["fitted"])
+    vals, by_gen = F.unpack_fit(result["fitted"])
     lines = [f"# written by llmpar calibrate serve on {date.today().isoformat()} from {', '.join(map(str, files))}",
              f"name: {result['engine'].name}-calibrated", f"extends: {base_name}", "kernels:"]
     sections: dict[str, list[str]] = {"kernels": [], "overhead": []}

@@ -36,7 +36,7 @@ PARAMS = (("kernels", "decode_bandwidth", 0.3, 1.0, 0.5), ("kernels", "gemm_effi
 MIN_GENERATION_ROWS = 2
 
 
-def _unpack(values):
+def unpack_fit(values):
     """A fit result: a list (PARAMS only) or {"values": [...], "by_gen": {generation: bandwidth}}."""
     if isinstance(values, dict):
         return list(values["values"]), dict(values.get("by_gen") or {})
@@ -46,7 +46,7 @@ def _unpack(values):
 def with_params(engine, values) -> Any:
     """A copy of ``engine`` with PARAMS set to ``values`` (a list, one per parameter, or a fit
     result with per-generation decode bandwidths)."""
-    vals, by_gen = _unpack(values)
+    vals, by_gen = unpack_fit(values)
     parts = {"kernels": {}, "overhead": {}}
     for (section, name, *_), v in zip(PARAMS, vals):
         parts[section][name] = float(v)
@@ -90,8 +90,8 @@ def _vector_key(row: ServingRow):
     kind = next(iter(row.load))
     if kind not in ("offline", "concurrency", "rate") or (kind == "rate" and str(row.load["rate"]).lower() == "inf"):
         return None
-    return ("rate" if kind == "rate" else "closed", row.model, row.hardware, row.tp, row.pp, row.ep, row.weights,
-            row.kv_dtype, row.gpus)
+    name = {"rate": "finite" if row.requests else "rate", "offline": "offline"}.get(kind, "closed")
+    return (name, row.model, row.hardware, row.tp, row.pp, row.ep, row.weights, row.kv_dtype, row.gpus)
 
 
 def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None]:
@@ -123,6 +123,11 @@ def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None
         budget = int(cap["max_num_batched_tokens"])
         if key[0] == "rate":   # Poisson arrivals: every rate of the deployment in one grid (serving_load.open_loop)
             f = load.open_loop(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
+        elif key[0] == "finite":   # N requests at a rate: the run in time (serving_load.finite_rate)
+            count = np.array([rows[i].requests for i in idx], dtype=float) / replicas
+            f = load.finite_rate(model, hw, engine, dep, isl, osl, per_replica, count, np.maximum(limit, 1.0), budget)
+        elif key[0] == "offline":
+            f = load.offline(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
         else:
             f = load.closed_loop(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
         f = {k: np.broadcast_to(np.asarray(v, dtype=float), isl.shape) for k, v in f.items()}

@@ -39,6 +39,7 @@ class ServingRow:
     weights: str
     kv_dtype: str
     measured: dict[str, float] = field(default_factory=dict)   # output_tokens_per_s, ttft_s, tpot_s, ...
+    requests: int | None = None   # the benchmark's request count (num_requests), where published
 
     @property
     def replicas(self) -> int:
@@ -95,6 +96,7 @@ def read_file(path: Path) -> list[ServingRow]:
             # decode-only pool, data-parallel attention, an unstated precision
             continue
         load = {k: v for k, v in (r.get("load") or {}).items() if k in LOADS}
+        count = r.get("num_requests", (r.get("load") or {}).get("num_requests"))
         if len(load) != 1:
             raise UserError(f"{path}: row {i + 1}: load must be one of {', '.join(LOADS)}")
         try:
@@ -108,7 +110,8 @@ def read_file(path: Path) -> list[ServingRow]:
                                hardware=str(r["hardware"]), gpus=gpus, tp=tp, pp=pp,
                                ep=int(r.get("ep", 1)), isl=isl, osl=osl, load=dict(load),
                                weights=str(r.get("weights", "bf16")), kv_dtype=str(r.get("kv_dtype", "bf16")),
-                               measured=_measured(r)))
+                               measured=_measured(r),
+                               requests=int(count) if isinstance(count, (int, float)) and count >= 1 else None))
     return [r for r in rows if r.measured]
 
 
@@ -132,7 +135,10 @@ def load_kwargs(row: ServingRow) -> dict[str, Any]:
     if kind == "concurrency":
         return {"concurrency": int(value)}
     if kind == "rate":
-        return {"rate": math.inf if str(value).lower() == "inf" else float(value)}
+        if str(value).lower() == "inf":
+            return {"rate": math.inf}
+        # a finite benchmark of N requests at the rate (serving_load.finite_rate) where N is published
+        return {"rate": float(value), **({"prompts": row.requests} if row.requests else {})}
     if kind == "offline":
         return {"rate": math.inf, "prompts": int(value)}
     if kind == "batch":

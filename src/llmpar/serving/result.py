@@ -84,7 +84,13 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                      decode_capacity_requests_per_s=f["decode_capacity_requests_per_s"])
     load.update(extra, running=running, queue_s=f["queue_s"], iteration_s=f["iteration_s"],
                 prefill_iteration_s=f["prefill_iteration_s"], prefill_iterations=f["prefill_iterations"])
-    verdict = "SATURATED" if extra.get("saturated") else "FITS"
+    finite_run = out["load"] == "rate" and "prompts" in out
+    verdict = "SATURATED" if extra.get("saturated") and not finite_run else "FITS"
+    if extra.get("saturated") and finite_run:
+        out["notes"].append(f"--rate {out['rate']:g} requests/s is above what the deployment sustains "
+                            f"({f['capacity_requests_per_s']:.3g} requests/s): the queue and the batch grow while the "
+                            f"{out['prompts']:,} requests arrive, so these figures hold for this run's length only "
+                            "(a longer run is slower)")
     tpot = _finite(f["tpot_s"])
     return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=True,
                        verdict=verdict, load=load, ttft_s=_finite(f["ttft_s"]), tpot_s=tpot, e2e_s=_finite(f["e2e_s"]),

@@ -127,9 +127,9 @@ def _load_kind(concurrency, rate, batch, prompts):
     if len(given) > 1:
         raise UserError(f"give one load, not {' and '.join('--' + g for g in given)}")
     kind = given[0] if given else "rate"
-    if prompts is not None and not (kind == "rate" and (rate is None or math.isinf(float(rate)))):
-        raise UserError("--prompts is the offline request count (--rate inf); it changes nothing with "
-                        f"--{kind}")
+    if prompts is not None and kind != "rate":
+        raise UserError("--prompts is the request count of a --rate run (inf: all at once); it changes nothing "
+                        f"with --{kind}")
     return kind
 
 
@@ -198,7 +198,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     if disagg is not None:
         return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
     if budget < isl and not engine.scheduler.chunked_prefill:
-        raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
+        raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
+                        "does not chunk prompts by default: raise --max-num-batched-tokens to at least the prompt "
+                        "(TensorRT-LLM: max_num_tokens), or use an engine file with scheduler.chunked_prefill: true")
     if kind == "concurrency":
         C = _int(concurrency, "concurrency")
         # requests of different lengths do not stay in step: a spread runs the steady mixed state,
@@ -221,6 +223,12 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
             res = load.offline(model, hw, engine, d.dep(), isl, osl, N / r, limit, budget)
             out["prompts"] = N
             out["load"] = "offline"
+        elif prompts is not None:   # a benchmark of N requests at the rate: the run in time
+            N = _int(prompts, "prompts")
+            res = load.finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
+            res["capacity_requests_per_s"] *= r
+            out["rate"] = lam
+            out["prompts"] = N
         else:
             res = load.open_loop(model, hw, engine, d.dep(), isl, osl, lam / r, limit, budget)
             res["capacity_requests_per_s"] *= r
