@@ -129,3 +129,14 @@ def test_a_finite_run_above_capacity_is_answered_not_saturated(cli):
     assert d["load"]["duration_s"] >= 300 / 500
     assert any("this run's length" in n for n in d["notes"])
     assert cli("serve", "llama-3-8b", "--rate", "500").code == 1
+
+
+def test_disaggregated_running_is_per_decode_replica(cli):
+    """--gpus 8 --tp 2 --disagg 4: 2 decode replicas of tp 2 hold every running request (the prefill
+    pool holds none), so the table divides by 2, not by all 4 replicas."""
+    args = ("serve", "llama-3-70b", "--gpus", "8", "--tp", "2", "--disagg", "4", "--rate", "2")
+    d = cli(*args, "--json").json()
+    assert d["load"]["decode_replicas"] == 2
+    text = cli(*args).out
+    line = next(ln for ln in text.splitlines() if ln.startswith("running per decode replica"))
+    assert float(line.split()[-1]) == pytest.approx(d["load"]["running"] / 2, abs=0.05)

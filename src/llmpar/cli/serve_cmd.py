@@ -148,7 +148,9 @@ def _render(r, explain: bool) -> None:
              ("output tokens/s", per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", per_s)),
              ("output tokens/s per GPU", per_s(r.output_tokens_per_s_per_gpu)),
              ("requests/s", per_s(r.requests_per_s)),
-             ("running per replica", f"{load['running'] / s['replicas']:,.1f}")]
+             # disaggregated: only the decode pool's replicas hold running requests
+             (("running per decode replica", f"{load['running'] / load['decode_replicas']:,.1f}")
+              if load.get("decode_replicas") else ("running per replica", f"{load['running'] / s['replicas']:,.1f}"))]
     if load.get("queue_s"):
         q = load["queue_s"]
         rows.append(("waiting in queue", fmt_seconds(q) if math.isfinite(q) else "unbounded (saturated)"))

@@ -37,7 +37,6 @@ from llmpar.errors import UserError
 
 MAX_REQUESTS = 10_000
 MAX_STEPS = 2_000_000
-WARMUP = 0.0
 LEVELS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
@@ -194,22 +193,22 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
 
 
 def _summary(arrival, first, done_t, O, I) -> dict:
-    n = len(arrival)
-    keep = np.arange(n) >= int(WARMUP * n)
-    arr = np.asarray(arrival)[keep]
-    ttft = np.asarray(first)[keep] - arr
-    e2e = np.asarray(done_t)[keep] - arr
-    o = np.asarray(O, dtype=float)[keep]
+    # every request counts, from an empty replica, as a benchmark counts them (no warm-up cut)
+    arr = np.asarray(arrival)
+    ttft = np.asarray(first) - arr
+    e2e = np.asarray(done_t) - arr
+    o = np.asarray(O, dtype=float)
     multi = o > 1
     tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1.0)
-    span = float(np.max(np.asarray(done_t)[keep]) - np.min(arr))
+    span = float(np.max(np.asarray(done_t)) - np.min(arr))
 
     def stats(x):
         if x.size == 0:
             return None
         return {"mean": float(np.mean(x)), **{k: float(np.quantile(x, q)) for k, q in LEVELS.items()}}
 
-    return {"requests": n, "measured_requests": int(keep.sum()), "ttft_s": stats(ttft), "tpot_s": stats(tpot),
+    n = len(arr)
+    return {"requests": n, "measured_requests": n, "ttft_s": stats(ttft), "tpot_s": stats(tpot),
             "e2e_s": stats(e2e), "output_tokens_per_s": float(o.sum() / span) if span > 0 else None,
-            "requests_per_s": float(keep.sum() / span) if span > 0 else None,
-            "mean_isl": float(np.mean(np.asarray(I, dtype=float)[keep]))}
+            "requests_per_s": float(n / span) if span > 0 else None,
+            "mean_isl": float(np.mean(np.asarray(I, dtype=float)))}

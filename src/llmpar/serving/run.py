@@ -259,9 +259,10 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
 
 def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, seed, spread) -> dict[str, Any]:
     """--simulate N: one replica's discrete-event run (cost/serving_sim.py) at its share of the load."""
+    from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX
     from llmpar.cost.serving_sim import simulate as run_sim
 
-    N = _int(n, "simulate", 1, 10_000)
+    N = _int(n, "simulate", 1, SIM_MAX)
     r = d.replicas
     if kind == "rate" and rate is not None and math.isfinite(float(rate)):
         load_kw = {"rate": float(rate) / r}
