@@ -39,6 +39,11 @@ With n requests running and an iteration budget of B tokens (``max_num_batched_t
   limit); a request waits for a slot once (:func:`offline_wait`: in waves of n, or one slot at a
   time when staggered, both ≈ N/(2X) for N ≫ n), where the closed loop's clients wait C/X − e2e
   every cycle; duration N/X.
+* A finite run (N requests arriving at λ/s, a benchmark's ``--num-prompts``;
+  :func:`finite_rate`): the fluid model in time. The number in the system follows
+  ds/dt = λ − X(min(s, limit)) while the requests arrive, then drains; request j is admitted
+  first come first served when min(arrived, completed + limit) reaches j; its TTFT is its wait +
+  TTFT(n at admission), TPOT the run's token gaps pooled. Finite above capacity.
 * Static batch (B requests prefilled together, then decoded together; no new arrivals).
 
 Speculative decoding (``dep["spec_tokens"]`` k, ``dep["acceptance"]`` a) turns the O − 1 decode
