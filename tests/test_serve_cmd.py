@@ -43,6 +43,7 @@ def test_api_matches_cli_and_replicas_scale_throughput():
     (("llama-3-8b", "--prompts", "10", "--concurrency", "4"), "--prompts"),
     (("llama-3-8b", "--rate", "-3"), "--rate"),
     (("llama-3-8b", "--rate", "2", "--prompts", "0"), "--prompts"),
+    (("llama-3-70b", "--gpus", "8", "--tp", "2", "--disagg", "4", "--rate", "2", "--prompts", "100"), "--prompts"),
     (("llama-3.1-8b", "--engine", "trtllm", "--isl", "12000", "--osl", "100"), "does not chunk prompts"),
     (("llama-3-8b", "--rate", "fast"), "--rate"),
     (("llama-3-8b", "--tp", "3"), "--tp 3"),

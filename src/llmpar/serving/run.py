@@ -196,6 +196,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     out["fits"] = True
     r = d.replicas
     if disagg is not None:
+        if prompts is not None:   # the pools are modelled at their steady state only
+            raise UserError("--prompts with --disagg is not modelled: the disaggregated pools are priced at "
+                            "their steady state under --rate")
         return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
     if budget < isl and not engine.scheduler.chunked_prefill:
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
