@@ -37,8 +37,10 @@ def virtual_stages_message(v: int, layers: int, pp: int) -> str:
 LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "sp_seq", "virtual_stages", "zero")
 
 
-def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
-    """rule -> mask of layouts that break it (scalars or arrays, as ``par``).
+def layout_violations(model: ModelSpec, par: Parallel, only: tuple[str, ...] = LAYOUT_RULES) -> dict[str, Any]:
+    """rule -> mask of layouts that break it (scalars or arrays, as ``par``); ``only`` names the
+    rules to evaluate (all by default: the planner asks for the knob-level ones over millions of
+    candidates after masking the degree-level ones over a few thousand).
 
     - tp_heads: tp divides the attention heads and the KV heads (Megatron: num_query_groups % tp == 0)
     - pp_layers: pp <= layers
@@ -55,21 +57,26 @@ def layout_violations(model: ModelSpec, par: Parallel) -> dict[str, Any]:
 
     tp, pp, dp, cp, ep = par.tp, par.pp, par.dp, par.cp, par.ep
     seq, v, sp, zero = par.seq, par.virtual_stages, par.sp, par.zero
-    etp, etp_given = par.expert_tp, np.asarray(par.etp) > 0
     moe = model.moe
     experts = moe.experts if moe is not None else 1
     f_e = moe.expert_ffn_hidden if moe is not None else 1
-    per_stage = stage_layers(model.layers, np.maximum(pp, 1))
-    return {
-        "tp_heads": (model.heads % tp != 0) | (model.n_kv_heads % tp != 0),
-        "pp_layers": pp > model.layers,
-        "cp_seq": seq % cp != 0,
-        "ep": (ep > 1) & ((moe is None) | (experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)),
-        "etp": etp_given & (etp != tp) & ((moe is None) | ((tp * cp * dp) % etp != 0) | (f_e % etp != 0)),
-        "sp_seq": np.logical_and(sp, tp > 1) & ((seq // cp) % tp != 0),
-        "virtual_stages": (v > 1) & ((pp == 1) | (per_stage % v != 0)),
-        "zero": (zero < 0) | (zero > 3),
+
+    def etp_rule():
+        etp = par.expert_tp
+        return (np.asarray(par.etp) > 0) & (etp != tp) & ((moe is None) | ((tp * cp * dp) % etp != 0)
+                                                         | (f_e % etp != 0))
+
+    rules = {
+        "tp_heads": lambda: (model.heads % tp != 0) | (model.n_kv_heads % tp != 0),
+        "pp_layers": lambda: pp > model.layers,
+        "cp_seq": lambda: seq % cp != 0,
+        "ep": lambda: (ep > 1) & ((moe is None) | (experts % ep != 0) | ((tp * cp * dp) % (ep * par.expert_tp) != 0)),
+        "etp": etp_rule,
+        "sp_seq": lambda: np.logical_and(sp, tp > 1) & ((seq // cp) % tp != 0),
+        "virtual_stages": lambda: (v > 1) & ((pp == 1) | (stage_layers(model.layers, np.maximum(pp, 1)) % v != 0)),
+        "zero": lambda: (zero < 0) | (zero > 3),
     }
+    return {name: rules[name]() for name in only}
 
 
 def stack_violations(stack, par: Parallel) -> dict[str, Any]:

@@ -350,11 +350,12 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     user_v = spec.allowed.get("virtual_stages")
 
     rejected = {r: 0 for r in REASONS}
-    total = 0
     groups: dict[tuple, list[tuple[int, int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep, etp)
     pairs_by_pp = {p: _sched_pairs(spec, model, p, scheds, user_v) for p in pps}
 
-    # ---- degrees (small: a few hundred rows), rejected rows counted with all their knobs
+    # ---- degrees (a few thousand rows), rejected rows counted with all their knobs; the degree
+    # rules of layout.layout_violations (the function check_layout uses), applied to all rows at once
+    rows, keys, knobs = [], [], []
     for tp in tps:
         sp_opts = [False] if tp == 1 else sps
         if tp == 1 and False not in sps:
@@ -368,18 +369,26 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                     continue
                 pairs = pairs_by_pp[pp]
                 n_knobs = len(bs) * len(zs) * len(sp_opts) * sum(_n_recompute(rs, L, pp, v) for _, v in pairs)
+                if n_knobs == 0:
+                    continue
                 for ep in eps:
                     for etp in sorted({0 if e == tp else e for e in etps}):   # etp = tp is the default, once
-                        if n_knobs == 0:
-                            continue
-                        total += n_knobs
-                        # the degree rules of layout.layout_violations (the same function check_layout uses)
-                        bad = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, seq=S))
-                        reason = next((r for r in _DEGREE_RULES if bad[r]), None)
-                        if reason is not None:
-                            rejected[reason] += n_knobs
-                        else:
-                            groups.setdefault((pp, tuple(sp_opts)), []).append((tp, cp, dp, ep, etp))
+                        rows.append((tp, cp, dp, ep, etp, pp))
+                        keys.append((pp, tuple(sp_opts)))
+                        knobs.append(n_knobs)
+    total = int(sum(knobs))
+    if rows:
+        d = np.asarray(rows, dtype=np.int64)
+        bad = layout_violations(model, Parallel(tp=d[:, 0], pp=d[:, 5], dp=d[:, 2], cp=d[:, 1], ep=d[:, 3],
+                                                etp=d[:, 4], seq=S), only=_DEGREE_RULES)
+        n = np.asarray(knobs, dtype=np.int64)
+        alive = np.ones(len(d), dtype=bool)
+        for r in _DEGREE_RULES:          # the first rule a row breaks is its reason
+            hit = alive & np.asarray(bad[r], dtype=bool)
+            rejected[r] += int(n[hit].sum())
+            alive &= ~hit
+        for i in np.flatnonzero(alive):
+            groups.setdefault(keys[i], []).append(rows[i][:5])
     if not groups:
         return Candidates(par=_empty(S), total=total, rejected=rejected)
     chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), bs, pairs_by_pp[pp], zs, rs, sp_opts)
@@ -391,8 +400,9 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     b, sched, v, sp, zero = cols["micro_batch"], cols["schedule"], cols["virtual_stages"], cols["sp"], cols["zero"]
     per = b * dp
     m = B // per
+    # the knob-level rules (the degree-level ones were masked above, per row of degrees)
     rules = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=cols["ep"], etp=cols["etp"], zero=zero, sp=sp,
-                                              seq=np.full(tp.shape, S, dtype=np.int64), virtual_stages=v))
+                                              seq=S, virtual_stages=v), only=("sp_seq", "virtual_stages"))
     bad = {
         "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
         "sp_seq": rules["sp_seq"],
