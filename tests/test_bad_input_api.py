@@ -64,6 +64,8 @@ def _llama_copy(tmp_path: Path, key: str, value) -> Path:
     text = (REPO / "models" / "llama-3-8b.yaml").read_text()
     text, n = re.subn(rf"^{key}: .*$", f"{key}: {value}", text, flags=re.M)
     assert n == 1, key
+    # another model than the shipped one: its own name (a file cannot pass for a shipped model)
+    text = re.sub(r"^name: .*$", f"name: llama-3-8b-{key}", text, count=1, flags=re.M)
     path = tmp_path / f"{key}.yaml"
     path.write_text(text)
     return path

@@ -112,7 +112,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
                           "margin", "recommended", "within_error", "robust_band", "rank_tolerance")),
-        *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "schedule",
+        *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "sp_tp", "schedule",
                                    "convention", "stack", "finetune", "optimizer_offload", "param_offload", "memory",
                                    "host_memory")),
         "elapsed_s", "defaults_used[]", "assumptions[]",

@@ -173,3 +173,17 @@ def test_csv_cells_are_json_not_python_reprs(cli):
     assert rows[0]["parallel.sp"] in ("true", "false")
     assert len(json.loads(rows[0]["interval.mfu"])) == 2
     assert not any(v in ("True", "False", "None") for row in rows for v in row.values())
+
+
+def test_csv_with_pareto_writes_the_frontier(cli):
+    # reliability review item 34: `plan --csv --pareto` dropped the frontier silently; it writes the
+    # frontier's rows, each a layout no faster one beats on memory (so memory falls as time rises)
+    import csv
+    import io
+
+    r = cli("plan", "llama-3-8b", "--gpus", "16", "--csv", "--pareto")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert r.code == 0 and len(rows) >= 2
+    t = [float(x["step_time_s"]) for x in rows]
+    m = [float(x["memory.total_bytes"]) for x in rows]
+    assert t == sorted(t) and all(b < a for a, b in zip(m, m[1:]))

@@ -232,6 +232,8 @@ def test_numbers_with_units_and_large_bare_numbers_still_read(cli):
     # default set
     (("calibrate", "bench", "--sizes", "3B", "--collectives", "all_reduce"), "below one element"),
     (("calibrate", "bench", "--collectives", ""), "--collectives is empty"),
+    # and --out /proc/x surfaced as torchrun's banner: the folder is probed before torchrun starts
+    (("calibrate", "bench", "--launch", "--nproc", "2", "--out", "/proc/llmpar-x"), "cannot write into /proc/llmpar-x"),
 ])
 def test_bench_edge_inputs_are_refused_before_any_process(cli, args, needle):
     assert_one_line_error(cli(*args), needle)
@@ -243,5 +245,45 @@ def test_formatting_at_the_extremes(cli):
     from llmpar.units import fmt_count
 
     assert fmt_count(7.7e16) == "77.00P" and fmt_count(7e9) == "7.00B"
+    assert fmt_count(3.88e31) == "3.88e+31"    # not 38,800,000,000,000,000.00P (nor 3.88e+19T)
     res = cli("step", "llama-3-70b", "--gpus", "8")
     assert res.code == 0 and "no micro-batch fits" in res.out and "fits: 0" not in res.out
+
+
+@pytest.mark.parametrize("text, needle", [
+    # item 35: a newline and an ANSI escape in name: were written straight to the terminal; a
+    # blank name gave a header starting with blanks; an escape in free text is refused too
+    ('name: "a\\nb\\x1b[31mRED"\nextends: llama-3-8b\n', "a name is one printable line"),
+    ("name: ''\nextends: llama-3-8b\n", "is blank"),
+    ("name: ' x'\nextends: llama-3-8b\n", "leading or trailing blanks"),
+    ('name: mine\ndescription: "\\x1b[2J"\nextends: llama-3-8b\n', "control character"),
+    ('name: mine\naliases: ["a\\tb"]\nextends: llama-3-8b\n', "a name is one printable line"),
+])
+def test_spec_text_is_printable(cli, tmp_path, text, needle):
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    assert_one_line_error(cli("memory", str(f), "--gpus", "8"), needle)
+
+
+def test_a_model_file_is_not_taken_for_the_shipped_model(cli, tmp_path):
+    # item 35: a file named llama-3-70b holding a 2-layer model printed as llama-3-70b; a file that
+    # extends llama-3-8b with 64 layers showed the base's name and source
+    shadow = tmp_path / "shadow.yaml"
+    shadow.write_text("name: llama-3-70b\nextends: llama-3-8b\nlayers: 2\n")
+    assert_one_line_error(cli("memory", str(shadow), "--gpus", "8"), "is a shipped model's", "name of its own")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("extends: llama-3-8b\nlayers: 64\n")
+    got = cli("memory", str(deep), "--gpus", "8", "--json").json()
+    assert got["model"] == "deep"
+    from llmpar.specs import load_model
+
+    m = load_model(str(deep))
+    assert m.layers == 64 and m.source.endswith("extending llama-3-8b") and m.aliases == []
+    # a verbatim copy of a shipped file is that model, and keeps its name
+    from pathlib import Path
+
+    from llmpar.specs.registry import _lookup
+
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(Path(_lookup("models", "llama-3-8b")[1]).read_text())
+    assert cli("memory", str(copy), "--gpus", "8", "--json").json()["model"] == "llama-3-8b"

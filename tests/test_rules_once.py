@@ -12,6 +12,7 @@ import llmpar
 from conftest import assert_one_line_error
 from llmpar.errors import UserError
 from llmpar.layout import LAYOUT_RULES
+from llmpar.parallel import SCHEDULES
 from llmpar.plan import space as SP
 
 # rule -> (model, layout keywords of memory/step, the words of the refusal). Shapes from
@@ -25,12 +26,17 @@ BREAKS = {
     "etp": ("mixtral-8x7b", dict(gpus=8, tp=1, ep=1, etp=3), "--etp 3 does not divide"),
     "sp_seq": ("llama-3-8b", dict(gpus=2, tp=2, sp=True, seq=8191), "seq/cp = 8191 divisible by tp=2"),
     "virtual_stages": ("llama-3-8b", dict(gpus=4, pp=4, virtual_stages=3), "virtual-stages 3"),
+    # reliability review item 28: knobs that change nothing were printed as if they ran
+    "sp_tp": ("llama-3-8b", dict(gpus=8, tp=1, sp=True), "--sp needs tp > 1"),
+    "schedule_pp": ("llama-3-8b", dict(gpus=8, pp=1, schedule="zb-h1"), "--schedule zb-h1 needs pp > 1"),
 }
+# the rules the planner counts under "schedule" (its name for the pipeline-schedule rules)
+_AS_SCHEDULE = {"virtual_stages", "schedule_pp"}
 
 
 def test_every_layout_rule_has_a_case():
     assert set(BREAKS) | {"zero"} == set(LAYOUT_RULES)     # zero 0..3 is refused by the option itself
-    assert set(LAYOUT_RULES) - {"virtual_stages", "zero"} <= set(SP.REASONS)
+    assert set(LAYOUT_RULES) - _AS_SCHEDULE - {"zero"} <= set(SP.REASONS)
 
 
 @pytest.mark.parametrize("rule", sorted(BREAKS))
@@ -55,13 +61,14 @@ def test_the_planner_never_offers_it_and_counts_it_under_the_rule(rule):
 
     name, kw, _ = BREAKS[rule]
     model = load_model(name)
-    allowed = {k: (int(v) if not isinstance(v, bool) else v,) for k, v in kw.items() if k in SP.KNOBS}
+    allowed = {k: (v if isinstance(v, bool) else SCHEDULES.index(v) if k == "schedule" else int(v),)
+               for k, v in kw.items() if k in SP.KNOBS}
     if "sp" in allowed:
         allowed["sp"] = (True,)
     spec = SP.SpaceSpec(gpus=kw["gpus"], seq=kw.get("seq", 8192), global_batch=64 * kw["gpus"], allowed=allowed)
     cand = SP.enumerate_space(model, spec, make_settings(model))
     assert cand.size == 0
-    assert cand.rejected["schedule" if rule == "virtual_stages" else rule] > 0
+    assert cand.rejected["schedule" if rule in _AS_SCHEDULE else rule] > 0
 
 
 def test_the_settings_rules_are_the_same_in_memory_step_and_plan(cli):
@@ -79,3 +86,17 @@ def test_the_settings_rules_are_the_same_in_memory_step_and_plan(cli):
     assert r.space.rejected["optimizer_offload"] > 0 and all(p.parallel.zero >= 1 for p in r.plans)
     r = llmpar.plan("llama-3-8b", gpus=8, finetune="lora", top=1)
     assert r.space.rejected["finetune"] > 0 and all(p.parallel.tp == 1 for p in r.plans)
+
+
+@pytest.mark.parametrize("rule", sorted(BREAKS))
+def test_calibrate_runs_refuses_a_measured_run_of_it_in_the_same_words(rule, cli, tmp_path):
+    # a runs table row with the breaking layout names its file and line, then the words memory and
+    # step use (the rule's message from layout._violation_message)
+    model, kw, words = BREAKS[rule]
+    layout = {k: v for k, v in kw.items() if k != "seq"}
+    cols = ["model", "hardware", "seq", "global_batch", "step_time_s", *layout]
+    vals = [model, "h100-sxm", str(kw.get("seq", 8192)), str(64 * kw["gpus"]), "60.0",
+            *(str(v).lower() for v in layout.values())]
+    f = tmp_path / "runs.csv"
+    f.write_text(",".join(cols) + "\n" + ",".join(vals) + "\n")
+    assert_one_line_error(cli("calibrate", "runs", f, "--check"), "runs.csv:2", words)

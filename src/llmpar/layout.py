@@ -34,7 +34,9 @@ def virtual_stages_message(v: int, layers: int, pp: int) -> str:
 # Layout rules, in the order the planner counts rejections (llmpar.plan.space.REASONS). Each is an
 # array-polymorphic mask (True = the layout breaks the rule) so that ``check_layout`` (one scalar
 # layout, a message) and the planner (every candidate at once, a count) apply the same rules.
-LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "sp_seq", "virtual_stages", "zero")
+LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "sp_seq", "sp_tp", "virtual_stages", "schedule_pp",
+                "zero")
+_ONE_F_ONE_B, _INTERLEAVED = SCHEDULES.index("1f1b"), SCHEDULES.index("interleaved")
 
 
 def layout_violations(model: ModelSpec, par: Parallel, only: tuple[str, ...] = LAYOUT_RULES) -> dict[str, Any]:
@@ -50,8 +52,14 @@ def layout_violations(model: ModelSpec, par: Parallel, only: tuple[str, ...] = L
     - etp: etp not given (= tp), or the model has experts, etp divides tp*cp*dp and the expert FFN
       width (Megatron-Core splits each expert's FFN over the etp ranks)
     - sp_seq: with SP (tp > 1), tp divides seq/cp
+    - sp_tp: SP asked for at tp = 1 is refused, not ignored: it splits activations over the TP
+      ranks (Korthikanti et al. 2022 §4.2.2), and at tp 1 there are none (Megatron-LM's
+      arguments.py turns sequence_parallel off when tensor_model_parallel_size == 1)
     - virtual_stages: v = 1, or pp > 1 and v divides the layers of the most-loaded stage
       ceil(layers/pp) (Megatron-LM splits a stage into v equal model chunks)
+    - schedule_pp: a schedule other than 1F1B needs pp > 1: at pp 1 every schedule is the same
+      (no bubble, one micro-batch's activations in flight: cost/pipeline.py), so naming one is
+      refused, not printed as if it ran (interleaved at pp 1 is the virtual_stages rule)
     - zero: ZeRO stage in 0..3
     """
 
@@ -73,7 +81,9 @@ def layout_violations(model: ModelSpec, par: Parallel, only: tuple[str, ...] = L
         "ep": lambda: (ep > 1) & ((moe is None) | (experts % ep != 0) | ((tp * cp * dp) % (ep * par.expert_tp) != 0)),
         "etp": etp_rule,
         "sp_seq": lambda: np.logical_and(sp, tp > 1) & ((seq // cp) % tp != 0),
+        "sp_tp": lambda: np.logical_and(sp, tp == 1),
         "virtual_stages": lambda: (v > 1) & ((pp == 1) | (stage_layers(model.layers, np.maximum(pp, 1)) % v != 0)),
+        "schedule_pp": lambda: (pp == 1) & (par.schedule != _ONE_F_ONE_B) & (par.schedule != _INTERLEAVED),
         "zero": lambda: (zero < 0) | (zero > 3),
     }
     return {name: rules[name]() for name in only}
@@ -145,6 +155,12 @@ def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
         return f"--etp {etp} does not divide the expert FFN width {model.moe.expert_ffn_hidden} of {model.name}"
     if rule == "sp_seq":
         return f"sequence parallelism needs seq/cp = {seq // cp} divisible by tp={tp}"
+    if rule == "sp_tp":
+        return ("--sp needs tp > 1: sequence parallelism splits activations over the tensor-parallel ranks "
+                "and at tp 1 there are none (Megatron-LM turns it off there); drop --sp or raise --tp")
+    if rule == "schedule_pp":
+        return (f"--schedule {SCHEDULES[int(par.schedule)]} needs pp > 1: at pp 1 there is no pipeline and every "
+                f"schedule is 1F1B's (no bubble, one micro-batch in flight); drop --schedule or raise --pp")
     if rule == "virtual_stages":
         if pp == 1:
             return "--virtual-stages > 1 (interleaved schedule) needs pp > 1"

@@ -56,6 +56,26 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
                                 "it would overwrite the base with a file that extends itself; write to another file")
 
 
+def check_out_folder(out: Path | str, option: str = "--out") -> None:
+    """UserError, before any work, when the folder ``out`` (created by the writer if absent, as
+    ``calibrate bench --out`` does) cannot take new files: it is a file, or it or its nearest
+    existing parent refuses a new entry (reliability review item 24: ``--out /proc/x`` surfaced as
+    torchrun's banner)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{option} {out} is a file, not a folder")
+    probe_in = out
+    while not probe_in.exists():
+        probe_in = probe_in.parent if str(probe_in.parent) not in ("", str(probe_in)) else Path(".")
+        if probe_in == Path("."):
+            break
+    try:
+        d = tempfile.mkdtemp(dir=probe_in, prefix=".llmpar-probe-")
+        os.rmdir(d)
+    except OSError as exc:
+        raise UserError(f"cannot write into {out}: {probe_in} takes no new folder or file ({exc.strerror})") from None
+
+
 def write_text(out: Path | str, text: str) -> Path:
     """``text`` to ``out`` through a temporary file in the same folder and a rename."""
     out = Path(out)

@@ -195,7 +195,10 @@ def fmt_watts(w: float) -> str:
 
 
 def fmt_count(n: float) -> str:
-    # P for a quadrillion: the largest count llmpar models (reliability review, item 33: "77001.02T")
+    # P for a quadrillion: the largest count llmpar models (reliability review, item 33: "77001.02T");
+    # beyond 10^18, plain e-notation rather than thousands of P (or a T after an exponent)
+    if not math.isfinite(n) or abs(n) >= 1e18:
+        return f"{n:.3g}"
     for suffix, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.2f}{suffix}"

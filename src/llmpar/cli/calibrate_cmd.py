@@ -142,8 +142,11 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
     """
     from llmpar.calibrate import bench
 
+    from llmpar.outputs import check_out_folder
+
     bench.parse_sizes(sizes)                       # bad input -> exit 2 before any process starts
     colls = bench.parse_collectives(list(collectives))
+    check_out_folder(out)
     argv = _bench_argv(sizes, colls, iters, warmup, dtype, backend, out, no_check, timeout)
     try:
         import torch  # noqa: F401

@@ -63,8 +63,9 @@ REASONS = {
     "etp": "etp does not divide tp*cp*dp or the expert FFN width",
     "batch": "global batch not divisible by micro_batch*dp (or not the --microbatches asked for)",
     "sp_seq": "sequence parallelism needs seq/cp divisible by tp",
+    "sp_tp": "sequence parallelism asked for at tp 1 (there are no TP ranks to split over)",
     "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
-                "DualPipe: pp even, m even and >= 2*pp)",
+                "DualPipe: pp even, m even and >= 2*pp; a schedule other than 1F1B at pp 1)",
     "convention": "ZeRO stage outside what --convention covers",
     "stack": "the stack's framework does not launch it (layout.stack_violations: ZeRO stage under pipeline parallelism)",
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
@@ -357,9 +358,9 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     # rules of layout.layout_violations (the function check_layout uses), applied to all rows at once
     rows, keys, knobs = [], [], []
     for tp in tps:
-        sp_opts = [False] if tp == 1 else sps
-        if tp == 1 and False not in sps:
-            sp_opts = [False]   # SP at tp = 1 is no SP: one entry
+        sp_opts = sps
+        if tp == 1:   # SP at tp 1 is no SP: one entry, off unless only "on" was asked for (then rule sp_tp)
+            sp_opts = [False] if False in sps else [True]
         for cp in cps:
             for pp in pps:
                 if G % (tp * cp * pp):
@@ -402,12 +403,14 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     m = B // per
     # the knob-level rules (the degree-level ones were masked above, per row of degrees)
     rules = layout_violations(model, Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=cols["ep"], etp=cols["etp"], zero=zero, sp=sp,
-                                              seq=S, virtual_stages=v), only=("sp_seq", "virtual_stages"))
+                                              seq=S, virtual_stages=v, schedule=sched),
+                               only=("sp_seq", "sp_tp", "virtual_stages", "schedule_pp"))
     bad = {
         "batch": (B % per != 0) | ((m != spec.microbatches) if spec.microbatches else False),
         "sp_seq": rules["sp_seq"],
+        "sp_tp": rules["sp_tp"],
         "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
-                    | rules["virtual_stages"],
+                    | rules["virtual_stages"] | rules["schedule_pp"],
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
         "stack": np.broadcast_to(np.asarray(stack_violations(settings.stack, Parallel(pp=pp, zero=zero))["pp_zero"],
                                             dtype=bool), zero.shape),

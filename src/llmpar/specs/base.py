@@ -6,11 +6,42 @@
   must be finite: ``.inf`` or ``.nan`` in a YAML file is one error naming the field, never a
   ``nan us per step`` (reliability review, item 2: the class, not the seven fields it found).
 - ``defer_build=True``: validators are built on first use (start-up time, docs/cli.md).
+- ``Name`` / ``Text``: what a spec prints is printable (reliability review, item 35): a name is one
+  non-blank line without control characters (a newline or an ANSI escape in ``name:`` was written
+  straight to the terminal); free text (descriptions, sources) may wrap lines but holds no other
+  control character.
 """
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict
 
 SPEC = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 STRICT_SPEC = ConfigDict(extra="forbid", strict=True, defer_build=True, allow_inf_nan=False)
+
+
+def _control(v: str, allowed: str = "") -> str | None:
+    return next((c for c in v if unicodedata.category(c) == "Cc" and c not in allowed), None)
+
+
+def _check_name(v: str) -> str:
+    if not v.strip():
+        raise ValueError("is blank: give the spec a name")
+    if v != v.strip():
+        raise ValueError(f"{v!r} has leading or trailing blanks")
+    if (c := _control(v)) is not None:
+        raise ValueError(f"{v!r} holds the control character {c!r}: a name is one printable line")
+    return v
+
+
+def _check_text(v: str) -> str:
+    if (c := _control(v, "\n\t")) is not None:
+        raise ValueError(f"holds the control character {c!r} (it would be written to the terminal as it is)")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+Text = Annotated[str, AfterValidator(_check_text)]

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from llmpar.specs.base import STRICT_SPEC
+from llmpar.specs.base import STRICT_SPEC, Name, Text
 from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys
 
 # counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
@@ -70,8 +70,8 @@ class Memory(_Strict):
 
 
 class Engine(_Strict):
-    name: str
-    description: str = ""
+    name: Name
+    description: Text = ""
     extends: str | None = None
     version: str = Field("", description="the engine version the values describe")
     sources: list[str] = Field(default_factory=list, description="where the values come from")

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-from llmpar.specs.base import SPEC
+from llmpar.specs.base import SPEC, Name, Text
 from llmpar.specs.stack import GENERATIONS
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
@@ -170,9 +170,9 @@ class Tier(BaseModel):
 
 class Hardware(BaseModel):
     model_config = SPEC
-    name: str
-    description: str = ""
-    source: str = ""
+    name: Name
+    description: Text = ""
+    source: Text = ""
     extends: str | None = None
     gpu: Accelerator
     gpus_per_node: int = Field(gt=0)

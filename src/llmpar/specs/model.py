@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from llmpar.specs.base import STRICT_SPEC
+from llmpar.specs.base import STRICT_SPEC, Name, Text
 
 # Upper bounds on a model's shapes: far above any real model (the shipped largest are 128 layers,
 # hidden 25,600, FFN 102,400, 160 heads, 256 experts, vocab 201,088, max_seq 163,840), low enough
@@ -80,10 +80,10 @@ class ModelSpec(BaseModel):
     # strict: `layers: true` is not 1 layer and `hidden: "4096"` is not a number
     model_config = STRICT_SPEC
 
-    name: str
-    aliases: list[str] = Field(default_factory=list)
-    description: str = ""
-    source: str = Field("", description="where the shapes come from")
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    description: Text = ""
+    source: Text = Field("", description="where the shapes come from")
     family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox", "gpt_oss"] = "llama"
 
     layers: int = Field(gt=0, le=MAX_LAYERS)

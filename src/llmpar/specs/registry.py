@@ -240,10 +240,19 @@ def load_model(name: str) -> ModelSpec:
         if not path.is_file():
             raise UserError(f"model file not found: {name}")
         data = read_yaml(path)
+        raw = data
         if "extends" in data:
             data = _model_extended(str(path))
         data.setdefault("name", path.stem)
-        return validate(ModelSpec, data, str(path))
+        spec = validate(ModelSpec, data, str(path))
+        own = raw.get("name")
+        if isinstance(own, str) and (hit := _lookup("models", own.strip().lower())) is not None \
+                and not _same_file(path, hit[1]) and read_yaml(Path(hit[1])) != raw:
+            # reliability review item 35 (as item 8 for a runs table's inline models): a file named
+            # llama-3-70b holding another model printed as the shipped one (a verbatim copy is that model)
+            raise UserError(f"{path}: name {own!r} is a shipped model's (or alias's) name, but this file is not "
+                            f"that model: give it a name of its own")
+        return spec
     key = name.lower()
     found = _lookup("models", key)
     if found is None:
@@ -255,11 +264,23 @@ def load_model(name: str) -> ModelSpec:
     return validate(ModelSpec, data, str(path))
 
 
+def _same_file(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
 def _model_extended(path: str) -> dict[str, Any]:
     """A model YAML with ``extends: BASE`` (a shipped model or a path): the base's shapes merged
     under the file's own keys; the base's name, aliases, description and source are not inherited."""
+    own = read_yaml(Path(path))
     data, _ = _spec_dict("models", path)
-    data.pop("extends", None)
+    base = data.pop("extends", None)
+    # reliability review item 35: a file extending llama-3-8b with layers 64 printed the base's
+    # name and source as if it were that model
+    data["name"] = own.get("name", Path(path).stem)
+    data["source"] = own.get("source", f"{path}, extending {base}")
     return data
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import STRICT_SPEC
+from llmpar.specs.base import STRICT_SPEC, Name, Text
 from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
@@ -275,10 +275,10 @@ class FixedCosts(_Strict):
 
 
 class Stack(_Strict):
-    name: str
-    description: str = ""
+    name: Name
+    description: Text = ""
     extends: str | None = None
-    sources: list[str] = Field(default_factory=list, description="where the values come from")
+    sources: list[Text] = Field(default_factory=list, description="where the values come from")
     fitted_on: list[str] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
     zero_stages: list[Literal[0, 1, 2, 3]] = Field(
         default_factory=lambda: [0, 1, 2, 3], min_length=1,
