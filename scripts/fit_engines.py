@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     from llmpar.serving import report
-    from llmpar.serving.fit import PARAMS, leave_one_source_out, predict_loso
+    from llmpar.serving.fit import PARAMS, cross_engine_prior, engine_rows, fit, leave_one_source_out, predict_loso
     from llmpar.serving.published import ENGINES, shipped_rows
     from llmpar.specs.registry import load_engine
 
@@ -34,10 +34,15 @@ def main() -> int:
     if args.check:
         record = report.load_record().get("engines", {})
     else:
+        # stage 1: each engine in sample under the hand priors (PRIORS); stage 2: each engine's
+        # prior is the other engines' stage-1 fits (fit.cross_engine_prior), then its in-sample fit
+        # and its leave-one-source-out folds are made under that prior
+        first = {name: (fit(engine_rows(rows, name), eng) if engine_rows(rows, name) else None)
+                 for name, eng in engines.items()}
         record = {}
         for name, eng in engines.items():
             t = time.perf_counter()
-            record[name] = leave_one_source_out(rows, eng)
+            record[name] = leave_one_source_out(rows, eng, prior=cross_engine_prior(name, first))
             print(f"{name}: {len(record[name]['sources'])} sources, {time.perf_counter() - t:.0f} s", file=sys.stderr)
     results = predict_loso(rows, engines, record)
     records = report.residual_records(results)

@@ -12,7 +12,9 @@ to the shared value. Loss: scipy's least_squares
 same, with a weak pull to the engine's prior (σ = 0.5 in log units for fractions, 5 ms for times).
 
 Leave-one-source-out: each source of an engine is predicted by the engine refitted without it; an
-engine with one source is predicted by its unfitted prior, and says so.
+engine with one source is predicted by its prior, and says so. The prior of a shipped engine in
+scripts/fit_engines.py is what the other engines measured (:func:`cross_engine_prior`); PRIORS
+(hand-set) start that first stage and every ``calibrate serve`` fit.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ def with_params(engine, values) -> Any:
         "overhead": engine.overhead.model_copy(update=parts["overhead"])})
 
 
-#: the shipped engines' priors (engines/*.yaml before the fit, with their sources there): what a fit
-#: is pulled towards and where it starts, so refitting never starts from its own previous answer
-#: and a held-out source never leaks in through the prior
+#: the shipped engines' hand-set priors: where a fit starts and what it is pulled to in the first
+#: stage of scripts/fit_engines.py (the second stage uses :func:`cross_engine_prior`) and in
+#: ``calibrate serve``, so refitting never starts from its own previous answer and a held-out source
+#: never leaks in through the prior
 PRIORS = {"vllm": [0.85, 0.85, 0.001, 0.005, 0.0], "sglang": [0.85, 0.85, 0.0005, 0.005, 0.0],
           "trtllm": [0.85, 0.85, 0.0003, 0.002, 0.0]}
 
@@ -178,12 +181,14 @@ def _own_generations(rows) -> list[str]:
     return sorted(g for g, c in counts.items() if g != common and c >= MIN_GENERATION_ROWS)
 
 
-def fit(rows: list[ServingRow], engine, generation: str | None = None) -> dict[str, Any]:
+def fit(rows: list[ServingRow], engine, generation: str | None = None, prior: list[float] | None = None
+        ) -> dict[str, Any]:
     """Least-squares values of PARAMS for ``rows`` (all predicted with ``engine``), and the decode
-    bandwidth of each generation of its own: {"values": [...], "by_gen": {generation: value}}."""
+    bandwidth of each generation of its own: {"values": [...], "by_gen": {generation: value}}.
+    ``prior``: the values the fit is pulled to and starts from (default :func:`prior_values`)."""
     from scipy.optimize import least_squares
 
-    prior = prior_values(engine, generation)
+    prior = list(prior) if prior is not None else prior_values(engine, generation)
     gens = _own_generations(rows)
     lo = [p[2] for p in PARAMS] + [PARAMS[0][2]] * len(gens)
     hi = [p[3] for p in PARAMS] + [PARAMS[0][3]] * len(gens)
@@ -200,15 +205,35 @@ def engine_rows(rows: list[ServingRow], name: str) -> list[ServingRow]:
     return [r for r in rows if r.engine == name]
 
 
-def leave_one_source_out(rows: list[ServingRow], engine) -> dict[str, Any]:
-    """{"in_sample": values, "folds": {source: values or None (prior: the only source)}}."""
+def cross_engine_prior(name: str, fits: dict[str, dict[str, Any] | None]) -> list[float] | None:
+    """The prior of engine ``name`` from the other engines' in-sample fits (``fits``: engine ->
+    fit, each made with the hand priors, PRIORS): the geometric mean of their kernel fractions and
+    the mean of their host costs, one value per PARAMS entry (per-generation bandwidths left out).
+    The engines run the same kernels' physics on the same GPUs and pay per-step host work of the
+    same kind (scheduling, sampling, detokenising), so what the others measured is a better prior
+    than a guess; none of their rows is one of ``name``'s, so a held-out source of ``name`` never
+    reaches its own prior (docs/serving.md, Evidence). None without another engine's fit."""
+    others = [f for n, f in sorted(fits.items()) if n != name and f]
+    if not others:
+        return None
+    out = []
+    for i, (section, *_rest) in enumerate(PARAMS):
+        vals = [unpack_fit(f)[0][i] for f in others]
+        out.append(float(np.exp(np.mean(np.log(vals)))) if section == "kernels" else float(np.mean(vals)))
+    return out
+
+
+def leave_one_source_out(rows: list[ServingRow], engine, prior: list[float] | None = None) -> dict[str, Any]:
+    """{"prior": values, "in_sample": values, "folds": {source: values or None (prior: the only
+    source)}}; ``prior`` as :func:`fit` (default :func:`prior_values`)."""
     mine = engine_rows(rows, engine.name)
     sources = sorted({r.source for r in mine})
-    record: dict[str, Any] = {"params": [f"{s}.{n}" for s, n, *_ in PARAMS], "sources": sources,
-                              "in_sample": fit(mine, engine) if mine else None, "folds": {}}
+    prior = list(prior) if prior is not None else prior_values(engine)
+    record: dict[str, Any] = {"params": [f"{s}.{n}" for s, n, *_ in PARAMS], "sources": sources, "prior": prior,
+                              "in_sample": fit(mine, engine, prior=prior) if mine else None, "folds": {}}
     for s in sources:
         rest = [r for r in mine if r.source != s]
-        record["folds"][s] = fit(rest, engine) if rest else None
+        record["folds"][s] = fit(rest, engine, prior=prior) if rest else None
     return record
 
 
@@ -227,7 +252,7 @@ def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[s
         if source in folds:
             vals = folds[source]
             scheme = "source" if vals is not None else "prior (the engine's only source)"
-            eng = with_params(base, vals if vals is not None else prior_values(base))
+            eng = with_params(base, vals if vals is not None else (rec.get("prior") or prior_values(base)))
         else:
             vals = rec.get("in_sample")
             eng = with_params(base, vals) if vals is not None else base
@@ -237,5 +262,5 @@ def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[s
     return out
 
 
-__all__ = ["PARAMS", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
+__all__ = ["PARAMS", "cross_engine_prior", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
            "load_kwargs"]
