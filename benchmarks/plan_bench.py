@@ -41,7 +41,7 @@ CASES = [
 
 
 def bench(repeat: int) -> None:
-    from llmpar.plan.search import plan
+    from llmpar.planner.search import plan
 
     plan("llama-3-8b", gpus=8)   # warm the imports and spec caches
     print(f"{'case':<26} {'GPUs':>6} {'candidates':>11} {'costed':>9} {'timed':>9} {'search s':>9} "

@@ -57,7 +57,7 @@ about: >-
   scripts/scaling_benchmarks.py ("Generates configs and SLURM scripts for scaling benchmarks used
   in" the playbook): 1B = 16 layers, hidden 2048, 32 heads, FFN 8192; 3B = 28 layers, hidden 3072,
   32 heads, FFN 8192; vocab 32768, MHA, tied embeddings (FFN < 10000), Llama block (SwiGLU,
-  RMSNorm, RoPE), as src/llmpar/validate/playbook.py uses them. Recompute: none (nanotron's
+  RMSNorm, RoPE), as this file's models: block states them. Recompute: none (nanotron's
   recompute_layer defaults to false and the scaling benchmark script does not set it -- inferred).
   Hardware: the runs were on AWS p5 (EFA between nodes); llmpar's h100-sxm profile (InfiniBand
   NDR, the same 400 Gb/s per GPU line rate) stands in for it -- no EFA nccl-tests sweep is in the

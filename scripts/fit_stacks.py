@@ -12,7 +12,7 @@ this script:
     python scripts/fit_stacks.py torchtitan         # H100: the 2 rows without compile (Tables 1 and 3, "FSDP")
 
 It takes a few minutes per stack (every fold refits). The plans (sources, parameters, priors,
-folds) are llmpar.validate.fit_plans.PLANS, where `llmpar validate` finds them too.
+folds) are llmpar.validation.fit_plans.PLANS, where `llmpar validate` finds them too.
 
     python scripts/fit_stacks.py --loso             # every source refitted out: validation/loso-fits.json
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmpar.validate import fit_plans as FP
+from llmpar.validation import fit_plans as FP
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = FP.PLANS
@@ -55,7 +55,7 @@ def loso() -> None:
     record = {"scheme": "leave-one-source-out",
               "generated_by": "python scripts/fit_stacks.py --loso",
               "date": datetime.date.today().isoformat(),
-              "about": "for each source some stack was fitted on (llmpar.validate.fit_plans."
+              "about": "for each source some stack was fitted on (llmpar.validation.fit_plans."
                        "leave_one_source_out): scheme 'source': values = every plan that used it refitted "
                        "without it, {stack: {generation: {parameter: value}}}; scheme 'configurations' (the "
                        "source is its plan's only one): values = the full fit, folds = each k-fold's held-out "

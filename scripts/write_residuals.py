@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from llmpar.evidence import RESIDUALS_FILE
-from llmpar.validate import crossval
-from llmpar.validate.core import validate
+from llmpar.validation import crossval
+from llmpar.validation.core import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

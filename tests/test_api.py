@@ -66,18 +66,18 @@ def test_import_llmpar_is_cheap():
     """``import llmpar`` loads none of numpy, pydantic, rich, click or the api module: the nine
     names resolve on first use (module ``__getattr__``)."""
     out = _python("import sys, llmpar; print(sorted(m for m in ('numpy', 'pydantic', 'rich', 'click', 'yaml', "
-                  "'llmpar.api', 'llmpar.results', 'llmpar.plan.search', 'llmpar.validate.core') if m in sys.modules))")
+                  "'llmpar.api', 'llmpar.results', 'llmpar.planner.search', 'llmpar.validation.core') if m in sys.modules))")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 def test_import_time_of_llmpar_itself():
-    """``python -X importtime -c 'import llmpar'``: llmpar and its two import-free subpackages only,
-    a few milliseconds (bounded loosely: a loaded machine)."""
+    """``python -X importtime -c 'import llmpar'``: llmpar alone, a few milliseconds (bounded
+    loosely: a loaded machine)."""
     out = _python("import llmpar", "-X", "importtime")
     rows = [ln.split("|") for ln in out.stderr.splitlines() if ln.startswith("import time:") and "|" in ln]
     ours = {r[2].strip(): int(r[1]) for r in rows if r[2].strip().startswith("llmpar")}
-    assert set(ours) == {"llmpar", "llmpar.plan", "llmpar.validate"}, ours
+    assert set(ours) == {"llmpar"}, ours
     assert ours["llmpar"] < 100_000, ours     # cumulative, microseconds
 
 
@@ -92,22 +92,25 @@ def test_the_api_names():
         llmpar.no_such_function  # noqa: B018
 
 
-def test_plan_and_validate_stay_functions_after_their_packages_are_imported():
-    """The planner and validation packages share their names with the functions; importing their
-    modules (in any form but attribute access) never turns ``llmpar.plan`` back into the package."""
+def test_no_subpackage_shares_a_name_with_an_api_function():
+    """Issue 24: ``llmpar.plan`` and ``llmpar.validate`` are functions; the planner and the
+    validation are the subpackages ``llmpar.planner`` and ``llmpar.validation``, so importing
+    their modules in any form never hides a function."""
+    import pkgutil
+
+    names = {m.name for m in pkgutil.iter_modules(llmpar.__path__)}
+    assert not names & set(API), names & set(API)
     code = """
 import importlib, sys, types
 import llmpar
-import llmpar.plan.search
-from llmpar.plan import space, sweep
-from llmpar.plan.search import PlanResult
-import llmpar.validate.core
-from llmpar.validate import report
-importlib.import_module("llmpar.plan.space")
+import llmpar.planner.search
+from llmpar.planner import space, sweep
+from llmpar.planner.search import PlanResult
+import llmpar.validation.core
+from llmpar.validation import report
+importlib.import_module("llmpar.planner.space")
 assert isinstance(llmpar.plan, types.FunctionType) and llmpar.plan is llmpar.api.plan, llmpar.plan
 assert isinstance(llmpar.validate, types.FunctionType) and llmpar.validate is llmpar.api.validate
-assert sys.modules["llmpar.plan"].search is sys.modules["llmpar.plan.search"]
-assert type(sys.modules["llmpar.plan"]) is types.ModuleType       # a plain package: no __class__ trick
 r = llmpar.plan("llama-3-8b", gpus=8, top=1)
 assert isinstance(r, PlanResult) and r.best.rank == 1
 print("ok")
@@ -121,10 +124,10 @@ def test_no_import_circle():
     """results and inputs sit below both the API and the planner: the planner never imports the API."""
     imports_api = re.compile(r"^\s*(from\s+llmpar\s+import\s+[^\n]*\bapi\b|from\s+llmpar\.api\b|import\s+llmpar\.api\b)",
                              re.MULTILINE)
-    for mod in ("results", "inputs", "plan/search", "plan/sweep", "plan/space"):
+    for mod in ("results", "inputs", "planner/search", "planner/sweep", "planner/space"):
         text = (Path(SRC) / "llmpar" / f"{mod}.py").read_text()
         assert not imports_api.search(text), mod
-    out = _python("import llmpar.plan.sweep, sys; print('llmpar.api' in sys.modules)")
+    out = _python("import llmpar.planner.sweep, sys; print('llmpar.api' in sys.modules)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 

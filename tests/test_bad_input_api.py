@@ -49,7 +49,7 @@ def test_fix_and_allow_integers_are_bounded(cli, spec, bound):
 
 
 def test_knob_bounds_are_inclusive():
-    from llmpar.plan import space as SP
+    from llmpar.planner import space as SP
 
     # the bound itself is a value (the planner then finds it infeasible, as any v that divides no stage)
     assert SP.parse_values("virtual_stages", str(MAX_GPUS)) == (MAX_GPUS,)

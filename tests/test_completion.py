@@ -114,7 +114,7 @@ def test_calibrate_runs_prints_only_the_result_under_clirunner(tmp_path):
 
 
 def test_the_work_reports_progress_through_its_callback():
-    from llmpar.plan.sweep import sweep
+    from llmpar.planner.sweep import sweep
 
     seen = []
     sweep("llama-3-8b", gpus="8,16", hardware="h100-sxm,a100-80gb", progress=lambda *a: seen.append(a))

@@ -17,7 +17,7 @@ from llmpar.cost.pipeline import check_schedule
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import SCHEDULES, Parallel
 from llmpar.layout import check_layout, layout_violations
-from llmpar.plan import space as SP
+from llmpar.planner import space as SP
 from llmpar.specs import load_model
 
 

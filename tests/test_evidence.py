@@ -14,7 +14,7 @@ import pytest
 
 from llmpar import evidence as EV
 from llmpar.errors import UserError
-from llmpar.plan.search import RANK_TOLERANCE, robust_order
+from llmpar.planner.search import RANK_TOLERANCE, robust_order
 
 KEY = ("megatron-core", "hopper", "dense", "16-bit", "65-512 GPUs", "seq 4K-16K")
 # ten residuals of one source, ln(measured / predicted), equally spaced by 0.05 from -0.10
@@ -169,7 +169,7 @@ def test_plan_default_does_not_recommend_tight_but_margin_0_ranks_by_time():
 # ------------------------------------------------------------------------ the shipped records
 
 def test_loso_record_covers_every_fitted_source_and_is_today_s():
-    from llmpar.validate import fit_plans as FP
+    from llmpar.validation import fit_plans as FP
 
     rec = FP.load_record()
     assert rec is not None, "validation/loso-fits.json is missing: python scripts/fit_stacks.py --loso"
@@ -189,8 +189,8 @@ def test_loso_record_covers_every_fitted_source_and_is_today_s():
 def test_validate_meets_the_trust_targets_and_ships_today_s_residuals():
     """issue 23's targets over validation/, leave-one-source-out, each source weighing the same;
     and validation/residuals.json is what validate computes now."""
-    from llmpar.validate import crossval
-    from llmpar.validate.core import validate
+    from llmpar.validation import crossval
+    from llmpar.validation.core import validate
 
     result = validate()
     cv = result.cross_validation

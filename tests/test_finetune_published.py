@@ -13,7 +13,7 @@ import pytest
 
 import llmpar
 from llmpar.errors import UserError
-from llmpar.validate import finetune as VF
+from llmpar.validation import finetune as VF
 from tests.conftest import assert_one_line_error
 
 

@@ -118,7 +118,7 @@ FLOORS = (
     ("layout",),
     ("cost",),
     ("evidence", "inputs", "remedies", "outputs", "step_trace", "results"),
-    ("plan", "calibrate", "validate", "serving", "launch"),
+    ("planner", "calibrate", "validation", "serving", "launch"),
     ("api",),
     ("cli", "__main__"),
 )
@@ -144,4 +144,4 @@ def test_every_module_has_a_floor_and_no_import_points_up():
 
 def test_the_floor_check_can_fail():
     assert floor_of("llmpar.specs.hardware") < floor_of("llmpar.cost.collectives")
-    assert floor_of("llmpar.validate.__main__") == floor_of("llmpar.cli.main")
+    assert floor_of("llmpar.validation.__main__") == floor_of("llmpar.cli.main")

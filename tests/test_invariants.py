@@ -36,8 +36,8 @@ from llmpar.cost import pipeline as PL
 from llmpar.cost.step import BREAKDOWN_KEYS, step_time
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
-from llmpar.plan import space as SP
-from llmpar.plan.search import plan
+from llmpar.planner import space as SP
+from llmpar.planner.search import plan
 from llmpar.specs import registry
 from llmpar.specs.model import MLASpec, MoESpec, ModelSpec
 

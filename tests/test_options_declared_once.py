@@ -12,7 +12,7 @@ import pytest
 
 from llmpar import api
 from llmpar.cli.main import cli
-from llmpar.plan import search, space, sweep
+from llmpar.planner import search, space, sweep
 
 # options that shape what a command prints or writes, not what it computes
 OUTPUT = {"as_json", "as_csv", "units", "plot_path", "html_path", "trace_path", "explain", "emit", "out"}

@@ -16,8 +16,8 @@ from llmpar import api
 from llmpar.cost.pipeline import check_schedule
 from llmpar.errors import CheckFailed, UserError
 from llmpar.layout import check_layout
-from llmpar.plan import space as SP
-from llmpar.plan.search import plan
+from llmpar.planner import space as SP
+from llmpar.planner.search import plan
 from llmpar.specs import load_hardware, load_model
 from llmpar.specs.model import ModelSpec
 
@@ -186,7 +186,7 @@ def test_default_space_size_llama3_8b_on_one_node():
     #   p=0: a=0 (4 cp values) x1 + a=1 (3) x2 + a=2 (2) x2 + a=3 (1) x2 = 16, x 1 entry  = 16
     #   p=1: 3x1 + 2x2 + 1x2 = 9, x 5 = 45;  p=2: 2x1 + 1x2 = 4, x 4 = 16;  p=3: 1, x 3 = 3
     #   80 x 5 x 3 x 3 = 3600 with the three recompute modes alone.
-    # Partial full recompute (plan/space.py PARTIAL_FULL): N = max(1, rint(q x c)) for q = 1/4, 1/2,
+    # Partial full recompute (planner/space.py PARTIAL_FULL): N = max(1, rint(q x c)) for q = 1/4, 1/2,
     # 3/4 of a chunk of c = ceil(32/pp)/v layers, kept when N < c and not the previous q's N:
     #   c = 32, 16, 8, 4 -> 3 extra entries; c = 2 -> 1 (N = 1); c = 1 -> 0.
     # Recompute options per (schedule, v) entry = 3 + extra; summed per pp, x the triple-SP combos:
@@ -437,7 +437,7 @@ def test_llmpar_plan_is_callable_and_reports_defaults():
     assert r.global_batch == 512          # 4,194,304 tokens / 8192
     assert any("model llama-3-70b" in d for d in r.defaults_used)
     assert any("global batch 512" in d for d in r.defaults_used)
-    from llmpar.plan.search import PlanResult
+    from llmpar.planner.search import PlanResult
 
     assert isinstance(r, PlanResult)
 
@@ -494,8 +494,8 @@ def test_margin_uses_the_fits_with_margin_rule_and_counts_tight():
 
     from llmpar import api
     from llmpar.cost.memory import memory_per_gpu
-    from llmpar.plan import space as SP
-    from llmpar.plan.search import plan
+    from llmpar.planner import space as SP
+    from llmpar.planner.search import plan
 
     r0 = plan("llama-3-8b", gpus=8, top=3)
     r5 = plan("llama-3-8b", gpus=8, top=3, margin=0.05)
@@ -525,7 +525,7 @@ def test_margin_uses_the_fits_with_margin_rule_and_counts_tight():
 
 def test_margin_input_is_checked():
     from llmpar.errors import UserError
-    from llmpar.plan.search import plan
+    from llmpar.planner.search import plan
 
     assert plan("llama-3-8b", gpus=8, top=1, margin="5%").space.margin == 0.05
     for bad in ("-0.1", "1", "lots"):
@@ -581,8 +581,8 @@ def test_offloading_is_searched_priced_as_step_and_said():
         _assert_same(row, st)
         assert row.breakdown_s["offload"] == pytest.approx(st.breakdown_s["offload"], rel=1e-12, abs=1e-15)
     assert any("plan #1 offloads 20 layers' activations" in a and "225 GB/s" in a for a in r.assumptions)
-    # the counts searched by default: round(q x 80) = 20, 40, 60 (plan/space.py OFFLOAD_SHARES)
-    from llmpar.plan import space as SP
+    # the counts searched by default: round(q x 80) = 20, 40, 60 (planner/space.py OFFLOAD_SHARES)
+    from llmpar.planner import space as SP
 
     model = api.load_model_spec("llama-3-70b", None)[0]
     spec = SP.SpaceSpec(gpus=64, seq=8192, global_batch=128, offload=True)
@@ -607,9 +607,9 @@ def test_offloading_fixed_against_its_rules_is_one_line(cli):
 
 
 def test_memory_in_chunks_changes_no_figure(monkeypatch):
-    """The planner evaluates memory CHUNK candidates at a time (plan/search.py); with chunks of 997
+    """The planner evaluates memory CHUNK candidates at a time (planner/search.py); with chunks of 997
     (a prime, so chunks end mid-block) the plan is the one a single pass gives, figure for figure."""
-    from llmpar.plan import search as S
+    from llmpar.planner import search as S
 
     def run():
         r = llmpar.plan("mixtral-8x7b", gpus=64, top=5).model_dump()

@@ -44,7 +44,7 @@ def _close_figures():
 # ---------------------------------------------------------------------------------------- plan
 
 def test_plan_figure_has_every_feasible_point_the_frontier_and_the_winner():
-    from llmpar.plan.search import plan
+    from llmpar.planner.search import plan
 
     r = plan("llama-3-8b", gpus=8, top=3, keep_points=True)
     fig = plots.plan_figure(r)
@@ -95,7 +95,7 @@ def test_plot_suffix_and_missing_matplotlib_are_one_line_exit_2(cli, tmp_path, m
 # --------------------------------------------------------------------------------------- sweep
 
 def test_sweep_figure_one_line_per_hardware_per_panel(cli, tmp_path):
-    from llmpar.plan.sweep import sweep
+    from llmpar.planner.sweep import sweep
 
     r = sweep("llama-3-8b", gpus="8,16,32", hardware="h100-sxm,a100-80gb", tokens="1T")
     fig = plots.sweep_figure(r)

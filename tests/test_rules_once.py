@@ -13,7 +13,7 @@ from conftest import assert_one_line_error
 from llmpar.errors import UserError
 from llmpar.layout import LAYOUT_RULES
 from llmpar.parallel import SCHEDULES
-from llmpar.plan import space as SP
+from llmpar.planner import space as SP
 
 # rule -> (model, layout keywords of memory/step, the words of the refusal). Shapes from
 # models/*.yaml: llama-3-8b 32 layers, 32 heads, 8 KV heads, dense; mixtral-8x7b 32 layers, 8 experts
@@ -55,7 +55,7 @@ def test_memory_and_step_refuse_in_the_same_words(rule):
 def test_the_planner_never_offers_it_and_counts_it_under_the_rule(rule):
     # the planner's candidates with every knob of the breaking layout fixed (plan --fix): none
     # survive, and the rejections are counted under the rule (virtual stages: under "schedule",
-    # the planner's name for the interleaving rules, plan/space.py)
+    # the planner's name for the interleaving rules, planner/space.py)
     from llmpar.inputs import make_settings
     from llmpar.specs import load_model
 

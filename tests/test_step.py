@@ -192,7 +192,7 @@ def test_published_a100_rows():
     rows). The stack's GEMM fraction was fitted on these 18 rows (3.2 % mean / 7.2 % max in-sample,
     3.5 % / 8.1 % leave-one-configuration-out: stacks/megatron-2022.yaml); the issue's target on the
     published metrics is mean <= 3.5 %, max <= 8 % (validate: 3.3 % / 7.6 %)."""
-    from llmpar.validate.core import validate
+    from llmpar.validation.core import validate
 
     res = validate(["korthikanti2022-table5", "narayanan2021-table1"], cross_validate=False)
     errs = [abs(r["error"]) for r in res.rows if r["metric"] in ("step_time_s", "tflops_per_gpu")]

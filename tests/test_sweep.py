@@ -1,4 +1,4 @@
-"""`llmpar sweep` (llmpar.plan.sweep): rows are plan #1 at each count, scaling efficiency, training
+"""`llmpar sweep` (llmpar.planner.sweep): rows are plan #1 at each count, scaling efficiency, training
 cost, the JSON/CSV contract, rows that say why nothing runs, and exit codes (issue 10)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import io
 import pytest
 
 from llmpar.errors import UserError
-from llmpar.plan.search import plan
-from llmpar.plan.sweep import parse_gpu_list, sweep
+from llmpar.planner.search import plan
+from llmpar.planner.sweep import parse_gpu_list, sweep
 
 from conftest import assert_one_line_error
 

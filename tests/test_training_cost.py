@@ -162,7 +162,7 @@ def test_node_power_must_include_the_gpus():
 # ------------------------------------------------------------------ plan and step --tokens
 
 def test_plan_api_training_for_plan_one():
-    from llmpar.plan.search import plan
+    from llmpar.planner.search import plan
 
     r = plan("llama-3-8b", gpus=8, top=1, tokens="15T", pue=1.2, gpu_hour_price=2.5)
     best = r.best

@@ -1,4 +1,4 @@
-"""validate/: the shipped A100 rows are wired correctly (layouts, searched knobs). The command
+"""validation/: the shipped A100 rows are wired correctly (layouts, searched knobs). The command
 itself: tests/test_validate_cmd.py."""
 
 from llmpar.calibrate.runs import _layout_candidates, as_run
@@ -39,7 +39,7 @@ def test_unpublished_knobs_are_searched():
     # interleaved schedule: validate searches those (and says so with a '*'); megatron-2022 has
     # ZeRO 0 only and every row states its recompute, so nothing else is searched
     from llmpar.specs import load_stack
-    from llmpar.validate.core import _searched
+    from llmpar.validation.core import _searched
 
     stack = load_stack("megatron-2022")
     assert {tuple(_searched(r, stack)) for r in _runs("narayanan2021-table2-ptdp")} == {("virtual_stages",)}

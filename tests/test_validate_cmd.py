@@ -24,7 +24,7 @@ N = "narayanan2021-table1"
 
 @pytest.fixture(scope="module")
 def korthikanti():
-    from llmpar.validate.core import validate
+    from llmpar.validation.core import validate
 
     return validate(K)
 
@@ -178,8 +178,8 @@ def test_markdown_one_section_per_source(cli, tmp_path):
 def test_shipped_page_is_the_generated_one():
     # docs/validation.md is `llmpar validate --markdown` output, not hand-written: its fixed text
     # and one section per shipped source
-    from llmpar.validate.core import source_names
-    from llmpar.validate.report import PREAMBLE
+    from llmpar.validation.core import source_names
+    from llmpar.validation.report import PREAMBLE
 
     page = (REPO / "docs" / "validation.md").read_text()
     assert page.startswith(PREAMBLE.rstrip())
@@ -189,7 +189,7 @@ def test_shipped_page_is_the_generated_one():
 
 def test_data_dir_resolves_the_shipped_files():
     from llmpar.specs.registry import data_dir
-    from llmpar.validate.core import source_names
+    from llmpar.validation.core import source_names
 
     d = data_dir("validation")
     assert (d / f"{K}.yaml").is_file()
@@ -205,7 +205,7 @@ def test_installed_layout_without_the_repository(tmp_path):
         shutil.copytree(REPO / kind, site / "llmpar" / "data" / kind)
     env = {**os.environ, "PYTHONPATH": str(site)}
     code = ("from llmpar.specs.registry import data_dir; print(data_dir('validation'));"
-            "from llmpar.validate.core import validate; r = validate('korthikanti2022-table5');"
+            "from llmpar.validation.core import validate; r = validate('korthikanti2022-table5');"
             "print(r.rows[0]['published'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
@@ -215,8 +215,8 @@ def test_installed_layout_without_the_repository(tmp_path):
 
 
 def test_module_alias(cli):
-    # `python -m llmpar.validate ARGS` is `llmpar validate ARGS`
-    out = subprocess.run([sys.executable, "-m", "llmpar.validate", "--source", K, "--json"], capture_output=True,
+    # `python -m llmpar.validation ARGS` is `llmpar validate ARGS`
+    out = subprocess.run([sys.executable, "-m", "llmpar.validation", "--source", K, "--json"], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert out.returncode == 0, out.stderr
     import json
@@ -231,8 +231,8 @@ def test_summary_says_whether_each_error_is_in_sample():
     1,127 -> partly; torchtitan-compile fits no memory.* value -> its memory rows are out of
     sample; megatron-core names NeMo 25.11 B200 only in its fitted_on prose (the Blackwell GEMM
     fit, dense rows only) -> wholly or in part."""
-    from llmpar.validate.core import validate
-    from llmpar.validate.report import summary_rows
+    from llmpar.validation.core import validate
+    from llmpar.validation.report import summary_rows
 
     res = validate(["korthikanti2022-table5", "playbook-nanotron-h100", "torchtitan-compile-h100-2024",
                     "nemo-2511-b200"], cross_validate=False)    # the summary column alone
@@ -254,7 +254,7 @@ def test_a_run_that_ran_but_does_not_fit_is_marked(cli):
     rows = {r["row"]: r for r in data["rows"]}
     row = rows["Table 2, ZeRO-3 529.6B, 640 GPUs"]
     assert row["status"] == "ok" and row["fits"] is False and row["searched"] == []
-    from llmpar.validate import report
+    from llmpar.validation import report
 
     assert report.row_cells(row)[1].endswith(" !") and report.ran_but_no_fit(row)
     wider = rows["Table 2, ZeRO-3 529.6B, 1120 GPUs"]
@@ -277,7 +277,7 @@ def test_deepseek_v3_row_fits_with_its_stated_recompute(cli):
     (row,) = data["rows"]
     assert row["status"] == "ok" and row["fits"] is True
     assert row["config"]["recompute"] == "selective" and "recompute" not in row["searched"]
-    from llmpar.validate import report
+    from llmpar.validation import report
 
     assert not report.row_cells(row)[1].endswith("!") and report.no_fit_line([row]) is None
 
@@ -286,7 +286,7 @@ def test_a_large_source_counts_its_runs_that_ran_but_do_not_fit():
     # a source shown per model and GPU count (more than report.BIG_SOURCE runs) cannot mark rows with
     # "!": it says how many of its completed runs llmpar predicts do not fit, out of those that
     # completed (OOM rows are neither): here 2 of 3
-    from llmpar.validate import report
+    from llmpar.validation import report
 
     rows = [{"row": "a", "status": "ok", "fits": False}, {"row": "b", "status": "ok", "fits": True},
             {"row": "c", "status": "ok", "fits": False}, {"row": "d", "status": "oom", "fits": False}]

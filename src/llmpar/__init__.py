@@ -15,17 +15,8 @@ The Python API (docs/api.md), the same computations as the CLI:
 _API = ("load_model", "load_hardware", "load_stack", "memory", "step", "plan", "sweep", "collective", "validate",
         "serve", "serve_plan")
 
-# ``llmpar.plan`` and ``llmpar.validate`` are the API functions, but they are also the names of two
-# subpackages (the planner, the published-run validation). Python binds a subpackage as an attribute
-# of its parent the first time it is imported, which would hide the function. Both packages'
-# __init__ files are import-free: import them here, once, and drop that binding, so that the
-# attribute resolves to the function (``__getattr__`` below) and a later ``import llmpar.plan.search``
-# (already-loaded parent) never rebinds it. Import their modules with ``from llmpar.plan import search``.
-# (This import must come before ``__getattr__`` is defined: ``from llmpar import plan`` asks for the
-# attribute first, and ``__getattr__`` would answer with the function.)
-from llmpar import plan, validate  # noqa: E402, I001
-
-del plan, validate
+# The planner and the published-run validation live in the subpackages llmpar.planner and
+# llmpar.validation: no subpackage shares a name with an API function (issue 24).
 
 
 def __getattr__(name: str):

@@ -10,8 +10,8 @@ feasible in ``plan``, ``validate`` over ``tolerance`` — raises
 :class:`llmpar.errors.CheckFailed` (exit 1). Nothing here prints. docs/api.md has the reference.
 
 The numbers come from :mod:`llmpar.cost` through :mod:`llmpar.parallel` (resolution);
-:func:`plan` and :func:`sweep` are the planner's (:mod:`llmpar.plan`), :func:`validate` wraps
-:mod:`llmpar.validate.core`.
+:func:`plan` and :func:`sweep` are the planner's (:mod:`llmpar.planner`), :func:`validate` wraps
+:mod:`llmpar.validation.core`.
 
     >>> import llmpar
     >>> r = llmpar.memory("llama-3-70b", hardware="h100-sxm", zero=3, dp=8)
@@ -549,17 +549,17 @@ def step(
 
 # ---------------------------------------------------------------------------- plan and sweep
 #
-# plan() and sweep() are the planner's own functions (llmpar.plan.search.plan,
-# llmpar.plan.sweep.sweep): their keywords are documented there and in docs/api.md. Imported on
+# plan() and sweep() are the planner's own functions (llmpar.planner.search.plan,
+# llmpar.planner.sweep.sweep): their keywords are documented there and in docs/api.md. Imported on
 # first use, so `llmpar memory` and `llmpar step` do not load the planner.
 
 def __getattr__(name):
     if name == "plan":
-        from llmpar.plan.search import plan as _plan
+        from llmpar.planner.search import plan as _plan
 
         return _plan
     if name == "sweep":
-        from llmpar.plan.sweep import sweep as _sweep
+        from llmpar.planner.sweep import sweep as _sweep
 
         return _sweep
     if name == "serve":   # docs/serving.md; lives with the serving rooms
@@ -745,7 +745,7 @@ def validate(
     exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
     ``progress(name, done, total)`` is called before each source. ``serving=True``: the published
     serving runs instead (``validate --serving``; the result's ``serving`` holds the block)."""
-    from llmpar.validate.core import validate as _validate
+    from llmpar.validation.core import validate as _validate
 
     if serving:
         if source is not None or stack is not None or limit is not None or tolerance is not None:

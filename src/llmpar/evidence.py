@@ -4,7 +4,7 @@ A prediction's interval comes from how llmpar did on published runs *like it* th
 fitted on (docs/validation.md, "Intervals"):
 
 * **Residuals.** ``llmpar validate`` predicts every published row with stack constants refitted
-  without the row's source (leave-one-source-out; :mod:`llmpar.validate.fit_plans`). For a speed
+  without the row's source (leave-one-source-out; :mod:`llmpar.validation.fit_plans`). For a speed
   row the residual is ``ln(t_measured / t_predicted)`` (positive: llmpar was optimistic, the run
   was slower); for a memory row ``ln(measured peak / predicted peak)``. They are recorded in
   ``validation/residuals.json`` (``python scripts/write_residuals.py``; a test checks it is today's).

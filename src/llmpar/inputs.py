@@ -3,7 +3,7 @@
 Model, hardware and stack names (or YAML paths, a Hugging Face config.json, or already-loaded
 spec objects) become :class:`~llmpar.specs.model.ModelSpec`, :class:`~llmpar.specs.hardware.Hardware`
 and :class:`~llmpar.parallel.Settings`; ``--reserve`` becomes bytes. The API
-(:mod:`llmpar.api`), the planner (:mod:`llmpar.plan.search`, :mod:`llmpar.plan.sweep`) and the
+(:mod:`llmpar.api`), the planner (:mod:`llmpar.planner.search`, :mod:`llmpar.planner.sweep`) and the
 CLI all start here, so a name means the same thing everywhere. Nothing here computes a cost.
 """
 

@@ -31,7 +31,7 @@ def virtual_stages_message(v: int, layers: int, pp: int) -> str:
             + (f"use one of {', '.join(map(str, divs))}" if divs else "this pp leaves no v > 1"))
 
 
-# Layout rules, in the order the planner counts rejections (llmpar.plan.space.REASONS). Each is an
+# Layout rules, in the order the planner counts rejections (llmpar.planner.space.REASONS). Each is an
 # array-polymorphic mask (True = the layout breaks the rule) so that ``check_layout`` (one scalar
 # layout, a message) and the planner (every candidate at once, a count) apply the same rules.
 LAYOUT_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "sp_seq", "sp_tp", "virtual_stages", "schedule_pp",
@@ -98,7 +98,7 @@ def stack_violations(stack, par: Parallel) -> dict[str, Any]:
       (megatron/training/arguments.py at d98e8a6 refuses only --use-torch-fsdp2 with PP), torchtitan
       composes FSDP2 with PP (parallel_dims.py at b5bcd76), so their stacks state none.
 
-    The planner masks with it (plan/space.py), calibrate runs searches within it, and ``step`` says
+    The planner masks with it (planner/space.py), calibrate runs searches within it, and ``step`` says
     so (inputs.stack_support_note)."""
     allowed = getattr(stack, "pp_zero_stages", None)
     pp, zero = np.asarray(par.pp), np.asarray(par.zero)
@@ -172,7 +172,7 @@ def _violation_message(rule: str, model: ModelSpec, par: Parallel) -> str:
 
 def check_layout(model: ModelSpec, par: Parallel) -> None:
     """The layout rules of :func:`layout_violations` for one scalar layout: the first rule it breaks
-    is one UserError. The planner masks with the same function (plan/space.py)."""
+    is one UserError. The planner masks with the same function (planner/space.py)."""
     for rule, bad in layout_violations(model, par).items():
         if bool(bad):
             raise UserError(_violation_message(rule, model, par))

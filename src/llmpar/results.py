@@ -1,8 +1,8 @@
 """Result objects of every command: what ``llmpar memory|step|plan|sweep|collective|validate``
 computed, as pydantic models.
 
-These sit below both the API (:mod:`llmpar.api`) and the planner (:mod:`llmpar.plan.search`,
-:mod:`llmpar.plan.sweep`), which build them; nothing here computes a number or prints.
+These sit below both the API (:mod:`llmpar.api`) and the planner (:mod:`llmpar.planner.search`,
+:mod:`llmpar.planner.sweep`), which build them; nothing here computes a number or prints.
 
 Each result keeps the objects it was built from (``parallel`` is a
 :class:`~llmpar.parallel.Parallel`, ``settings`` a :class:`~llmpar.parallel.Settings`, a plan's
@@ -393,7 +393,7 @@ class SweepRow(Result):
 
     gpus: int
     hardware: str
-    status: str                           # one of llmpar.plan.sweep.STATUSES
+    status: str                           # one of llmpar.planner.sweep.STATUSES
     reason: str | None = None
     plan: PlanRow | None = None           # plan #1 when status == "ok"
     training: dict[str, Any] | None = None

@@ -1,6 +1,6 @@
 """`llmpar plan`: search the layouts of N GPUs and rank them.
 
-All numbers come from :func:`llmpar.plan.search.plan` (every candidate evaluated through
+All numbers come from :func:`llmpar.planner.search.plan` (every candidate evaluated through
 ``llmpar.cost``, the functions `llmpar step` uses); this module renders the result as rich
 tables, JSON or CSV.
 """
@@ -112,7 +112,7 @@ def plan(model, **kw):
       llmpar plan llama-3-70b --gpus 512 --fix tp=8 --allow zero=0,1 --json
       llmpar plan llama-3-70b --gpus 2048 --tokens 15T --pue 1.2 --gpu-hour-price 2.5
     """
-    from llmpar.plan.search import plan as run_plan
+    from llmpar.planner.search import plan as run_plan
 
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
     plot_path, html_path = kw.pop("plot_path"), kw.pop("html_path")
@@ -133,7 +133,7 @@ def plan(model, **kw):
         if as_json:
             # a script reading stdout gets a document saying why, as well as exit 1 and the stderr line
             rejected = getattr(exc, "rejected", None)
-            from llmpar.plan.search import DEFAULT_HARDWARE, DEFAULT_MODEL
+            from llmpar.planner.search import DEFAULT_HARDWARE, DEFAULT_MODEL
 
             echo_json({"feasible": False, "model_requested": model or kw.get("hf") or DEFAULT_MODEL,
                        "hardware": kw.get("hardware") or DEFAULT_HARDWARE,

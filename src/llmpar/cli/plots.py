@@ -135,7 +135,7 @@ def validate_figure(result):
     import numpy as np
     from matplotlib.ticker import FixedLocator, FuncFormatter
 
-    from llmpar.validate.crossval import kind_of
+    from llmpar.validation.crossval import kind_of
 
     plt = _plt()
     by: dict[str, list[float]] = {}

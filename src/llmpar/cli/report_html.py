@@ -155,10 +155,10 @@ def plan_page(r, units: str = "gb") -> str:
 
 
 def validate_page(result) -> str:
-    """The page for a :class:`llmpar.validate.core.ValidationResult`: the leave-one-source-out tables
+    """The page for a :class:`llmpar.validation.core.ValidationResult`: the leave-one-source-out tables
     first (the honest figures), then the in-sample summary, then each source's groups."""
     from llmpar.cli import plots
-    from llmpar.validate import report
+    from llmpar.validation import report
 
     blocks = []
     cv = result.cross_validation

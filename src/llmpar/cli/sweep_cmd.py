@@ -1,7 +1,7 @@
 """`llmpar sweep`: plan a list of GPU counts on one or more hardware profiles, with the time,
 GPU-hours, energy and cost to train a token budget.
 
-Numbers come from :func:`llmpar.plan.sweep.sweep` (each row is `llmpar plan`'s #1 at that count;
+Numbers come from :func:`llmpar.planner.sweep.sweep` (each row is `llmpar plan`'s #1 at that count;
 time/energy/cost from :mod:`llmpar.cost.training`); this module renders them as a rich table,
 JSON or CSV. The layout and precision options are `llmpar plan`'s own option objects, so both
 commands read them the same way.
@@ -71,7 +71,7 @@ def sweep(model, **kw):
       llmpar sweep llama-3.1-405b --gpus 2048,4096,8192,16384 --hardware h100-sxm,b200 --tokens 15T --pue 1.2 --gpu-hour-price 2.5
       llmpar sweep llama-3-8b --gpus 8,16,32,64 --tokens 300B --csv
     """
-    from llmpar.plan.sweep import sweep as run_sweep
+    from llmpar.planner.sweep import sweep as run_sweep
 
     as_json, as_csv = kw.pop("as_json"), kw.pop("as_csv")
     plot_path = kw.pop("plot_path")

@@ -14,7 +14,7 @@ from llmpar.units import parse_tolerance
 def _render(result, con) -> None:
     from rich.table import Table
 
-    from llmpar.validate import report
+    from llmpar.validation import report
 
     for src in result.sources:
         rows = [r for r in result.rows if r["source"] == src.name]
@@ -112,7 +112,7 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
       llmpar validate --source narayanan2021-table1 --stack megatron-core --json
       llmpar validate --markdown --out docs/validation.md
     """
-    from llmpar.validate.core import validate as run_validation
+    from llmpar.validation.core import validate as run_validation
 
     tol = parse_tolerance(tolerance)
     if serving and finetune:
@@ -150,7 +150,7 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
 
         echo_json(result.as_dict())
     elif as_markdown:
-        from llmpar.validate.report import markdown
+        from llmpar.validation.report import markdown
 
         page = markdown(result)
         if out is None:
@@ -255,8 +255,8 @@ def finetune_tables(block: dict) -> list[tuple[str, list[tuple[str, bool]], list
 
 
 def _finetune(as_json: bool, html_path: Path | None) -> None:
-    """`validate --finetune`: llmpar.validate.finetune over validation/finetune/ (docs/finetune.md)."""
-    from llmpar.validate.finetune import validate_finetune
+    """`validate --finetune`: llmpar.validation.finetune over validation/finetune/ (docs/finetune.md)."""
+    from llmpar.validation.finetune import validate_finetune
 
     block = validate_finetune()
     tables = finetune_tables(block)

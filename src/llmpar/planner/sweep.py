@@ -1,6 +1,6 @@
 """`llmpar sweep`: plan every GPU count on every hardware profile, and what training costs there.
 
-For each profile and each count, :func:`llmpar.plan.search.plan` ranks the layouts (the same
+For each profile and each count, :func:`llmpar.planner.search.plan` ranks the layouts (the same
 search and cost model as `llmpar plan`); the sweep keeps #1 and adds, through
 :mod:`llmpar.cost.training`, the days, GPU-hours, energy and cost to train the token budget, and
 the scaling efficiency against the smallest count that has a layout (tokens/s per GPU relative to
@@ -127,7 +127,7 @@ def _batch_reason(rejected: dict[str, int], n: int, global_batch: int) -> str:
 def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
     """(the row, the plan result | the FixConflict that made the row | None)."""
     from llmpar.cost import training as TR
-    from llmpar.plan.search import FixConflict, NoLayout, plan
+    from llmpar.planner.search import FixConflict, NoLayout, plan
 
     try:
         r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
@@ -176,13 +176,13 @@ def sweep(
 
     ``tokens`` (``"15T"``, ``"300B"``, ``2.5e12``), ``pue``, ``gpu_hour_price``,
     ``power_per_gpu``: as in :func:`llmpar.cost.training.estimate`. Every other keyword is
-    :func:`llmpar.plan.search.plan`'s (``fix``, ``allow``, ``max_tp``, ``zero``, ``dtype``,
+    :func:`llmpar.planner.search.plan`'s (``fix``, ``allow``, ``max_tp``, ``zero``, ``dtype``,
     ``stack``, ...) and applies at every count. Raises UserError for bad input (an unknown
     profile, a bad count); a count where nothing runs is a row with a ``reason``. ``progress``:
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar.cost import training as TR
-    from llmpar.plan.search import DEFAULT_MODEL, FixConflict, resolve_batch
+    from llmpar.planner.search import DEFAULT_MODEL, FixConflict, resolve_batch
 
     t0 = time.perf_counter()
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))

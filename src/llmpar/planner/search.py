@@ -2,7 +2,7 @@
 
 Pipeline (all on numpy arrays, one entry per candidate):
 
-1. :func:`llmpar.plan.space.enumerate_space` — every layout of the GPUs, minus those that break a
+1. :func:`llmpar.planner.space.enumerate_space` — every layout of the GPUs, minus those that break a
    divisibility, batch, schedule or convention rule (counted per reason).
 2. :func:`llmpar.cost.memory.memory_per_gpu` on all of them — the same function ``llmpar
    memory`` and ``llmpar step`` call; layouts whose most-loaded stage does not fit are rejected
@@ -32,7 +32,7 @@ from llmpar.parallel import (
     Settings, default_global_batch, flag, positive_int, fraction, whole, default_seq
 )
 from llmpar.layout import check_optimizer_offload, check_settings, seq_note
-from llmpar.plan import space as SP
+from llmpar.planner import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
 #: the most rows a plan lists: each row is a full step result (its JSON ~10 kB), and rendering

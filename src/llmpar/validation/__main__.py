@@ -1,4 +1,4 @@
-"""``python -m llmpar.validate [OPTIONS]``: an alias of ``llmpar validate [OPTIONS]``."""
+"""``python -m llmpar.validation [OPTIONS]``: an alias of ``llmpar validate [OPTIONS]``."""
 
 import sys
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from llmpar.errors import UserError, suggest
 from llmpar.evidence import evidence_class
-from llmpar.validate.common import MEMORY_METRICS, SPEED_METRICS, validation_dir  # noqa: F401 (re-exported)
+from llmpar.validation.common import MEMORY_METRICS, SPEED_METRICS, validation_dir  # noqa: F401 (re-exported)
 
 DEFAULT_STACK = "megatron-core"
 #: metric -> (what, unit of ``published`` / ``predicted`` in the JSON)
@@ -367,7 +367,7 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     ``limit``: only the first N runs of each source. ``progress(name, done, total)`` is called
     before each source and once at the end. ``cross_validate`` (file stacks only): also predict
     each source leave-one-source-out and give every row its interval at ``level``
-    (:mod:`llmpar.validate.crossval`); the result's ``cross_validation`` summarises them."""
+    (:mod:`llmpar.validation.crossval`); the result's ``cross_validation`` summarises them."""
     stack_obj = None
     if stack is not None:
         from llmpar.specs import load_stack
@@ -394,7 +394,7 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     cv = None
     if stack_obj is None and cross_validate:
         from llmpar.evidence import shipped_residuals
-        from llmpar.validate import crossval
+        from llmpar.validation import crossval
 
         evaluated = set(names)
         crossval.attach(rows, level, [r for r in shipped_residuals() if r.source not in evaluated])
@@ -411,7 +411,7 @@ def _cross_validate(name: str, src: SourceResult, rows: list[dict[str, Any]], li
     or the full fit for rows it did not use), "none" (nothing was fitted on the source: out of
     sample as it stands). A fitted source the record lacks gets ``cv_missing`` and no figure."""
     from llmpar.specs import load_stack
-    from llmpar.validate import crossval, fit_plans
+    from llmpar.validation import crossval, fit_plans
 
     judged = [r for r in rows if crossval.kind_of(r["metric"])]
     if not judged:

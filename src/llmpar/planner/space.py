@@ -25,7 +25,7 @@ The constraints are :func:`llmpar.layout.layout_violations` — the very masks
 :func:`llmpar.cost.pipeline.schedule_feasible` (the mask of :func:`check_schedule`); the tests
 sample layouts and check that the planner and ``check_layout``/``check_schedule`` agree. Each rejected
 candidate is counted once, under the first reason it fails, in the order of :data:`REASONS`.
-Memory (the last reason) is evaluated in :mod:`llmpar.plan.search` through
+Memory (the last reason) is evaluated in :mod:`llmpar.planner.search` through
 :func:`llmpar.cost.memory.memory_per_gpu`.
 
 Nothing here computes a cost: that is :mod:`llmpar.cost`'s job.

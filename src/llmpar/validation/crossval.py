@@ -1,6 +1,6 @@
 """Leave-one-source-out: each published source predicted by stack constants fitted without it.
 
-A source some stack was fitted on (:func:`llmpar.validate.fit_plans.fitted_sources`) is evaluated
+A source some stack was fitted on (:func:`llmpar.validation.fit_plans.fitted_sources`) is evaluated
 under its stack with the values the record ``validation/loso-fits.json`` holds for it: every plan
 that used the source, refitted without it (``python scripts/fit_stacks.py --loso``). Every other
 source is out of sample as it stands. The result per row is the cross-validated prediction, its
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from llmpar import evidence as EV
-from llmpar.validate.common import MEMORY_METRICS, SPEED_METRICS
+from llmpar.validation.common import MEMORY_METRICS, SPEED_METRICS
 
 SCHEME = "leave-one-source-out"
 

@@ -146,7 +146,7 @@ def fitted_sources() -> list[str]:
 
 
 def _validation_path(stem: str) -> Path:
-    from llmpar.validate.common import validation_dir
+    from llmpar.validation.common import validation_dir
 
     return validation_dir() / f"{stem}.yaml"
 
@@ -247,7 +247,7 @@ def fingerprint() -> dict[str, str]:
 
 def load_record() -> dict[str, Any] | None:
     """The shipped leave-one-source-out record (validation/loso-fits.json), or None if absent."""
-    from llmpar.validate.common import validation_dir
+    from llmpar.validation.common import validation_dir
 
     p = validation_dir() / LOSO_FILE
     try:
