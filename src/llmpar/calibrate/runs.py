@@ -111,6 +111,10 @@ class _Group:
     settings: dict               # the settings the runs state (runs_io.SETTING_KEYS: --optimizer,
                                  # --grad-dtype, --tp-overlap ...); absent: the stack's
     par: Any                     # Parallel of arrays, one entry per candidate
+    # what predict() computes once per group: (memory key, memory result) and the figures no stack
+    # value changes (FLOPs, layout-rule violations); a fit of time-only parameters then costs
+    # step time alone per evaluation (the same figures: memory depends on no time parameter)
+    cache: dict = field(default_factory=dict)
 
 
 PARTIAL_RECOMPUTE = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8)
@@ -399,27 +403,40 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
     fits = np.zeros(n, dtype=bool)
     pick: list[dict] = [{} for _ in range(n)]
     best = np.full(n, np.inf)
+    mem_key = _memory_key(stack)
     for g in groups:
         settings = Settings(dtype=g.dtype, stack=stack, recompute_modules=g.modules, **g.settings)
-        res = step_time(g.model, g.hw, g.par, settings)
+        if g.cache.get("memory_key") == mem_key:
+            res = step_time(g.model, g.hw, g.par, settings, with_memory=False)
+            mem = g.cache["memory"]
+        else:
+            res = step_time(g.model, g.hw, g.par, settings)
+            mem = res["memory"]
+            g.cache.update(memory_key=mem_key, memory=mem)
         t = np.asarray(res["step_time_s"], dtype=float)
-        mem = res["memory"]
-        # a layout that breaks a layout rule (pp > layers, tp not dividing the heads, ...) cannot
-        # run: llmpar's verdict for it is "does not run", as for one that does not fit
-        broken = np.zeros(np.shape(np.asarray(mem["fits"])), dtype=bool)
-        for mask in layout_violations(g.model, g.par).values():
-            broken = broken | np.broadcast_to(np.asarray(mask, dtype=bool), broken.shape)
+        if "broken" not in g.cache:
+            # a layout that breaks a layout rule (pp > layers, tp not dividing the heads, ...) cannot
+            # run: llmpar's verdict for it is "does not run", as for one that does not fit
+            broken = np.zeros(np.shape(np.asarray(mem["fits"])), dtype=bool)
+            for mask in layout_violations(g.model, g.par).values():
+                broken = broken | np.broadcast_to(np.asarray(mask, dtype=bool), broken.shape)
+            g.cache["broken"] = broken
+        fkey = (settings.selective_policy, settings.attention)   # what the FLOP counts read of the settings
+        if g.cache.get("flops_key") != fkey:
+            g.cache["flops_key"] = fkey
+            g.cache["flops"] = (
+                np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float),
+                np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float),
+                np.asarray(flops.hardware_flops_per_step(g.model, g.par, flops.CAUSAL_FULL,
+                                                         settings.selective_policy, settings.attention), dtype=float))
+        broken = g.cache["broken"]
         ok = np.asarray(mem["fits"], dtype=bool) & ~broken
         total = np.asarray(mem["total_bytes"], dtype=float)
         alloc = np.broadcast_to(np.asarray(mem["allocated_bytes"], dtype=float), total.shape)
         pool = np.broadcast_to(np.asarray(mem["reserved_bytes"], dtype=float), total.shape)
         alloc0 = np.broadcast_to(np.asarray(mem["first_stage_allocated_bytes"], dtype=float), total.shape)
         pool0 = np.broadcast_to(np.asarray(mem["first_stage_reserved_bytes"], dtype=float), total.shape)
-        mf = np.asarray(flops.model_flops_per_step(g.model, g.par), dtype=float)
-        cf = np.asarray(flops.model_flops_per_step(g.model, g.par, flops.CAUSAL_FLASH), dtype=float)
-        hf = np.asarray(flops.hardware_flops_per_step(g.model, g.par, flops.CAUSAL_FULL,
-                                                      settings.selective_policy, settings.attention),
-                        dtype=float)
+        mf, cf, hf = g.cache["flops"]
         # rank candidates of a run: fitting ones first, then by time
         score = t + np.where(ok, 0.0, 1e12)
         for j, i in enumerate(g.index):
@@ -442,6 +459,24 @@ def predict(runs: list[Run], groups: list[_Group], stack) -> Predictions:
                            "offload_layers": int(par.offload_layers)}
     return Predictions(out["t"], out["mem"], out["cap"], fits, out["mf"], out["cf"], out["hf"], out["tok"],
                        out["gpus"], pick, out["alloc"], out["pool"], out["alloc0"], out["pool0"])
+
+
+def _memory_key(stack) -> str:
+    """The stack's values that memory can depend on: all of them but the PARAMETERS outside
+    ``memory.`` (kernel fractions, overlaps, fixed and network costs change step time only)."""
+    import json
+
+    d = stack.model_dump()
+    for path in PARAMETERS:
+        if path.startswith("memory."):
+            continue
+        node = d
+        *parts, last = path.split(".")
+        for part in parts:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.dumps(d, sort_keys=True, default=str)
 
 
 def comparable_peak(runs: list[Run], pred: Predictions) -> np.ndarray:
