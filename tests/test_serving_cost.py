@@ -155,6 +155,57 @@ def test_closed_loop_with_constant_iterations():
     assert w32["tpot_s"] == pytest.approx(0.01, rel=1e-6)
 
 
+def test_prefill_of_its_own_with_constant_iterations():
+    """SGLang's default (enable_mixed_chunk off: scheduler.mixed_prefill false): a prefill batch is
+    an iteration of its own and the decodes wait for it. Every iteration takes T = 10 ms (as above).
+    Steady state, C = 4, I = 1,024, O = 128, budget 8,192: a prompt fits one prefill iteration
+    (room = the whole budget), r = min(4/(127 + 1), 8,192/1,024) = 1/32 prompts per decode iteration,
+    d = 127/32 = 3.96875 decoding, p̄ = r·I = 32 tokens, c = 1,024, φ = 32/1,024 = 1/32.
+    Per decode step T + φ·T: TPOT = 10.3125 ms (mixed: 10 ms); k_p = (4 − 3.96875)/(1/32) = 1, so
+    TTFT = t̄/2 + T = 5.15625 + 10 = 15.15625 ms; e2e = 15.15625 + 127 x 10.3125 = 1,324.84375 ms;
+    X = min(4/1.32484375, r/t̄ = 3.0303) = 3.01921 requests/s. The median token gap is the
+    decode-only iteration (φ < 1/2): 10 ms."""
+    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
+    e = e.model_copy(update={"scheduler": e.scheduler.model_copy(update={"mixed_prefill": False})})
+    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
+        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
+    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
+    assert r["tpot_s"] == pytest.approx(0.0103125, rel=1e-6)
+    assert r["itl_median_s"] == pytest.approx(0.01, rel=1e-6)
+    assert r["ttft_s"] == pytest.approx(0.01515625, rel=1e-6)
+    assert r["e2e_s"] == pytest.approx(1.32484375, rel=1e-6)
+    assert r["requests_per_s"] == pytest.approx(4 / 1.32484375, rel=1e-6)
+    # waves of 32 clients: the decodes wait for the wave's prefills (no budget shared with them):
+    # k = ceil(32 x 1,024 / 8,192) = 4, in-engine TTFT (4 + 1)/2 x 10 ms = 25 ms, no decode step
+    # inside the prefill phase, TPOT = 10 ms; a wave takes 4 x 10 ms + 127 x 10 ms = 1.31 s, so
+    # X = 32/1.31 and each client waits 1.31 - 1.295 = 15 ms: TTFT 40 ms
+    w32 = load.closed_loop(L8, hw, e, dep, 1024, 128, 32, 385, 8192)
+    assert w32["prefill_iterations"] == 4
+    assert w32["requests_per_s"] == pytest.approx(32 / 1.31, rel=1e-6)
+    assert w32["ttft_s"] == pytest.approx(0.04, rel=1e-6)
+    assert w32["tpot_s"] == pytest.approx(0.01, rel=1e-6) and w32["itl_median_s"] == pytest.approx(0.01, rel=1e-6)
+
+
+def test_a_published_median_itl_is_compared_with_the_median_gap():
+    """A row's ``itl_ms: {median: ...}`` (SGLang's bench_serving, vLLM's FP8-KV blog) is compared with
+    llmpar's median token gap, ``{mean: ...}`` or a bare number with its mean (TPOT)."""
+    from llmpar.serving.published import ServingRow, residuals, tpot_stat
+
+    assert tpot_stat({"itl_ms": {"median": 13.6}}) == "median"
+    assert tpot_stat({"itl_ms": {"mean": 13.6}}) == tpot_stat({"tpot_ms": 21.0}) == "mean"
+    assert tpot_stat({"tpot_ms": {"mean": 20.0}, "itl_ms": {"median": 13.0}}) == "mean"   # TPOT first
+    # a median TPOT is the median over requests of each one's mean gap: a mean, not a median gap
+    assert tpot_stat({"tpot_ms": {"median": 20.0}}) == "mean"
+    row = ServingRow(source="x", row="1", engine="vllm", model="llama-3-8b", hardware="h100-sxm", gpus=1, tp=1,
+                     pp=1, ep=1, isl=1000, osl=100, load={"concurrency": 8}, weights="bf16", kv_dtype="bf16",
+                     measured={"tpot_s": 0.012}, tpot_stat="median")
+    pred = {"tpot_s": 0.015, "itl_median_s": 0.012}
+    assert residuals(row, pred)["tpot"] == pytest.approx(0.0)        # log(0.012 / 0.012)
+    row.tpot_stat = "mean"
+    assert residuals(row, pred)["tpot"] == pytest.approx(math.log(0.012 / 0.015))
+
+
 @settings(max_examples=40, deadline=None)
 @given(tp=st.sampled_from([1, 2, 4, 8]), ctx=st.integers(1, 8000),
        model=st.sampled_from(["llama-3-8b", "llama-3-70b", "mixtral-8x7b", "qwen3-30b-a3b"]),

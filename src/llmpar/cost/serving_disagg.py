@@ -83,7 +83,9 @@ def disaggregated(model, hw, engine, dep, isl, osl, rate, prefill_replicas, deco
                                                                           decode=limit / dep["pp"], context=ctx))
     prefill_cap = prefill_replicas * mu
     cap = np.minimum(prefill_cap, decode_cap)
-    out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, tpot, np.nan), "e2e_s": ttft + np.maximum(O - 1.0, 0.0) * tpot,
+    out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, tpot, np.nan),
+           "itl_median_s": np.where(O > 1, tpot, np.nan),   # decode pools carry no prefill: every gap alike
+           "e2e_s": ttft + np.maximum(O - 1.0, 0.0) * tpot,
            "requests_per_s": np.minimum(lam, cap), "output_tokens_per_s": np.minimum(lam, cap) * O,
            "running": n * decode_replicas, "queue_s": wait, "prefill_iterations": k, "iteration_s": tpot,
            "prefill_iteration_s": t_chunk, "kv_transfer_s": xfer, "prefill_utilization": rho,

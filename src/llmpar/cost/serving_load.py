@@ -110,13 +110,18 @@ def _state(model, hw, engine, dep, isl, osl, n, budget):
     D = _steps(dep, O)
     n = np.asarray(n, dtype=float)
     chunked = engine.scheduler.chunked_prefill
+    mixed = engine.scheduler.mixed_prefill
     d = n * D / (D + 1.0)
+
+    def room_for(d):   # prompt tokens one iteration can take (a prefill-only iteration has the whole budget)
+        share = d if mixed else 0.0
+        return np.maximum(budget - share, 1.0) if chunked else np.maximum(budget - share, I)
     for _ in range(3):
-        room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
+        room = room_for(d)
         k1 = np.maximum(1.0, I / room)
         r = np.minimum(n / (D + k1), room / I)
         d = D * r
-    room = np.maximum(budget - d, 1.0) if chunked else np.maximum(budget - d, I)
+    room = room_for(d)
     p_bar = r * I
     c = np.minimum(np.maximum(I, p_bar), room)
     phi = np.minimum(1.0, p_bar / c)
@@ -125,9 +130,21 @@ def _state(model, hw, engine, dep, isl, osl, n, budget):
     mb = np.asarray(dep["pp"], dtype=float)
     ctx = I_full + O / 2.0
     t_dec = _iter(model, hw, engine, dep, d / mb, ctx, 0.0, 0.0, 0.0)["total_s"]
-    t_pf = _iter(model, hw, engine, dep, d / mb, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
-    t_bar = (1.0 - phi) * t_dec + phi * t_pf
-    return {"t_bar": t_bar, "t_pf": t_pf, "k_p": k_p, "r": r, "d": d}
+    if mixed:
+        t_pf = _iter(model, hw, engine, dep, d / mb, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
+        t_bar = (1.0 - phi) * t_dec + phi * t_pf
+        gap_pf = t_pf                 # the token gap of a decode whose iteration carries a chunk
+        prefill_s = k_p * t_pf
+    else:
+        # a prefill iteration of its own (no decodes in it) after a share φ of the decode iterations:
+        # every decode waits for it (SGLang's default: prefill first, --enable-mixed-chunk off)
+        t_pf = _iter(model, hw, engine, dep, 0.0, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
+        t_bar = t_dec + phi * t_pf
+        gap_pf = t_dec + t_pf
+        # the prompt runs in the first prefill iteration after it arrives, after any cycles it waited
+        prefill_s = t_pf + np.maximum(k_p - 1.0, 0.0) * t_bar
+    return {"t_bar": t_bar, "t_pf": t_pf, "t_dec": t_dec, "phi": phi, "gap_pf": gap_pf, "prefill_s": prefill_s,
+            "k_p": k_p, "r": r, "d": d}
 
 
 def _metrics(engine, hw, isl, osl, n, st, users=None, dep=None):
@@ -135,7 +152,7 @@ def _metrics(engine, hw, isl, osl, n, st, users=None, dep=None):
     D = _steps(dep or {}, O)
     t_bar, t_pf, k_p = st["t_bar"], st["t_pf"], st["k_p"]
     req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
-    ttft_run = t_bar / 2.0 + k_p * t_pf
+    ttft_run = t_bar / 2.0 + st["prefill_s"]
     e2e_run = ttft_run + D * t_bar
     X = np.minimum(n / e2e_run, st["r"] / t_bar)
     wait = 0.0
@@ -143,7 +160,11 @@ def _metrics(engine, hw, isl, osl, n, st, users=None, dep=None):
         wait = np.maximum(users / X - e2e_run - req, 0.0)
     ttft = ttft_run + req + wait
     tpot = np.where(O > 1, D * t_bar / np.maximum(O - 1.0, 1.0), np.nan)
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + D * t_bar,
+    # the median token gap (a benchmark's median ITL): a share φ of the iterations carries a prefill
+    # chunk, so most gaps are the decode-only iteration while φ < 1/2 (module docstring, "Figures")
+    per_tok = D / np.maximum(O - 1.0, 1.0)
+    itl_med = np.where(O > 1, np.where(st["phi"] < 0.5, st["t_dec"], st["gap_pf"]) * per_tok, np.nan)
+    return {"ttft_s": ttft, "tpot_s": tpot, "itl_median_s": itl_med, "e2e_s": ttft + D * t_bar,
             "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
             "prefill_iterations": k_p, "iteration_s": t_bar, "prefill_iteration_s": t_pf}
 
@@ -158,16 +179,21 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
     n = np.asarray(n, dtype=float)
     mb = np.asarray(dep["pp"], dtype=float)
     k = np.maximum(1.0, np.ceil(n * I / budget))
-    for _ in range(3):   # the decodes of prompts already done share the budget: k grows with them
-        d_p = n * (k - 1.0) / (2.0 * k)
+    # with mixed prefill the prompts already done decode during the wave's prefill (sharing the
+    # budget: k grows with them); without it (SGLang's default) the decodes wait for the prefills
+    share = 1.0 if engine.scheduler.mixed_prefill else 0.0
+    for _ in range(3):
+        d_p = share * n * (k - 1.0) / (2.0 * k)
         k = np.maximum(1.0, np.ceil(n * I / np.maximum(budget - d_p, 1.0)))
-    d_p = n * (k - 1.0) / (2.0 * k)
+    d_p = share * n * (k - 1.0) / (2.0 * k)
     c = n * I / k
     t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, cached, c / I / mb, np.minimum(c, I))["total_s"]
     t_d = _iter(model, hw, engine, dep, n / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     ttft_run = (k + 1.0) / 2.0 * t_p
-    m = np.minimum(D, (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase
+    m = share * np.minimum(D, (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase
     tpot = np.where(O > 1, (m * t_p + (D - m) * t_d) / np.maximum(O - 1.0, 1.0), np.nan)
+    # median gap: m of a request's D steps run inside the prefill phase (t_p), the rest at t_d
+    itl_med = np.where(O > 1, np.where(m < D / 2.0, t_d, t_p) * D / np.maximum(O - 1.0, 1.0), np.nan)
     e2e_run = ttft_run + np.where(O > 1, (O - 1.0) * tpot, 0.0)
     # Little's law (n always in the system), capped by one wave's work per wave: the last prompt of a
     # wave ends its prefill at k·t_p and decodes D more iterations
@@ -175,8 +201,8 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
     req = per_gen(engine.overhead.per_request_s, hw.gpu.generation)
     wait = np.maximum(users / X - e2e_run - req, 0.0)
     ttft = ttft_run + req + wait
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + np.where(O > 1, (O - 1.0) * tpot, 0.0),
-            "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
+    return {"ttft_s": ttft, "tpot_s": tpot, "itl_median_s": itl_med + 0.0 * X,
+            "e2e_s": ttft + np.where(O > 1, (O - 1.0) * tpot, 0.0), "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
             "prefill_iterations": k + 0.0 * X, "iteration_s": t_d + 0.0 * X, "prefill_iteration_s": t_p + 0.0 * X}
 
 
@@ -206,7 +232,7 @@ def capacity_rate(model, hw, engine, dep, isl, osl, limit, budget):
 def _e2e_run(model, hw, engine, dep, isl, osl, n, budget):
     """Engine time of one request (no queueing) with n running: t̄/2 + k_p·t(d, c) + (O − 1)·t̄."""
     st = _state(model, hw, engine, dep, isl, osl, n, budget)
-    return st["t_bar"] / 2.0 + st["k_p"] * st["t_pf"] + _steps(dep, osl) * st["t_bar"]
+    return st["t_bar"] / 2.0 + st["prefill_s"] + _steps(dep, osl) * st["t_bar"]
 
 
 GRID = 48
@@ -353,7 +379,7 @@ def finite_rate(model, hw, engine, dep, isl, osl, rate, requests, limit, budget)
                  _state(model, hw, engine, dep, I[:, None], O[:, None], grid, budget), dep=dep)
     tab = {k: np.broadcast_to(np.asarray(m[k], dtype=float), grid.shape)
            for k in ("requests_per_s", "ttft_s", "e2e_s", "tpot_s", "iteration_s", "prefill_iteration_s",
-                     "prefill_iterations")}
+                     "prefill_iterations", "itl_median_s")}
     X_of = tab["requests_per_s"]
     one = np.ones_like(lim)
 
@@ -391,7 +417,7 @@ def finite_rate(model, hw, engine, dep, isl, osl, rate, requests, limit, budget)
     Xrun = N / makespan
     busy = np.maximum(n_t.mean(axis=1), 1.0)   # the iteration at the run's mean batch
     steady = {k: _interp_rows(busy, one, lim, tab[k]) for k in ("iteration_s", "prefill_iteration_s",
-                                                                "prefill_iterations")}
+                                                                "prefill_iterations", "itl_median_s")}
     out = {"ttft_s": ttft, "tpot_s": np.where(O > 1, tpot, np.nan), "e2e_s": e2e, "requests_per_s": Xrun,
            "output_tokens_per_s": Xrun * O, "running": n_t.mean(axis=1), "queue_s": wait.mean(axis=1),
            "duration_s": makespan, "capacity_requests_per_s": X_of[:, -1], "saturated": lam >= X_of[:, -1], **steady}
@@ -449,7 +475,7 @@ def static_batch(model, hw, engine, dep, isl, osl, batch):
     ttft = t_pf + req
     e2e = ttft + D * t_dec
     tpot = np.where(O > 1, D * t_dec / np.maximum(O - 1.0, 1.0), np.nan)
-    out = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "requests_per_s": B / e2e,
+    out = {"ttft_s": ttft, "tpot_s": tpot, "itl_median_s": tpot, "e2e_s": e2e, "requests_per_s": B / e2e,
            "output_tokens_per_s": B * O / e2e, "running": B, "queue_s": 0.0 * B, "prefill_iterations": 1.0 + 0.0 * B,
            "iteration_s": t_dec, "prefill_iteration_s": t_pf}
     return {k: scalar_out(v) for k, v in out.items()}

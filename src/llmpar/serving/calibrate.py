@@ -42,12 +42,12 @@ def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl
             I, O = int(round(run["isl"])), max(1, int(round(run["osl"])))
             if I + O > model.max_seq:
                 raise UserError(f"{run['where']}: {I:,} + {O:,} tokens exceed {model.name}'s context of {model.max_seq:,}")
-            from llmpar.serving.published import _measured
+            from llmpar.serving.published import _measured, tpot_stat
 
             row = ServingRow(source=path.name, row=run["where"], engine=engine.name, model=model.name,
                              hardware=hw.name, gpus=gpus, tp=tp, pp=pp, ep=1, isl=I, osl=O, load=run["load"],
                              weights=weights, kv_dtype=kv_dtype, measured=_measured(run["measured"]),
-                             requests=run.get("requests"))
+                             tpot_stat=tpot_stat(run["measured"]), requests=run.get("requests"))
             if row.measured:
                 rows.append(row)
     return rows

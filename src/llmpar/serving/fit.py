@@ -140,7 +140,8 @@ def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None
                 continue
             out[i] = {"output_tokens_per_s": X[j] * osl[j], "total_tokens_per_s": X[j] * (isl[j] + osl[j]),
                       "requests_per_s": X[j], "ttft_s": float(np.asarray(f["ttft_s"])[j]),
-                      "tpot_s": float(np.asarray(f["tpot_s"])[j]), "e2e_s": float(np.asarray(f["e2e_s"])[j])}
+                      "tpot_s": float(np.asarray(f["tpot_s"])[j]), "e2e_s": float(np.asarray(f["e2e_s"])[j]),
+                      "itl_median_s": float(np.asarray(f.get("itl_median_s", f["tpot_s"]))[j])}
     return out
 
 

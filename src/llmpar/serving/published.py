@@ -40,6 +40,7 @@ class ServingRow:
     kv_dtype: str
     measured: dict[str, float] = field(default_factory=dict)   # output_tokens_per_s, ttft_s, tpot_s, ...
     requests: int | None = None   # the benchmark's request count (num_requests), where published
+    tpot_stat: str = "mean"       # "median": the row publishes a median token gap (median ITL)
 
     @property
     def replicas(self) -> int:
@@ -48,15 +49,27 @@ class ServingRow:
 
 def _stat(v) -> float | None:
     """A latency as published: a number (ms) or {median|mean|p50: ms} (median first)."""
-    if v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return float(v) / 1e3
+    return _stat_and_kind(v)[0]
+
+
+def _stat_and_kind(v) -> tuple[float | None, str]:
+    """(seconds, "mean" | "median") of a published latency: a bare number is the page's mean."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v) / 1e3, "mean"
     if isinstance(v, dict):
         for k in STAT_ORDER:
             if isinstance(v.get(k), (int, float)):
-                return float(v[k]) / 1e3
-    return None
+                return float(v[k]) / 1e3, ("mean" if k == "mean" else "median")
+    return None, "mean"
+
+
+def tpot_stat(r: dict[str, Any]) -> str:
+    """Which statistic a row's TPOT figure is: "median" for a median (p50) inter-token latency (the
+    median of all token gaps: vLLM's and SGLang's median_itl_ms), else "mean". A TPOT figure (a
+    request's (e2e − TTFT)/(O − 1), mean or median over requests) is a per-request mean gap."""
+    if _stat(r.get("tpot_ms")) is not None:
+        return "mean"
+    return _stat_and_kind(r.get("itl_ms"))[1]
 
 
 def _measured(r: dict[str, Any]) -> dict[str, float]:
@@ -110,7 +123,7 @@ def read_file(path: Path) -> list[ServingRow]:
                                hardware=str(r["hardware"]), gpus=gpus, tp=tp, pp=pp,
                                ep=int(r.get("ep", 1)), isl=isl, osl=osl, load=dict(load),
                                weights=str(r.get("weights", "bf16")), kv_dtype=str(r.get("kv_dtype", "bf16")),
-                               measured=_measured(r),
+                               measured=_measured(r), tpot_stat=tpot_stat(r),
                                requests=int(count) if isinstance(count, (int, float)) and count >= 1 else None))
     return [r for r in rows if r.measured]
 
@@ -161,7 +174,8 @@ def predict(row: ServingRow, engine, specs=None) -> dict[str, float] | None:
     f = out["figures"]
     X = f["requests_per_s"]
     return {"output_tokens_per_s": f["output_tokens_per_s"], "total_tokens_per_s": X * (row.isl + row.osl),
-            "requests_per_s": X, "ttft_s": f["ttft_s"], "tpot_s": f["tpot_s"], "e2e_s": f["e2e_s"]}
+            "requests_per_s": X, "ttft_s": f["ttft_s"], "tpot_s": f["tpot_s"], "e2e_s": f["e2e_s"],
+            "itl_median_s": f.get("itl_median_s", f["tpot_s"])}
 
 
 def residuals(row: ServingRow, pred: dict[str, float] | None) -> dict[str, float]:
@@ -176,6 +190,9 @@ def residuals(row: ServingRow, pred: dict[str, float] | None) -> dict[str, float
                                          else (pred[key] / row.measured[key]))
             break
     for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot")):
-        if key in row.measured and pred.get(key) and math.isfinite(pred[key]):
-            out[name] = math.log(row.measured[key] / pred[key])
+        # a published median token gap is compared with the model's median gap, a mean with its mean
+        # (TPOT): with chunked prefill most gaps are decode-only iterations (cost/serving_load.py)
+        want = "itl_median_s" if key == "tpot_s" and row.tpot_stat == "median" else key
+        if key in row.measured and pred.get(want) and math.isfinite(pred[want]):
+            out[name] = math.log(row.measured[key] / pred[want])
     return out

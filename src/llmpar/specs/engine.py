@@ -36,6 +36,10 @@ class Scheduler(_Strict):
     max_num_batched_tokens: PerGenCount = Field(
         8192, description="tokens (decode + prefill chunk) one iteration may hold (vLLM --max-num-batched-tokens)")
     chunked_prefill: bool = Field(True, description="a long prompt is split into chunks that share iterations with decodes")
+    mixed_prefill: bool = Field(
+        True, description="prefill chunks run in the same iterations as the decodes (vLLM V1, TensorRT-LLM in-flight "
+                          "batching); false: a prefill batch is an iteration of its own and the decodes wait for it "
+                          "(SGLang without --enable-mixed-chunk)")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="share of the GPU memory the engine may use")
     memory_rule: Literal["total", "free"] = Field(
         "total", description="total: weights + activations + KV fit in memory_fraction x HBM (vLLM, SGLang); "
