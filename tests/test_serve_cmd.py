@@ -26,6 +26,9 @@ def test_json_keys_and_figures_agree(cli):
     assert d["max_concurrency"] == 385
     lo, hi = d["interval"]["output_tokens_per_s"]["low"], d["interval"]["output_tokens_per_s"]["high"]
     assert lo <= d["output_tokens_per_s"] <= hi
+    # the median token gap is the decode-only iteration: never above the mean gap (TPOT), which also
+    # averages the iterations that carry a prefill chunk
+    assert 0 < d["itl_median_s"] <= d["tpot_s"]
 
 
 def test_api_matches_cli_and_replicas_scale_throughput():

@@ -138,6 +138,8 @@ def _render(r, explain: bool) -> None:
     rows = [("TTFT", secs(r.ttft_s) + (_band(r, "ttft_s", fmt_seconds) if r.ttft_s is not None else ""))]
     if r.tpot_s is not None:
         rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
+        if r.itl_median_s is not None and r.itl_median_s != r.tpot_s:
+            rows.append(("median token gap (ITL)", fmt_seconds(r.itl_median_s)))
     if r.percentiles:
         p = r.percentiles
         rows.append(("TTFT p50 / p90 / p99", " / ".join(fmt_seconds(p["ttft_s"][k]) for k in ("p50", "p90", "p99"))

@@ -28,6 +28,8 @@ class ServeResult(BaseModel):
     load: dict[str, Any]
     ttft_s: Optional[float] = None
     tpot_s: Optional[float] = None
+    # the median token gap (a benchmark's median ITL; cost/serving_load.py, "Median token gap")
+    itl_median_s: Optional[float] = None
     e2e_s: Optional[float] = None
     output_tokens_per_s: Optional[float] = None
     output_tokens_per_s_per_gpu: Optional[float] = None
@@ -93,7 +95,8 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                             "(a longer run is slower)")
     tpot = _finite(f["tpot_s"])
     return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=True,
-                       verdict=verdict, load=load, ttft_s=_finite(f["ttft_s"]), tpot_s=tpot, e2e_s=_finite(f["e2e_s"]),
+                       verdict=verdict, load=load, ttft_s=_finite(f["ttft_s"]), tpot_s=tpot,
+                       itl_median_s=_finite(f.get("itl_median_s", f["tpot_s"])), e2e_s=_finite(f["e2e_s"]),
                        output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
                        output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
                        requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
