@@ -121,15 +121,24 @@ def test_queue_at_a_known_rate_obeys_littles_law():
     assert r["output_tokens_per_s"] == pytest.approx(5.0 * 128)
 
 
+def _ideal(mixed_prefill=True):
+    """An engine whose every iteration takes T = 10 ms (infinite bandwidth and FLOPs, 10 ms per
+    step): the mixed state at 1,024/128 tokens gives TTFT 15 ms, TPOT 10 ms, e2e 1.285 s
+    (test_closed_loop_with_constant_iterations), so n running complete n / 1.285 requests/s.
+    ``mixed_prefill`` False: prefills are iterations of their own (SGLang's default)."""
+    e = _engine(decode_bandwidth=1.0, per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
+    e = e.model_copy(update={"scheduler": e.scheduler.model_copy(update={"mixed_prefill": mixed_prefill})})
+    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
+        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
+    return e, hw, {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+
+
 def test_closed_loop_with_constant_iterations():
     """With bandwidth and peak so high that only the fixed 10 ms per iteration counts, every
     iteration takes T = 10 ms. The steady mixed state (waves=False): TTFT = T/2 + 1 prefill
     iteration = 15 ms, TPOT = T, e2e = 15 ms +
     (128 - 1) x 10 ms = 1.285 s; C = 4 clients -> X = 4 / 1.285 = 3.1128 requests/s."""
-    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
-    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
-        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
-    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    e, hw, dep = _ideal()
     r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
     assert r["tpot_s"] == pytest.approx(0.01, rel=1e-6)
     assert r["ttft_s"] == pytest.approx(0.015, rel=1e-6)
@@ -165,11 +174,7 @@ def test_prefill_of_its_own_with_constant_iterations():
     TTFT = t̄/2 + T = 5.15625 + 10 = 15.15625 ms; e2e = 15.15625 + 127 x 10.3125 = 1,324.84375 ms;
     X = min(4/1.32484375, r/t̄ = 3.0303) = 3.01921 requests/s. The median token gap is the
     decode-only iteration (φ < 1/2): 10 ms."""
-    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
-    e = e.model_copy(update={"scheduler": e.scheduler.model_copy(update={"mixed_prefill": False})})
-    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
-        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
-    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    e, hw, dep = _ideal(mixed_prefill=False)
     r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
     assert r["tpot_s"] == pytest.approx(0.0103125, rel=1e-6)
     assert r["itl_median_s"] == pytest.approx(0.01, rel=1e-6)
@@ -242,10 +247,8 @@ def test_speculative_decoding_tokens_per_step_and_tpot():
     assert load.accepted_per_step({"spec_tokens": 3, "acceptance": 0.7}) == pytest.approx(2.5330, abs=1e-4)
     assert load.accepted_per_step({"spec_tokens": 3, "acceptance": 1.0}) == 4
     assert load.accepted_per_step({}) == 1
-    e = _engine(per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
-    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
-        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
-    dep = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "spec_tokens": 3, "acceptance": 0.7}
+    e, hw, dep = _ideal()
+    dep.update(spec_tokens=3, acceptance=0.7)
     r = load.closed_loop(L8, hw, e, dep, 1024, 128, 4, 385, 8192, waves=False)
     assert r["tpot_s"] == pytest.approx(0.0109375 / 2.5330, rel=1e-3)
 
@@ -310,16 +313,6 @@ def test_disaggregated_prefill_and_decode_by_hand():
     # a decode pool free of prefill chunks decodes faster than the co-located replica at the same load
     co = load.open_loop(L70, H100, e, dep, 2048, 256, 1.0, limit, 8192)
     assert r["tpot_s"] < co["tpot_s"]
-
-
-def _ideal():
-    """An engine whose every iteration takes T = 10 ms (infinite bandwidth and FLOPs, 10 ms per
-    step): the mixed state at 1,024/128 tokens gives TTFT 15 ms, TPOT 10 ms, e2e 1.285 s
-    (test_decode_at_batch_1_and_64_from_bytes), so n running complete n / 1.285 requests/s."""
-    e = _engine(decode_bandwidth=1.0, per_step_s=0.01, per_request_s=0.0, per_seq_s=0.0)
-    hw = H100.model_copy(update={"gpu": H100.gpu.model_copy(update={
-        "memory_bandwidth": 1e30, "peak_flops": {k: 1e35 for k in H100.gpu.peak_flops}})})
-    return e, hw, {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
 
 
 def test_offline_wait_by_hand():
