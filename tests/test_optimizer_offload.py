@@ -68,6 +68,8 @@ def test_does_not_fit_names_offloading_the_optimizer_when_it_fits():
     (("memory", "llama-3-8b", "--zero", "1", "--optimizer-offload", "1.5"), "fraction from 0 to 1"),
     (("memory", "llama-3-8b", "--zero", "1", "--optimizer-offload", "nan"), "fraction from 0 to 1"),
     (("memory", "llama-3-8b", "--zero", "1", "--optimizer-offload", "half"), "fraction from 0 to 1"),
+    # 1e-400 underflows to 0.0: it was silently no offload (and none of its rules applied)
+    (("memory", "llama-3-8b", "--zero", "1", "--optimizer-offload", "1e-400"), "rounds to 0"),
     (("memory", "llama-3-8b", "--inference", "--optimizer-offload", "1"), "--optimizer-offload"),
     (("plan", "llama-3-8b", "--gpus", "8", "--hardware", "mi300x", "--optimizer-offload", "1"), "host_memory_bandwidth"),
 ])
