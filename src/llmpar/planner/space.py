@@ -320,7 +320,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     G, S, B = spec.gpus, spec.seq, spec.global_batch
     L = model.layers
     divs = divisors(G)
-    heads, kv = model.heads, model.n_kv_heads
+    heads = model.heads
     tp_cap = min(heads, spec.max_tp or heads)
     tps = [d for d in divs if d <= tp_cap]
     cps = [d for d in divs if d <= S]
