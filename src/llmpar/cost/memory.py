@@ -299,9 +299,21 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     coeffs = _layer_coeffs(model, settings)
     cands = candidate_stages(par.pp)
     common = _stage_common(model, par, coeffs, settings)
-    evals = [_stage_eval(model, par, settings, prec, shard, coeffs, s, common) for s in cands]
+    # a candidate stage equal to an earlier one on every layout (pp 1: all are stage 0; pp 2: 1 is
+    # p - 1) is the same evaluation: computed once (the planner's chunks share their pp)
+    uniq: list = []
+    which = []
+    for s in cands:
+        j = next((i for i, u in enumerate(uniq) if np.array_equal(u, s)), None)
+        if j is None:
+            uniq.append(s)
+            j = len(uniq) - 1
+        which.append(j)
     cap, res = _capacity(hw, reserve)
-    parts = [_stage_totals(e, settings, res) for e in evals]
+    evals_u = [_stage_eval(model, par, settings, prec, shard, coeffs, s, common) for s in uniq]
+    parts_u = [_stage_totals(e, settings, res) for e in evals_u]
+    evals = [evals_u[j] for j in which]
+    parts = [parts_u[j] for j in which]
     totals = [x[3] for x in parts]
     pick = _argmax(totals)
 
