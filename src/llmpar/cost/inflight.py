@@ -101,6 +101,7 @@ def candidate_stages(pp):
     most in flight among middle stages), p−1 (LM head, logits), and the centre device
     p/2 − 1 (under DualPipe it may pair two full middle stages; it is needed without DualPipe too:
     leaving it out of the non-DualPipe layouts changed the memory verdict of 9,974 DeepSeek-V3
-    layouts on 2,048 GPUs, checked 2026-12-02, where stage 1 still holds one of its dense layers)."""
+    layouts on 2,048 GPUs, checked 2026-12-02: at pp 32 stage 1 holds layers 1-2, both dense, the
+    centre only MoE layers)."""
     p = np.asarray(pp)
     return [np.zeros_like(p), np.minimum(1, p - 1), p - 1, np.maximum(p // 2 - 1, 0)]
