@@ -637,3 +637,44 @@ def test_fp8_bf16_boundary_layers_keep_no_fp8_copies():
             b = M.memory_per_gpu(m, hw, par, Settings(dtype="fp8", stack=with_bf16(base)))
             assert int(a["stage"]) == int(b["stage"]) == 0
             assert float(a["weights_bytes"] - b["weights_bytes"]) == pytest.approx(saved[pp], abs=1)
+
+
+def test_first_all_moe_middle_stage_by_hand():
+    # DeepSeek-V3: 61 layers + 1 MTP block = 62 slots, layers 0-2 dense. At pp 32: c = ceil(62/32)
+    # = 2, shortfall d = 64 - 62 = 2, first stage 2 - min(max(d - 1, 0), 1) = 1 layer, so stage 1
+    # holds layers 1-2 (both dense) and stage 2, from layer 3, is the first all-MoE middle stage.
+    # At pp 16 (c 4, d 2): the first stage holds 3 layers, 0-2, so stage 1 already starts at 3.
+    from llmpar.cost.inflight import first_moe_middle_stage
+
+    ds = load_model("deepseek-v3")
+    assert int(first_moe_middle_stage(ds, 32)) == 2
+    assert int(first_moe_middle_stage(ds, 16)) == 1
+    assert first_moe_middle_stage(load_model("mixtral-8x7b"), 8) is None      # no dense prefix
+    assert first_moe_middle_stage(load_model("llama-3-8b"), 8) is None         # dense model
+
+
+@pytest.mark.parametrize("name, pp, ep, schedule", [
+    ("deepseek-v3", 32, 8, "1f1b"), ("deepseek-v3", 16, 8, "interleaved"), ("deepseek-v3", 8, 32, "1f1b"),
+    ("llama-3.1-405b", 16, 1, "interleaved"), ("mixtral-8x7b", 4, 8, "1f1b"),
+])
+def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
+    # every pipeline stage's total, evaluated one by one, never exceeds what memory_per_gpu reports
+    # from its candidate stages (cost/inflight.candidate_stages): the candidates contain the maximum.
+    # DeepSeek-V3 at pp 32 is the case the first all-MoE middle stage was added for (2026-12-02)
+    from llmpar.cost.states import bytes_per_param, layer_shard
+
+    model = load_model(name)
+    per_stage = -(-(model.layers + model.mtp_layers) // pp)
+    v = 2 if schedule == "interleaved" and per_stage % 2 == 0 else 1
+    par = Parallel(tp=1, pp=pp, dp=2048 // pp, cp=1, ep=ep, zero=1, micro_batch=1, microbatches=64,
+                   seq=4096, schedule=SCHEDULES.index(schedule if v > 1 else "1f1b"), virtual_stages=v)
+    settings = Settings(stack="megatron-core")
+    hw = load_hardware("h800")
+    got = float(M.memory_per_gpu(model, hw, par, settings)["total_bytes"])
+    prec, shard, coeffs = bytes_per_param(settings, par.zero, par.microbatches), layer_shard(model, par), \
+        M._layer_coeffs(model, settings)
+    common = M._stage_common(model, par, coeffs, settings)
+    _cap, res = M._capacity(hw, None)
+    every = [float(M._stage_totals(M._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
+                                   res)[3]) for s in range(pp)]
+    assert got == pytest.approx(max(every), rel=1e-12)

@@ -73,7 +73,7 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
     per_layer_tok = wt["resident"] + np.maximum((wt["attention_tp"] + wt["scores_s2"] * np.asarray(context, dtype=float)) / t,
                                                 wt["mlp_tp"] / t)
     rows = []
-    cands = candidate_stages(p)
+    cands = candidate_stages(p, model)
     for s in cands:
         start, n = (np.asarray(x) for x in stage_span(model.layers, p, s))
         nd = np.asarray(_dense_in_span(model, start, n))

@@ -95,7 +95,33 @@ def _dense_in_span(model: ModelSpec, start, n):
 
 
 
-def candidate_stages(pp):
+def first_moe_middle_stage(model: ModelSpec, pp):
+    """The first middle stage holding none of a dense-first MoE model's dense layers (DeepSeek-V3:
+    layers 0-2 dense), or None when the model has no such prefix. Where stage 1 still holds dense
+    layers (lighter than MoE ones), this stage, with the most micro-batches in flight among the
+    all-MoE middle stages, can be the most loaded one (DeepSeek-V3 at pp 32: stage 1 holds layers
+    1-2, stage 2 the first MoE ones). From :func:`stage_span`'s layout: stage 1 starts at
+    ``first``, the next ``heavy`` middle stages hold c = ceil(L/p) layers, the rest c − 1; the
+    stage is the first whose start reaches k, the dense prefix's length (at most p − 2)."""
+    moe = model.moe
+    if moe is None or not moe.dense_layers:
+        return None
+    k = len(set(moe.dense_layers))
+    if sorted(set(moe.dense_layers)) != list(range(k)):
+        return None   # not a prefix (interleaved dense layers): stage 1 stands for the middle stages
+    L = model.layers + model.mtp_layers
+    p = np.asarray(pp)
+    c = np.asarray(stage_layers(L, p))
+    first = np.asarray(first_stage_layers(L, p))
+    heavy = np.maximum((p - 2) - np.maximum(p * c - L - 2, 0), 0)
+    need = np.maximum(k - first, 0)                       # layers the middle stages before it hold
+    in_heavy = -(-need // np.maximum(c, 1))
+    beyond = heavy + np.where(need > heavy * c, -(-(need - heavy * c) // np.maximum(c - 1, 1)), 0)
+    kk = np.where(need <= heavy * c, in_heavy, beyond)    # middle stages before it
+    return _out(np.clip(kk + 1, np.minimum(1, p - 1), np.maximum(p - 2, 0)))
+
+
+def candidate_stages(pp, model: ModelSpec | None = None):
     """The stages that can be the most loaded (the others never exceed one of them):
     0 (embedding, most micro-batches in flight), 1 (the busiest middle stage: most layers and
     most in flight among middle stages), p−1 (LM head, logits), and the centre device
@@ -104,4 +130,8 @@ def candidate_stages(pp):
     layouts on 2,048 GPUs, checked 2026-12-02: at pp 32 stage 1 holds layers 1-2, both dense, the
     centre only MoE layers)."""
     p = np.asarray(pp)
-    return [np.zeros_like(p), np.minimum(1, p - 1), p - 1, np.maximum(p // 2 - 1, 0)]
+    out = [np.zeros_like(p), np.minimum(1, p - 1), p - 1, np.maximum(p // 2 - 1, 0)]
+    extra = first_moe_middle_stage(model, p) if model is not None else None
+    if extra is not None:
+        out.append(np.asarray(extra) + 0 * p)   # and, for a dense-first MoE model, its first all-MoE middle stage
+    return out

@@ -297,7 +297,7 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     prec = bytes_per_param(settings, par.zero, par.microbatches)
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
-    cands = candidate_stages(par.pp)
+    cands = candidate_stages(par.pp, model)
     common = _stage_common(model, par, coeffs, settings)
     # a candidate stage equal to an earlier one on every layout (pp 1: all are stage 0; pp 2: 1 is
     # p - 1) is the same evaluation: computed once (the planner's chunks share their pp)
