@@ -18,7 +18,13 @@ With n requests running and an iteration budget of B tokens (``max_num_batched_t
   included). TPOT = t̄ (vLLM's TPOT: (e2e − ttft)/(O − 1), the mean iteration a request decodes
   in); TTFT = t̄/2 (the iteration under way when it arrives) + k_p·t(d, c) + the engine's
   per-request cost + queueing; e2e = TTFT + (O − 1)·TPOT; requests/s X = min(n / e2e_run, r/t̄)
-  (Little's law, Little 1961, and the flow); output tokens/s = X·O.
+  (Little's law, Little 1961, and the flow); output tokens/s = X·O. The median token gap (a
+  benchmark's median ITL): t(d, 0) while φ < 1/2 (most iterations carry no chunk), else the gap
+  of one that does.
+* **Prefill of its own** (``scheduler.mixed_prefill`` false: SGLang's default, ServerArgs
+  enable_mixed_chunk False). A prefill iteration takes the whole budget and no decodes; the
+  decodes wait for it: t̄ = t(d, 0) + φ·t(0, c), a prompt's time in prefill t(0, c) + (k_p − 1)·t̄,
+  and in waves no decode step runs inside the prefill phase.
 * Closed loop (C clients, each sending its next request when the last one ends; ``vllm bench
   serve --max-concurrency C``): n = min(C, max concurrency); queueing W = C/X − e2e when C > n.
 * **Waves.** Clients that start together with identical requests (a fixed-length benchmark, an
@@ -202,7 +208,8 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
     wait = np.maximum(users / X - e2e_run - req, 0.0)
     ttft = ttft_run + req + wait
     return {"ttft_s": ttft, "tpot_s": tpot, "itl_median_s": itl_med + 0.0 * X,
-            "e2e_s": ttft + np.where(O > 1, (O - 1.0) * tpot, 0.0), "requests_per_s": X, "output_tokens_per_s": X * O, "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
+            "e2e_s": ttft + np.where(O > 1, (O - 1.0) * tpot, 0.0), "requests_per_s": X, "output_tokens_per_s": X * O,
+            "running": n + 0.0 * X, "queue_s": wait + 0.0 * X,
             "prefill_iterations": k + 0.0 * X, "iteration_s": t_d + 0.0 * X, "prefill_iteration_s": t_p + 0.0 * X}
 
 
