@@ -11,7 +11,9 @@ iteration first takes one token of every decoding request, then fills the rest o
 (``max_num_batched_tokens``) with prompt chunks, first come first served; a request is admitted
 when a sequence slot (``max_num_seqs``) is free and the KV pool holds its whole I + O tokens (a
 reservation: the engines allocate blocks as tokens come and preempt when they run out, which this
-leaves out). Without chunked prefill a prompt waits until it fits the budget whole. A prompt's
+leaves out). Without chunked prefill a prompt waits until it fits the budget whole. Without mixed
+prefill (``scheduler.mixed_prefill`` false, SGLang's default) an iteration with prompts waiting
+takes only them, with the whole budget, and the decodes advance in the other iterations. A prompt's
 first token comes at the end of the iteration that computes its last chunk; every later iteration
 gives it one token. Closed loop: each of C clients sends its next request when one ends;
 open loop: Poisson arrivals at λ (exponential gaps, a seeded generator: the same N, seed and
@@ -97,6 +99,7 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
         raise UserError(f"the longest simulated request ({max(a + b for a, b in zip(I, O)):,} tokens) exceeds the "
                         f"KV pool of {int(kv_tokens):,} tokens")
     chunked = engine.scheduler.chunked_prefill
+    mixed = engine.scheduler.mixed_prefill   # false: a prefill batch is an iteration of its own (SGLang)
     if not chunked and max(I) > budget:
         raise UserError(f"a prompt of {max(I):,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
     D, C, T = step_table(model, hw, engine, dep, (isl_range[0] + isl_range[1]) / 2.0,
@@ -121,6 +124,7 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
     running = 0
     clock = 0.0
     step = 0
+    dstep = 0                            # iterations in which the decodes advance (all of them when mixed)
     arrived = 0                          # requests whose arrival time is known and <= clock, in id order
     finished = 0
 
@@ -158,7 +162,10 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
             running += 1
             prefilling.append([k, I[k]])
         d = len(decoding)
-        room = max(budget - d, 0)
+        # mixed: the chunks share the budget with the decodes; not mixed (prefill first): an
+        # iteration with prompts waiting takes only them, the whole budget, and the decodes wait
+        prefill_only = not mixed and bool(prefilling)
+        room = budget if prefill_only else (max(budget - d, 0) if mixed else 0)
         c = 0
         done_pf = []
         for item in prefilling:
@@ -177,18 +184,20 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
         if d == 0 and c == 0:
             # admitted nothing and nothing runs that can move: wait for the next event (a release)
             raise AssertionError("scheduler stalled")   # pragma: no cover - admission needs a free pool
-        clock += _time(D, C, T, float(d), float(c))
+        clock += _time(D, C, T, 0.0 if prefill_only else float(d), float(c))
         step += 1
         if step > MAX_STEPS:
             raise UserError(f"--simulate {n_requests}: more than {MAX_STEPS:,} iterations; simulate fewer requests")
-        while decoding and decoding[0][0] <= step:
-            finish(heapq.heappop(decoding)[1], clock)
+        if not prefill_only:
+            dstep += 1
+            while decoding and decoding[0][0] <= dstep:
+                finish(heapq.heappop(decoding)[1], clock)
         for k in done_pf:
             first[k] = clock
             if O[k] <= 1:
                 finish(k, clock)
             else:
-                heapq.heappush(decoding, (step + O[k] - 1, k))
+                heapq.heappush(decoding, (dstep + O[k] - 1, k))
     return _summary(arrival, first, done_t, O, I)
 
 
