@@ -100,9 +100,8 @@ def first_moe_middle_stage(model: ModelSpec, pp):
     layers 0-2 dense), or None when the model has no such prefix. Where stage 1 still holds dense
     layers (lighter than MoE ones), this stage, with the most micro-batches in flight among the
     all-MoE middle stages, can be the most loaded one (DeepSeek-V3 at pp 32: stage 1 holds layers
-    1-2, stage 2 the first MoE ones). From :func:`stage_span`'s layout: stage 1 starts at
-    ``first``, the next ``heavy`` middle stages hold c = ceil(L/p) layers, the rest c − 1; the
-    stage is the first whose start reaches k, the dense prefix's length (at most p − 2)."""
+    1-2, stage 2 the first MoE ones): the first stage i >= 1 whose :func:`stage_span` starts at or
+    after the prefix's length, at most p - 2. Found per distinct pp (a planner chunk holds a few)."""
     moe = model.moe
     if moe is None or not moe.dense_layers:
         return None
@@ -111,14 +110,14 @@ def first_moe_middle_stage(model: ModelSpec, pp):
         return None   # not a prefix (interleaved dense layers): stage 1 stands for the middle stages
     L = model.layers + model.mtp_layers
     p = np.asarray(pp)
-    c = np.asarray(stage_layers(L, p))
-    first = np.asarray(first_stage_layers(L, p))
-    heavy = np.maximum((p - 2) - np.maximum(p * c - L - 2, 0), 0)
-    need = np.maximum(k - first, 0)                       # layers the middle stages before it hold
-    in_heavy = -(-need // np.maximum(c, 1))
-    beyond = heavy + np.where(need > heavy * c, -(-(need - heavy * c) // np.maximum(c - 1, 1)), 0)
-    kk = np.where(need <= heavy * c, in_heavy, beyond)    # middle stages before it
-    return _out(np.clip(kk + 1, np.minimum(1, p - 1), np.maximum(p - 2, 0)))
+
+    def first_at(q: int) -> int:
+        for i in range(1, max(q - 1, 1)):
+            if int(stage_span(L, q, i)[0]) >= k:
+                return i
+        return max(min(1, q - 1), q - 2) if q > 2 else 0
+    values, inverse = np.unique(p, return_inverse=True)
+    return _out(np.array([first_at(int(q)) for q in values])[inverse].reshape(p.shape))
 
 
 def candidate_stages(pp, model: ModelSpec | None = None):
