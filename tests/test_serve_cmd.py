@@ -29,6 +29,10 @@ def test_json_keys_and_figures_agree(cli):
     # the median token gap is the decode-only iteration: never above the mean gap (TPOT), which also
     # averages the iterations that carry a prefill chunk
     assert 0 < d["itl_median_s"] <= d["tpot_s"]
+    # with its band, the TPOT band's ratios applied to it (the same residuals hold both gaps)
+    band, tb = d["interval"]["itl_median_s"], d["interval"]["tpot_s"]
+    assert band["low"] / d["itl_median_s"] == pytest.approx(tb["low"] / d["tpot_s"], rel=1e-9)
+    assert band["high"] / d["itl_median_s"] == pytest.approx(tb["high"] / d["tpot_s"], rel=1e-9)
 
 
 def test_api_matches_cli_and_replicas_scale_throughput():

@@ -139,7 +139,7 @@ def _render(r, explain: bool) -> None:
     if r.tpot_s is not None:
         rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
         if r.itl_median_s is not None and r.itl_median_s != r.tpot_s:
-            rows.append(("median token gap (ITL)", fmt_seconds(r.itl_median_s)))
+            rows.append(("median token gap (ITL)", fmt_seconds(r.itl_median_s) + _band(r, "itl_median_s", fmt_seconds)))
     if r.percentiles:
         p = r.percentiles
         rows.append(("TTFT p50 / p90 / p99", " / ".join(fmt_seconds(p["ttft_s"][k]) for k in ("p50", "p90", "p99"))

@@ -381,6 +381,10 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
             iv["ttft_s"] = evidence.interval_json(bands["ttft"], f["ttft_s"], True)
         if osl > 1:
             iv["tpot_s"] = evidence.interval_json(bands["tpot"], f["tpot_s"], True)
+            if "itl_median_s" in f and math.isfinite(f["itl_median_s"]):
+                # the TPOT residuals hold both kinds of token gap (published means and medians are
+                # each compared with their own figure): one band for both
+                iv["itl_median_s"] = evidence.interval_json(bands["tpot"], f["itl_median_s"], True)
     return build(spec, hw, eng, out, iv)
 
 
