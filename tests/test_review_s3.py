@@ -287,3 +287,11 @@ def test_a_model_file_is_not_taken_for_the_shipped_model(cli, tmp_path):
     copy = tmp_path / "copy.yaml"
     copy.write_text(Path(_lookup("models", "llama-3-8b")[1]).read_text())
     assert cli("memory", str(copy), "--gpus", "8", "--json").json()["model"] == "llama-3-8b"
+
+
+def test_hardware_and_tier_names_are_printable_too(cli, tmp_path):
+    # item 35 is a class: the GPU's and a tier's names are printed in every header (the network
+    # note names the scale-out tier), so they are names like the spec's own
+    f = tmp_path / "h.yaml"
+    f.write_text('name: mine\nextends: h100-sxm\ngpu: {name: "H100\\x1b[2J"}\n')
+    assert_one_line_error(cli("memory", "llama-3-8b", "--hardware", str(f)), "a name is one printable line")

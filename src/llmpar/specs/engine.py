@@ -77,9 +77,9 @@ class Engine(_Strict):
     name: Name
     description: Text = ""
     extends: str | None = None
-    version: str = Field("", description="the engine version the values describe")
-    sources: list[str] = Field(default_factory=list, description="where the values come from")
-    fitted_on: list[str] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
+    version: Text = Field("", description="the engine version the values describe")
+    sources: list[Text] = Field(default_factory=list, description="where the values come from")
+    fitted_on: list[Text] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
     scheduler: Scheduler = Field(default_factory=Scheduler)
     kernels: Kernels = Field(default_factory=Kernels)
     overhead: Overheads = Field(default_factory=Overheads)

@@ -53,7 +53,7 @@ class GemmEfficiency(BaseModel):
 
 class Accelerator(BaseModel):
     model_config = SPEC
-    name: str
+    name: Name
     generation: Literal[GENERATIONS] | None = Field(   # the names a stack keys its per-generation values by
         None, description="GPU architecture; selects a stack's per-generation values (None: the stacks' defaults)")
     sms: int | None = Field(
@@ -134,7 +134,7 @@ class Tier(BaseModel):
     """
 
     model_config = SPEC
-    name: str
+    name: Name
     kind: Literal["pcie", "nvlink", "nvswitch", "infiniband", "ethernet"]
     domain_size: int | None = Field(None, gt=0)
     bandwidth: Bandwidth = Field(ge=1e6, le=1e15,

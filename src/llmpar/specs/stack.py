@@ -279,7 +279,7 @@ class Stack(_Strict):
     description: Text = ""
     extends: str | None = None
     sources: list[Text] = Field(default_factory=list, description="where the values come from")
-    fitted_on: list[str] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
+    fitted_on: list[Text] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
     zero_stages: list[Literal[0, 1, 2, 3]] = Field(
         default_factory=lambda: [0, 1, 2, 3], min_length=1,
         description="ZeRO stages the framework implements (the planner and calibrate runs search only these)")
