@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import assert_one_line_error
+from llmpar import units as U
 from llmpar.errors import UserError
 from llmpar.units import (
     parse_bandwidth, parse_bytes, parse_count, parse_flops, parse_per_direction_bandwidth, parse_seconds,
@@ -107,3 +108,15 @@ def test_count_spellings(text, value):
 ])
 def test_cli_refuses_bit_sizes(cli, args, needle):
     assert_one_line_error(cli(*args), needle)
+
+
+@pytest.mark.parametrize("parse, text", [
+    (U.parse_bytes, "1e-400 GB"), (U.parse_seconds, "1e-400 s"), (U.parse_bandwidth, "1e-400 GB/s"),
+    (U.parse_flops, "1e-400 TFLOP/s"), (U.parse_count, "1e-400"), (U.parse_power, "1e-400 W"),
+])
+def test_a_number_below_the_smallest_float_is_refused_not_read_as_zero(parse, text):
+    # 1e-400 underflows to 0.0, and zero often means "none" (--reserve 0, --optimizer-offload 0):
+    # every unit parser refuses it (the class; --optimizer-offload 1e-400 was the instance found)
+    with pytest.raises(UserError, match="rounds to 0"):
+        parse(text)
+    assert U.parse_seconds("0 s") == 0.0          # a written zero is still zero

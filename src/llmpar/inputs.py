@@ -17,7 +17,7 @@ from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
-from llmpar.units import parse_bytes
+from llmpar.units import parse_bytes, refuse_underflow
 
 
 def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None) -> tuple[ModelSpec, str | None]:
@@ -113,11 +113,8 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}") from None
         if not math.isfinite(extra["optimizer_offload"]):
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1, got {optimizer_offload!r}")
-        if extra["optimizer_offload"] == 0.0 and any(ch in "123456789" for ch in str(optimizer_offload).split("e")[0]
-                                                     .split("E")[0]):
-            # 1e-400 reads as 0.0 (below the smallest float): it was silently no offload at all
-            raise UserError(f"--optimizer-offload {optimizer_offload} rounds to 0 (below the smallest float): give 0 "
-                            "for none or a share that can be told from it")
+        # 1e-400 reads as 0.0 (below the smallest float): it was silently no offload at all
+        refuse_underflow(extra["optimizer_offload"], str(optimizer_offload).rstrip("%"), "--optimizer-offload")
     if param_offload is not None:
         extra["param_offload"] = param_offload
     settings = Settings(dtype=dtype, optimizer=optimizer, grad_dtype=grad_dtype, convention=convention,

@@ -36,9 +36,19 @@ _COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKMBTG])?\s*$")
 _POWER_RE = re.compile(rf"^\s*{_NUM}\s*([kKM])?\s*(W|w|watts?)?\s*$")
 
 
+def refuse_underflow(value: float, text, what: str) -> None:
+    """A number written with a nonzero digit that reads as 0.0 (``1e-400``: below the smallest
+    float) is refused, never taken as zero: zero often means "none" (no offload, no reserve)."""
+    mantissa = re.split(r"[eE]", str(text).strip().lstrip("+-"))[0]
+    if value == 0.0 and any(ch in "123456789" for ch in mantissa):
+        raise UserError(f"{what} {str(text).strip()} rounds to 0 (below the smallest float): give 0 for none or a "
+                        "value that can be told from it")
+
+
 def _positive(value: float, text: str, what: str, allow_zero: bool = False) -> float:
     if not math.isfinite(value):
         raise UserError(f"{what} must be a finite number, got {text!r}")
+    refuse_underflow(value, text, what)
     if value < 0 or (value == 0 and not allow_zero):
         raise UserError(f"{what} must be positive, got {text!r}")
     return value
