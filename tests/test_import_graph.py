@@ -115,10 +115,10 @@ FLOORS = (
     ("errors", "units"),
     ("specs",),
     ("parallel",),
-    ("layout",),
+    ("layout", "options"),
     ("cost",),
     ("evidence", "inputs", "remedies", "outputs", "step_trace", "results"),
-    ("planner", "calibrate", "validation", "serving", "launch"),
+    ("planner", "calibrate", "validation", "serving", "launch", "run"),
     ("api",),
     ("cli", "__main__"),
 )

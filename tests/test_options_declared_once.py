@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 
 import click
+
+from llmpar.errors import UserError
 import pytest
 
 from llmpar import api
@@ -51,3 +53,50 @@ def test_every_sweep_option_is_a_sweep_or_plan_keyword():
 
 def test_the_check_can_fail():
     assert _options("memory") - OUTPUT - (_keywords(api.memory) - {"params"}) == {"params"}
+
+
+# ---------------------------------------------------------------- the table the options come from
+
+from llmpar import options as O  # noqa: E402
+
+
+@pytest.mark.parametrize("command,groups", [("memory", "LAYOUT PRECISION"), ("step", "LAYOUT PRECISION OVERLAP"),
+                                            ("plan", "PRECISION OVERLAP"), ("sweep", "PRECISION OVERLAP")])
+def test_the_shared_options_are_generated_from_the_table(command, groups):
+    # every declared option reaches the command with the table's flag, default and help text (plan
+    # and sweep take the layout knobs as lists of candidates: space.KNOBS, checked above)
+    cmd = cli.get_command(click.Context(cli), command)
+    params = {p.name: p for p in cmd.params}
+    for o in (o for g in groups.split() for o in getattr(O, g)):
+        p = params[o.name]
+        assert p.opts[0] == o.flag and p.help == o.help, o.name
+        assert p.default == o.default, (o.name, p.default, o.default)
+
+
+@pytest.mark.parametrize("fn", [api.memory, api.step])
+def test_the_api_keywords_take_the_table_defaults(fn):
+    # an API default is the table's, or None where the API must tell "not given" from the default
+    # (memory's --optimizer/--convention, refused with --inference when typed)
+    sig = inspect.signature(fn).parameters
+    for o in O.LAYOUT + O.PRECISION:
+        assert sig[o.name].default in (o.default, None), (fn.__name__, o.name)
+
+
+def test_an_option_given_in_a_mode_it_changes_nothing_in_is_refused_by_one_rule():
+    # --recompute none and --offload-layers 0 ask for nothing and pass; typed values are named
+    O.refuse_moot({"recompute": "none", "offload_layers": 0, "seq": None}, O.ACTIVATIONS, "{flags}")
+    with pytest.raises(UserError, match=r"^--recompute, --seq change activations; drop them$"):
+        O.refuse_moot({"recompute": "full", "seq": 4096, "tp": 8}, O.ACTIVATIONS,
+                      "{flags} change{s} activations; drop {it}")
+    with pytest.raises(UserError, match=r"^--sp/--no-sp describes training$"):
+        O.refuse_moot({"sp": False, "dtype": "fp8"}, O.TRAINING, "{flags} describe{s} training")
+
+
+def test_steps_memory_takes_memorys_own_defaults():
+    # run.step asks run.memory for the layout's memory with the mode keywords at api.memory's defaults
+    from llmpar.run.memory import MODE_DEFAULTS
+
+    sig = inspect.signature(api.memory).parameters
+    assert MODE_DEFAULTS == {k: sig[k].default for k in MODE_DEFAULTS}
+    shared = {o.name for o in O.LAYOUT + O.PRECISION} | {"model", "hardware", "hf"}
+    assert set(sig) == shared | set(MODE_DEFAULTS), set(sig) ^ (shared | set(MODE_DEFAULTS))

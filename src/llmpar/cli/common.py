@@ -1,5 +1,7 @@
 """The option group shared by `memory`, `step` and `plan` (docs/architecture.md, CLI conventions), and
-helpers to print JSON. Same names and meaning everywhere; the API takes the same keywords."""
+helpers to print JSON. The options are declared once, in :mod:`llmpar.options` (keyword, flag,
+default, domain, help); the click options here are generated from that table, and the API takes the
+same keywords (tests/test_options_declared_once.py)."""
 
 from __future__ import annotations
 
@@ -11,73 +13,36 @@ from typing import Any
 import click
 import numpy as np
 
-from llmpar.parallel import FINETUNE, LORA_TARGETS
 from llmpar.errors import UserError
-from llmpar.parallel import ATTENTION, CONVENTIONS, DTYPES, GRAD_DTYPES, OPTIMIZERS, RECOMPUTE, SCHEDULES
+from llmpar.options import LAYOUT, OVERLAP, PRECISION, Option
+
+def click_option(o: Option):
+    """The click option for one declared :class:`llmpar.options.Option` (its flag, type, default, help)."""
+    kw: dict[str, Any] = {"help": o.help, "default": o.default, "show_default": o.show_default}
+    if o.metavar:
+        kw["metavar"] = o.metavar
+    if o.name in _COMPLETERS:
+        kw["shell_complete"] = _COMPLETERS[o.name]
+    if o.kind == "bool":
+        return click.option(o.shown_flag, **kw)
+    if o.kind == "switch":
+        return click.option(o.flag, is_flag=True, **kw)
+    if o.kind == "choice":
+        kw["type"] = click.Choice(o.choices)
+    elif o.kind in ("int", "float"):
+        kw["type"] = click.IntRange(*o.int_range) if o.int_range else (int if o.kind == "int" else float)
+    return click.option(o.flag, **kw)
+
+
+_COMPLETERS = {"stack": lambda c, p, i: complete_stack(c, p, i)}
 
 _LAYOUT_OPTIONS = [
     click.option("--hardware", "hardware", default="h100-sxm", show_default=True,
                  shell_complete=lambda c, p, i: complete_hardware(c, p, i),
                  help="Shipped profile name (see `llmpar hardware`) or a YAML path."),
-    click.option("--gpus", type=int, help="Total GPUs = tp*cp*pp*dp."),
-    click.option("--tp", type=int, help="Tensor-parallel degree (default 1)."),
-    click.option("--pp", type=int, help="Pipeline-parallel degree (default 1; uneven stages allowed)."),
-    click.option("--dp", type=int, help="Data-parallel degree (default: derived from --gpus, or one node)."),
-    click.option("--cp", type=int, help="Context-parallel degree (default 1)."),
-    click.option("--ep", type=int, help="Expert-parallel degree, carved out of dp*cp (default 1)."),
-    click.option("--etp", type=int, help="Expert tensor-parallel degree (default tp). Below tp, EP also spans the "
-                                          "TP ranks: ep*etp divides tp*cp*dp (Megatron-Core MoE parallel folding)."),
-    click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage over dp*cp."),
-    click.option("--sp/--no-sp", default=None, help="Sequence parallelism (default: on when tp > 1)."),
-    click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True),
-    click.option("--micro-batch", type=int, help="Sequences per micro-batch (default 1)."),
-    click.option("--global-batch", type=int, help="Sequences per step (m = B / (b*dp))."),
-    click.option("--microbatches", type=int, help="Micro-batches per step, instead of --global-batch."),
-    click.option("--seq", type=int, help="Sequence length (default min(8192, model max))."),
-    click.option("--schedule", type=click.Choice(SCHEDULES), help="Pipeline schedule (default 1f1b)."),
-    click.option("--virtual-stages", type=int, help="Chunks per stage; > 1 means interleaved."),
-    click.option("--recompute-layers", type=int,
-                 help="With --recompute full: recompute only N layers of each pipeline chunk, as Megatron-Core's "
-                      "--recompute-method block --recompute-num-layers N (default: all)."),
-    click.option("--offload-layers", type=int,
-                 help="Hold the saved activations of the first N layers in host memory, copied out after their "
-                      "forward and back before their backward (Megatron-Core --cpu-offloading-num-layers; needs "
-                      "--pp 1 and --recompute none)."),
+    *(click_option(o) for o in LAYOUT),
 ]
-
-_PRECISION_OPTIONS = [
-    click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="Compute/weight dtype."),
-    click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True),
-    click.option("--stack", default=None, shell_complete=lambda c, p, i: complete_stack(c, p, i),
-                 help="Framework profile: shipped name (see `llmpar stacks`) or a YAML path (default megatron-core)."),
-    click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES),
-                 help="Gradient dtype (default: the stack's: fp32 when it keeps an fp32 main-grad buffer, else bf16); "
-                      "bf16 given here is also reduced in bf16."),
-    click.option("--convention", type=click.Choice(CONVENTIONS), default="llmpar", show_default=True,
-                 help="Byte accounting: llmpar, megatron (18 B/param) or deepspeed (ZeRO estimators)."),
-    click.option("--attention", type=click.Choice(ATTENTION),
-                 help="standard (s² scores in HBM) or flash (default: the stack's attention kernel)."),
-    click.option("--recompute-modules", default=None,
-                 help="What --recompute selective re-runs, as Megatron-Core --recompute-modules: comma-separated "
-                      "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts (default: the stack's "
-                      "selective set; megatron-core: core_attn)."),
-    click.option("--reserve", help="Runtime memory held back, e.g. 6GiB: replaces the stack's CUDA context + NCCL buffers "
-                                   "(the allocator overhead still applies)."),
-    click.option("--finetune", type=click.Choice(FINETUNE), default=None,
-                 help="full (default), lora (frozen 16-bit base + rank-r adapters) or qlora (frozen NF4 base with "
-                      "double quantization + adapters): docs/finetune.md."),
-    click.option("--lora-rank", type=click.IntRange(1, 65536), default=None, metavar="R",
-                 help="LoRA/QLoRA adapter rank r (default 16): r (d_in + d_out) trainable parameters per adapted matrix."),
-    click.option("--optimizer-offload", default=None, metavar="F",
-                 help="Share of the optimizer states kept in host memory, their step run on the CPU (0-1; 1 = "
-                      "DeepSpeed ZeRO-Offload; Megatron-Core --optimizer-offload-fraction): needs ZeRO >= 1."),
-    click.option("--param-offload", is_flag=True, default=None,
-                 help="Hold ZeRO-3's 16-bit parameter shards in host memory, copied in before each gather "
-                      "(DeepSpeed ZeRO-Infinity offload_param device cpu): needs --zero 3 and a stack that does it."),
-    click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=None,
-                 help="Linears that get adapters: all (every block linear, QLoRA's choice; default), attention "
-                      "(q, k, v, o) or qv (PEFT's Llama default)."),
-]
+_PRECISION_OPTIONS = [click_option(o) for o in PRECISION]
 
 _OUTPUT_OPTIONS = [
     click.option("--units", type=click.Choice(["gb", "gib"]), default="gb", show_default=True,
@@ -93,24 +58,7 @@ def _apply(options, f):
     return f
 
 
-_OVERLAP_OPTIONS = [
-    click.option("--dp-overlap", type=float, default=None,
-                 help="Usable fraction of the compute DP traffic hides behind (default: the stack's "
-                      "overlap.dp; 0: none, as Megatron-LM 2021)."),
-    click.option("--tp-overlap", type=float, default=None,
-                 help="Usable fraction of the GEMM time TP collectives hide behind inside an NVLink domain "
-                      "(default: the stack's overlap.tp; 0: none, as Megatron-LM 2021-22)."),
-    click.option("--ep-overlap", type=float, default=None,
-                 help="Usable fraction of a MoE layer's compute its all-to-alls hide behind, on the chunks the "
-                      "schedule pairs with one of the other direction (default: the stack's overlap.ep; 1: "
-                      "Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe always pairs)."),
-    click.option("--ep-dispatcher", type=click.Choice(["alltoall", "deepep"]), default=None,
-                 help="How MoE tokens reach their experts (default: the stack's kernels.ep_dispatcher): alltoall, "
-                      "one copy per (token, expert); deepep, once per remote node over the NICs, then NVLink "
-                      "(Megatron-Core --moe-enable-deepep / flex dispatcher; DeepSeek-V3)."),
-    click.option("--rank-order", default=None,
-                 help="Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's)."),
-]
+_OVERLAP_OPTIONS = [click_option(o) for o in OVERLAP]
 
 
 def overlap_options(f):
@@ -135,13 +83,6 @@ def common_options(f):
     return layout_options(precision_options(output_options(f)))
 
 
-LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
-               "global_batch", "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers",
-               "offload_layers")
-
-
-def layout_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
-    return {k: kw.get(k) for k in LAYOUT_KEYS if k in kw}
 
 
 def _jsonable(obj):
