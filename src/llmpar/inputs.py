@@ -144,12 +144,18 @@ def _check_modules(model: ModelSpec, modules) -> None:
                              "mla_up_proj": "no MLA attention", "mlp": "no dense FFN layers"}[m] for m in missing) + ")")
 
 
-def stack_note(settings: Settings) -> str:
-    """One line naming the stack and the values of it a result used, and what overrode it."""
+def stack_note(settings: Settings, generation: str | None = None) -> str:
+    """One line naming the stack and the values of it a result used on a GPU of ``generation``, and
+    what overrode it."""
     st = settings.stack
     over = settings.overrides()
+    tp = settings.tp_overlap_on(generation)
+    tp_text = f"tp overlap {tp:g}" + ("" if tp == settings.tp_overlap else
+                                      f" (its {settings.tp_overlap:g} is measured on "
+                                      f"{', '.join(st.overlap.tp_generations or ())} only: "
+                                      f"none on {generation} without --tp-overlap)")
     parts = [f"attention {settings.attention} ({st.kernels.attention.kernel} kernel)",
-             f"grad dtype {settings.grad_dtype}", f"tp overlap {settings.tp_overlap:g}", f"dp overlap {settings.dp_overlap:g}"]
+             f"grad dtype {settings.grad_dtype}", tp_text, f"dp overlap {settings.dp_overlap:g}"]
     text = f"stack {st.name}: " + ", ".join(parts)
     if over:
         text += " (given: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in over.items()) + ")"

@@ -255,6 +255,16 @@ class Settings:
         mem = self.stack.memory
         return tuple(mem.recompute_modules) if mem.selective_recompute == "modules" else mem.selective_recompute
 
+    def tp_overlap_on(self, generation: str | None) -> float:
+        """The TP overlap on a GPU of ``generation``: ``--tp-overlap`` when given; else the stack's
+        overlap.tp where the stack achieves it (overlap.tp_generations; a GPU of no stated generation
+        takes it), and 0 on the other generations, where no measurement backs it (docs/stacks.md,
+        TP overlap by GPU generation)."""
+        gens = self.stack.overlap.tp_generations
+        if self._given["tp_overlap"] or gens is None or generation is None or generation in gens:
+            return self.tp_overlap
+        return 0.0
+
     def changed(self, **changes) -> Settings:
         """These settings with ``changes``, the stack-backed values that were not given re-derived
         from the stack (``dataclasses.replace`` would pass them on as if typed: then --dp-overlap

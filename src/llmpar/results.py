@@ -352,6 +352,7 @@ class PlanResult(Result):
     pareto: list[PlanRow] | None = None
     comparison: Comparison | None = None
     training: dict[str, Any] | None = None   # time/energy/cost to train --tokens with plan #1 (cost.training)
+    generation: str | None = None            # the GPU's generation (Settings.tp_overlap_on); not part of the JSON
     # every feasible candidate (arrays: step_time_s, memory_bytes, tp, pp, schedule, frontier) when asked
     # for (``keep_points``: `plan --plot`); not part of the JSON
     points: dict[str, Any] | None = None

@@ -311,7 +311,7 @@ def render(r, units: str = "gb") -> None:
         ("global batch", f"{r.global_batch:,} ({r.global_batch * r.seq:,} tokens)"), ("objective", r.objective),
     ]))
     pairs = [("dtype", r.settings.dtype), ("optimizer", r.settings.optimizer), ("attention", r.settings.attention),
-             ("overlap", f"tp {r.settings.tp_overlap:g} / dp {r.settings.dp_overlap:g}")]
+             ("overlap", f"tp {r.settings.tp_overlap_on(r.generation):g} / dp {r.settings.dp_overlap:g}")]
     if r.settings.convention != "llmpar":
         pairs.append(("convention", r.settings.convention))
     # the runtime (CUDA context + NCCL buffers, or --reserve) is what is held back from the HBM; it

@@ -273,9 +273,12 @@ def _layer_comm(model, hw, par, settings, place, e, L):
     tp_rec = np.where(L.rec == REC_FULL, L.rec_full * tp_f, 0.0)
     # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
     # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP
-    # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes.
+    # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes; and a
+    # GPU generation the stack achieves it on (Settings.tp_overlap_on: userbuffers' fast path needs
+    # CUDA multicast, compute capability 9.0+; Transformer Engine examples/pytorch/comm_gemm_overlap
+    # README at d0067d0d).
     tp_size, tp_k = place["tp"]
-    f_tp = settings.tp_overlap * np.where(tp_k >= tp_size, 1.0, 0.0)
+    f_tp = settings.tp_overlap_on(hw.gpu.generation) * np.where(tp_k >= tp_size, 1.0, 0.0)
     tp_f = tp_f - f_tp * np.minimum(tp_f, L.g_lin)
     tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * L.g_lin)
     tp_rec = tp_rec - f_tp * np.minimum(tp_rec, L.g_lin)

@@ -596,7 +596,7 @@ def plan(
                                     optimizer_offload=optimizer_offload, param_offload=param_offload)
     check_optimizer_offload(hw, settings)
     check_settings(hw, settings)   # the rule memory and step apply (layout.resolve)
-    notes.append(inputs.stack_note(settings))
+    notes.append(inputs.stack_note(settings, hw.gpu.generation))
     for note in (inputs.generation_note(hw, settings), inputs.moe_cost_note(spec_model, hw, settings),
                  inputs.fabric_note(hw, gpus)):
         if note:
@@ -665,6 +665,7 @@ def plan(
         reserved_bytes=found["reserved_bytes"], plans=found["plans"], space=found["space"],
         elapsed_s=time.perf_counter() - t_start, defaults_used=defaults, assumptions=notes,
         pareto=found["pareto"], comparison=found["comparison"], training=training, points=found["points"],
+        generation=hw.gpu.generation,
     )
 
 

@@ -50,7 +50,7 @@ def run(v: dict[str, Any]) -> MemoryResult:
         raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "
                         f"(got {v['recompute']})")
     notes = [f"model {alias} -> {spec.name}"] if alias else []
-    notes.append(stack_note(settings))
+    notes.append(stack_note(settings, hw.gpu.generation))
     if v["inference"]:
         _check_inference(v)
         return inference(spec, alias, hw, settings, layout, res_bytes, notes, v["batch"], v["context"], v["explain"])

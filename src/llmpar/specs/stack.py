@@ -165,6 +165,11 @@ class Overlap(_Strict):
     tp_mode: Literal["none", "async", "userbuffers"] = Field(
         "none", description="how TP communication is overlapped (informational: its effect is overlap.tp)")
     tp: float = Field(0.0, ge=0, le=1, description="TP collectives behind their GEMMs (inside one NVLink domain only)")
+    tp_generations: list[Literal[GENERATIONS]] | None = Field(
+        None, description="GPU generations on which the stack's overlap.tp is achieved; on others its TP collectives "
+                          "stay exposed unless --tp-overlap says otherwise (Transformer Engine userbuffers: CUDA "
+                          "multicast needs compute capability 9.0+, older GPUs fall back to a slower IPC path); "
+                          "None = every generation")
     dp: float = Field(0.0, ge=0, le=1, description="gradient reduce behind the last micro-batch's backward (bucketed)")
     param_gather: float | None = Field(
         None, ge=0, le=1, description="ZeRO-1/2 weight all-gather after the optimizer step hidden behind the next "
