@@ -255,3 +255,28 @@ def test_plan_names_a_fixed_stage_the_framework_lacks(cli):
     assert any(a.startswith("plan #1: stack nanotron does not implement ZeRO-3") for a in res.json()["assumptions"])
     res = cli("plan", "llama-3-8b", "--gpus", "8", "--stack", "nanotron", "--top", "1", "--json")
     assert not any("does not implement" in a for a in res.json()["assumptions"])
+
+
+def test_megatron_cores_tp_overlap_holds_on_the_generations_it_was_fitted_on():
+    # docs/stacks.md, TP overlap by GPU generation: TE userbuffers' fast path needs CUDA multicast
+    # (cc 9.0+); no published A100 run measures it, so on ampere the stack hides no TP traffic
+    from llmpar.parallel import Settings
+
+    s = Settings(stack="megatron-core")
+    assert s.tp_overlap == 0.7357
+    assert (s.tp_overlap_on("hopper"), s.tp_overlap_on("blackwell"), s.tp_overlap_on(None)) == (0.7357,) * 3
+    assert s.tp_overlap_on("ampere") == 0.0 and s.tp_overlap_on("volta") == 0.0
+    # --tp-overlap is a claim of the user's own: it holds on any generation
+    assert Settings(stack="megatron-core", tp_overlap=0.5).tp_overlap_on("ampere") == 0.5
+    # a stack that states no generations (every other shipped stack) applies its value everywhere
+    assert Settings(stack="torchtitan").stack.overlap.tp_generations is None
+
+
+def test_on_an_a100_the_tp_collectives_are_exposed_as_with_no_overlap():
+    from llmpar import api
+
+    kw = dict(hardware="a100-80gb", gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64, seq=2048)
+    default = api.step("llama-3-8b", **kw).breakdown_s["tp"]
+    assert default == api.step("llama-3-8b", tp_overlap=0, **kw).breakdown_s["tp"] > 0
+    hidden = api.step("llama-3-8b", tp_overlap=0.7357, **kw).breakdown_s["tp"]
+    assert hidden < 0.5 * default      # 0.7357 of the GEMM-covered share hidden when claimed
