@@ -16,6 +16,7 @@ import numpy as np
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES, compute_dtype, iteration_terms
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.cost.serving_finite import finite_rate
 from llmpar.errors import UserError
 from llmpar.specs.stack import per_gen
 
@@ -228,7 +229,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
             out["load"] = "offline"
         elif prompts is not None:   # a benchmark of N requests at the rate: the run in time
             N = _int(prompts, "prompts")
-            res = load.finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
+            res = finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
             res["capacity_requests_per_s"] *= r
             out["rate"] = lam
             out["prompts"] = N
