@@ -12,7 +12,7 @@ import pytest
 
 import llmpar
 from llmpar.cost import serving_sim as SIM
-from llmpar.serving.run import deployment
+from llmpar.serving.deployment import deployment
 from llmpar.specs.registry import load_engine, load_hardware, load_model
 from tests.conftest import assert_one_line_error
 

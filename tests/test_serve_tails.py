@@ -76,7 +76,7 @@ def test_the_cli_prints_the_percentiles(cli):
 
 def test_a_spread_closed_loop_runs_the_mixed_state_not_waves():
     from llmpar.cost import serving_load as load
-    from llmpar.serving.run import deployment
+    from llmpar.serving.deployment import deployment
     from llmpar.specs.registry import load_engine, load_hardware, load_model
 
     m, hw, eng = load_model("llama-3-8b"), load_hardware("h100-sxm"), load_engine("vllm")

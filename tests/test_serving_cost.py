@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving import experts_touched, iteration_terms, kv_bytes_per_token, weight_bytes_per_gpu
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.cost.serving_finite import finite_rate
 from llmpar.specs.registry import load_engine, load_hardware, load_model
 
 H100 = load_hardware("h100-sxm")
@@ -346,7 +347,7 @@ def test_a_finite_run_below_capacity_is_the_steady_state():
     TTFT 15 ms, TPOT 10 ms and e2e 1.285 s whatever runs beside it, and the run lasts until the last
     arrival (200 s) plus one request: X = 400 / 201.285 = 1.98723/s."""
     e, hw, dep = _ideal()
-    r = load.finite_rate(L8, hw, e, dep, 1024, 128, 2.0, 400, 385, 8192)
+    r = finite_rate(L8, hw, e, dep, 1024, 128, 2.0, 400, 385, 8192)
     assert (r["ttft_s"], r["tpot_s"], r["e2e_s"]) == pytest.approx((0.015, 0.01, 1.285), rel=1e-6)
     # the fluid moves in 400 steps of the horizon (0.51 s here): the last arrival lands within one
     assert r["requests_per_s"] == pytest.approx(400 / 201.285, rel=2e-3)
@@ -360,7 +361,7 @@ def test_a_finite_run_above_capacity_has_a_finite_queue():
     stream); the run ends at 396/X + 1.285 = 128.50 s. The steady open loop has no answer here
     (saturated); the finite run does."""
     e, hw, dep = _ideal()
-    r = load.finite_rate(L8, hw, e, dep, 1024, 128, 1e6, 400, 4, 8192)
+    r = finite_rate(L8, hw, e, dep, 1024, 128, 1e6, 400, 4, 8192)
     X = 4 / 1.285
     assert r["queue_s"] == pytest.approx(396 ** 2 / (2 * 400 * X), rel=0.01)
     assert r["ttft_s"] == pytest.approx(396 ** 2 / (2 * 400 * X) + 0.015, rel=0.01)

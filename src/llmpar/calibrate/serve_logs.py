@@ -120,7 +120,7 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
             if v is not None and v > 0 and math.isfinite(v):
                 m[key] = {"median" if n.startswith("median") else "mean": v}
                 break
-    # the run's request count: a rate run is predicted as that many requests (serving_load.finite_rate)
+    # the run's request count: a rate run is predicted as that many requests (serving_finite.finite_rate)
     return {"isl": tin / done, "osl": tout / done, "load": load, "measured": m, "where": where,
             "model_id": d.get("model_id"), "requests": int(_num(d.get("num_prompts")) or done)}
 

@@ -39,7 +39,7 @@ def serve_cmd(files, model, hardware, engine, gpus, tp, pp, weights, kv_dtype, i
     from llmpar.inputs import load_hardware_spec, load_model_spec
     from llmpar.outputs import check_out, write_spec
     from llmpar.serving.calibrate import calibrate, engine_yaml
-    from llmpar.serving.run import deployment
+    from llmpar.serving.deployment import deployment
     from llmpar.specs.registry import load_engine
 
     spec = load_model_spec(model)[0]

@@ -101,10 +101,42 @@ def _band(r, key, fmt):
 
 
 def _render(r, explain: bool) -> None:
-    from llmpar.cli.render import console, header, print_assumptions, simple_table, verdict
-    from llmpar.units import fmt_bytes, fmt_seconds
+    from llmpar.cli.render import console, print_assumptions, simple_table, verdict
 
     con = console()
+    s = r.settings
+    _print_header(con, r)
+    if not r.fits:
+        con.print(verdict(False, r.verdict.removeprefix("DOES NOT FIT: ")))
+        print_assumptions(con, r.notes)
+        return
+    con.print(f"  max concurrency at {s['isl'] + s['osl']:,} tokens per request: {r.max_concurrency:,}")
+    con.print(simple_table(("figure", "value"), _figure_rows(r)))
+    if r.simulation:
+        _print_simulation(con, r.simulation)
+    _print_bands(con, r)
+    if explain:
+        _explain(con, r)
+    print_assumptions(con, r.notes + ["fluid model of continuous batching: means, not tails (docs/serving.md)"])
+
+
+def _per_s(x):
+    """A rate per second: whole above 100, three significant figures below."""
+    return f"{x:,.0f}/s" if x >= 100 else f"{x:.3g}/s"
+
+
+def _secs(x):
+    """A latency; a saturated queue has no finite latency: said, never printed as a number."""
+    from llmpar.units import fmt_seconds
+
+    return "unbounded (saturated)" if x is None else fmt_seconds(x)
+
+
+def _print_header(con, r) -> None:
+    """The header (deployment, precision, requests and load) and the memory line."""
+    from llmpar.cli.render import header
+    from llmpar.units import fmt_bytes
+
     s = r.settings
     load = r.load
     what = {"concurrency": f"{load.get('concurrency')} concurrent clients (closed loop)",
@@ -123,19 +155,15 @@ def _render(r, explain: bool) -> None:
     con.print(f"  memory per GPU: weights {fmt_bytes(m['weights_bytes'])}, activations {fmt_bytes(m['activations_bytes'])}, "
               f"workspace {fmt_bytes(m['workspace_bytes'])}, KV pool {fmt_bytes(m['kv_pool_bytes'])} = "
               f"{m['kv_tokens']:,.0f} tokens")
-    if not r.fits:
-        con.print(verdict(False, r.verdict.removeprefix("DOES NOT FIT: ")))
-        print_assumptions(con, r.notes)
-        return
-    con.print(f"  max concurrency at {s['isl'] + s['osl']:,} tokens per request: {r.max_concurrency:,}")
 
-    def per_s(x):
-        return f"{x:,.0f}/s" if x >= 100 else f"{x:.3g}/s"
 
-    def secs(x):   # a saturated queue has no finite latency: said, never printed as a number
-        return "unbounded (saturated)" if x is None else fmt_seconds(x)
+def _figure_rows(r) -> list[tuple[str, str]]:
+    """The figures table's rows: latencies with their bands, throughput, the queue, the pools, the capacity."""
+    from llmpar.units import fmt_seconds
 
-    rows = [("TTFT", secs(r.ttft_s) + (_band(r, "ttft_s", fmt_seconds) if r.ttft_s is not None else ""))]
+    s = r.settings
+    load = r.load
+    rows = [("TTFT", _secs(r.ttft_s) + (_band(r, "ttft_s", fmt_seconds) if r.ttft_s is not None else ""))]
     if r.tpot_s is not None:
         rows.append(("TPOT (per output token)", fmt_seconds(r.tpot_s) + _band(r, "tpot_s", fmt_seconds)))
         if r.itl_median_s is not None and r.itl_median_s != r.tpot_s:
@@ -146,10 +174,10 @@ def _render(r, explain: bool) -> None:
                      + "  (length spread only)"))
         rows.append(("end-to-end p50 / p90 / p99", " / ".join(fmt_seconds(p["e2e_s"][k]) for k in ("p50", "p90", "p99"))
                      + "  (length spread only)"))
-    rows += [("end-to-end latency", secs(r.e2e_s)),
-             ("output tokens/s", per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", per_s)),
-             ("output tokens/s per GPU", per_s(r.output_tokens_per_s_per_gpu)),
-             ("requests/s", per_s(r.requests_per_s)),
+    rows += [("end-to-end latency", _secs(r.e2e_s)),
+             ("output tokens/s", _per_s(r.output_tokens_per_s) + _band(r, "output_tokens_per_s", _per_s)),
+             ("output tokens/s per GPU", _per_s(r.output_tokens_per_s_per_gpu)),
+             ("requests/s", _per_s(r.requests_per_s)),
              # disaggregated: only the decode pool's replicas hold running requests
              (("running per decode replica", f"{load['running'] / load['decode_replicas']:,.1f}")
               if load.get("decode_replicas") else ("running per replica", f"{load['running'] / s['replicas']:,.1f}"))]
@@ -161,22 +189,31 @@ def _render(r, explain: bool) -> None:
                  ("KV transfer per request", fmt_seconds(load["kv_transfer_s"])),
                  ("prefill utilisation", f"{load['prefill_utilization'] * 100:.0f} %" if load["prefill_utilization"] < 1
                   else "above 100 % (saturated: requests arrive faster than the pool prefills them)"),
-                 ("prefill / decode capacity (requests)", f"{per_s(load['prefill_capacity_requests_per_s'])} / "
-                                                          f"{per_s(load['decode_capacity_requests_per_s'])}")]
+                 ("prefill / decode capacity (requests)", f"{_per_s(load['prefill_capacity_requests_per_s'])} / "
+                                                          f"{_per_s(load['decode_capacity_requests_per_s'])}")]
     if "capacity_requests_per_s" in load:
-        rows.append(("capacity (requests)", per_s(load["capacity_requests_per_s"])
-                     + _band(r, "capacity_requests_per_s", per_s)))
-    con.print(simple_table(("figure", "value"), rows))
-    if r.simulation:
-        sim = r.simulation
-        srows = []
-        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end")):
-            st = sim.get(key)
-            if st:
-                srows.append((label, fmt_seconds(st["mean"]), *(fmt_seconds(st[k]) for k in ("p50", "p90", "p99"))))
-        con.print(f"  simulated: {sim['measured_requests']:,} of {sim['requests']:,} requests per replica (seed "
-                  f"{sim['seed']}), {per_s(sim['output_tokens_per_s'] or 0.0)} output tokens", highlight=False)
-        con.print(simple_table(("simulated", "mean", "p50", "p90", "p99"), srows))
+        rows.append(("capacity (requests)", _per_s(load["capacity_requests_per_s"])
+                     + _band(r, "capacity_requests_per_s", _per_s)))
+    return rows
+
+
+def _print_simulation(con, sim) -> None:
+    """--simulate's line and its table of means and percentiles."""
+    from llmpar.cli.render import simple_table
+    from llmpar.units import fmt_seconds
+
+    srows = []
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end")):
+        st = sim.get(key)
+        if st:
+            srows.append((label, fmt_seconds(st["mean"]), *(fmt_seconds(st[k]) for k in ("p50", "p90", "p99"))))
+    con.print(f"  simulated: {sim['measured_requests']:,} of {sim['requests']:,} requests per replica (seed "
+              f"{sim['seed']}), {_per_s(sim['output_tokens_per_s'] or 0.0)} output tokens", highlight=False)
+    con.print(simple_table(("simulated", "mean", "p50", "p90", "p99"), srows))
+
+
+def _print_bands(con, r) -> None:
+    """Where the error bands come from: the published figures of the class, or the stated band's note."""
     iv = r.interval.get("output_tokens_per_s") or r.interval.get("capacity_requests_per_s")
     if iv:
         if iv["rows"]:
@@ -185,9 +222,6 @@ def _render(r, explain: bool) -> None:
         else:
             ev = iv.get("note", "")
         con.print(f"  bands: {iv['level'] * 100:.0f} % intervals from {ev}")
-    if explain:
-        _explain(con, r)
-    print_assumptions(con, r.notes + ["fluid model of continuous batching: means, not tails (docs/serving.md)"])
 
 
 def _explain(con, r) -> None:

@@ -175,6 +175,32 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     P = np.asarray(prefill, dtype=float)
     N = b * q + P
     logits = b * q + (np.where(P > 0, 1.0, 0.0) if prefill_seqs is None else np.asarray(prefill_seqs, dtype=float))
+    bw, peak_lin, peak_att = _rates(hw, engine, weights, N)
+
+    # data-parallel attention: attention and every non-expert weight whole on each GPU (ta = 1),
+    # the sequences split over the tp GPUs (per-GPU batch b/tp); the FLOPs per GPU are the same
+    # N/tp share either way, the tokens spread evenly
+    ta = 1.0 + 0.0 * t if dp_attention else t
+    share = t / ta   # sequences of the replica one GPU attends to: 1/share of them
+    w_bytes, lin_flops, linear_s = _linear_term(model, weights, t, e, ta, N, logits, bw, peak_lin)
+    kv_read, dec_flops, pf_flops, attention_s = _attention_term(
+        model, kv_dtype, ta, b / share, q, P / share, context, prefill_context, prefill_span, bw, peak_att)
+    tp_s, ep_s, pp_s = _comm_terms(model, hw, t, e, p, ta, share, N, dp_attention)
+
+    o = engine.overhead
+    overhead_s = np.where(N > 0, per_gen(o.per_step_s, gen) + per_gen(o.per_seq_s, gen) * logits / share
+                          + per_gen(o.per_layer_s, gen) * model.layers, 0.0)
+    total = linear_s + attention_s + tp_s + ep_s + pp_s + overhead_s
+    out = {"linear_s": linear_s, "attention_s": attention_s, "tp_s": tp_s, "ep_s": ep_s, "pp_s": pp_s,
+           "overhead_s": overhead_s, "total_s": total, "weight_bytes": w_bytes, "kv_read_bytes": kv_read,
+           "linear_flops": lin_flops, "attention_flops": dec_flops + pf_flops,
+           "bandwidth": bw + 0.0 * t, "peak_linear": peak_lin + 0.0 * t}
+    return {key: scalar_out(v) for key, v in out.items()}
+
+
+def _rates(hw, engine, weights, N):
+    """(achieved HBM bandwidth, linear peak at N tokens, attention peak) of one GPU (module docstring)."""
+    gen = hw.gpu.generation
     bw = hw.gpu.memory_bandwidth * hw.gpu.memory_efficiency * per_gen(engine.kernels.decode_bandwidth, gen)
     k = engine.kernels
     # the shape side of the hardware GEMM curve (cost/compute.py gemm_efficiency: e_max·d/(d + d_half),
@@ -186,20 +212,22 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     shape = hw.gpu.gemm.max_efficiency * d / (d + hw.gpu.gemm.half_dim)
     peak_lin = hw.gpu.peak(compute_dtype(hw, weights)) * shape * per_gen(k.gemm_efficiency, gen)
     peak_att = hw.gpu.peak("bf16") * min(per_gen(k.attention_efficiency, gen), hw.gpu.gemm.max_efficiency)
+    return bw, peak_lin, peak_att
 
-    # data-parallel attention: attention and every non-expert weight whole on each GPU (ta = 1),
-    # the sequences split over the tp GPUs (per-GPU batch b/tp); the FLOPs per GPU are the same
-    # N/tp share either way, the tokens spread evenly
-    ta = 1.0 + 0.0 * t if dp_attention else t
-    share = t / ta   # sequences of the replica one GPU attends to: 1/share of them
+
+def _linear_term(model, weights, t, e, ta, N, logits, bw, peak_lin):
+    """(weight bytes, linear FLOPs, linear_s) per GPU: the roofline of the weight GEMMs and the LM head."""
     w_bytes = weight_bytes_per_gpu(model, t, e, weights, tokens=N, dense_tp=ta)
     lin_flops = (N * linear_flops_per_token(model) + logits * 2.0 * model.hidden * model.vocab) / t
     linear_s = np.where(N > 0, np.maximum(w_bytes / bw, lin_flops / peak_lin), 0.0)
+    return w_bytes, lin_flops, linear_s
 
+
+def _attention_term(model, kv_dtype, ta, b, q, P, context, prefill_context, prefill_span, bw, peak_att):
+    """(KV bytes read, decode score FLOPs, prefill FLOPs, attention_s) of one GPU's ``b`` decoding
+    sequences and ``P`` prompt tokens (its share of the replica's)."""
     heads_t = model.heads / ta
     L = model.layers
-    b = b / share
-    P = P / share
     kv_tok = kv_bytes_per_token(model, kv_dtype, ta)
     ctx = effective_context(model, context)
     dq, dv = attention_dims(model, absorbed=True)
@@ -211,36 +239,33 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     pf_flops = L * 2.0 * P * pctx * heads_t * (pq + pv)
     kv_write = L * (b * q + P) * kv_tok
     attention_s = np.maximum((kv_read + kv_write) / bw, dec_flops / peak_att) + pf_flops / peak_att
+    return kv_read, dec_flops, pf_flops, attention_s
 
+
+def _comm(hw, collective, size, group, on):
+    """Seconds of one collective of ``size`` bytes over ``group`` ranks where ``on``, else 0."""
+    # a degree of 1 everywhere costs nothing: skip the collective model (most of serve's time)
+    if not np.any(on):
+        return np.zeros(np.broadcast(size, group).shape) if np.ndim(size) or np.ndim(group) else 0.0
+    return np.where(on, collective_time(hw, collective, np.maximum(size, 1.0), np.maximum(group, 2)), 0.0)
+
+
+def _comm_terms(model, hw, t, e, p, ta, share, N, dp_attention):
+    """(tp_s, ep_s, pp_s): the TP all-reduces, the MoE all-to-alls and the pipeline hand-offs."""
+    L = model.layers
     act = N * model.hidden * 2.0
     n_dense, n_moe = _layer_counts(model)
-
-    def comm(collective, size, group, on):
-        # a degree of 1 everywhere costs nothing: skip the collective model (most of serve's time)
-        if not np.any(on):
-            return np.zeros(np.broadcast(size, group).shape) if np.ndim(size) or np.ndim(group) else 0.0
-        return np.where(on, collective_time(hw, collective, np.maximum(size, 1.0), np.maximum(group, 2)), 0.0)
-
-    ar = comm("all_reduce", act, ta, (ta > 1) & (N > 0))
+    ar = _comm(hw, "all_reduce", act, ta, (ta > 1) & (N > 0))
     moe_k = model.moe.top_k if model.moe is not None else 0
     # expert parallel over the TP ranks, or data-parallel attention (its experts over all tp GPUs):
     # each MoE layer's dispatch + combine, a GPU's own tokens x top_k x hidden x 2 B
     eg = t if dp_attention else e
-    a2a = comm("all_to_all", act * moe_k / share, eg, (eg > 1) & (N > 0) & (n_moe > 0))
+    a2a = _comm(hw, "all_to_all", act * moe_k / share, eg, (eg > 1) & (N > 0) & (n_moe > 0))
     tp_s = ar * (2 * L - np.where(eg > 1, n_moe, 0))
     ep_s = 2.0 * n_moe * a2a
-    hop = comm("send_recv", act / t, 2.0 + 0.0 * p, (p > 1) & (N > 0))
+    hop = _comm(hw, "send_recv", act / t, 2.0 + 0.0 * p, (p > 1) & (N > 0))
     pp_s = (p - 1) * hop
-
-    o = engine.overhead
-    overhead_s = np.where(N > 0, per_gen(o.per_step_s, gen) + per_gen(o.per_seq_s, gen) * logits / share
-                          + per_gen(o.per_layer_s, gen) * L, 0.0)
-    total = linear_s + attention_s + tp_s + ep_s + pp_s + overhead_s
-    out = {"linear_s": linear_s, "attention_s": attention_s, "tp_s": tp_s, "ep_s": ep_s, "pp_s": pp_s,
-           "overhead_s": overhead_s, "total_s": total, "weight_bytes": w_bytes, "kv_read_bytes": kv_read,
-           "linear_flops": lin_flops, "attention_flops": dec_flops + pf_flops,
-           "bandwidth": bw + 0.0 * t, "peak_linear": peak_lin + 0.0 * t}
-    return {key: scalar_out(v) for key, v in out.items()}
+    return tp_s, ep_s, pp_s
 
 
 def iteration_time(model, hw, engine, **kw):

@@ -104,6 +104,15 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
         raise UserError(f"a prompt of {max(I):,} tokens exceeds --max-num-batched-tokens {budget:,} without chunked prefill")
     D, C, T = step_table(model, hw, engine, dep, (isl_range[0] + isl_range[1]) / 2.0,
                          (osl_range[0] + osl_range[1]) / 2.0, max_seqs, budget)
+    arrival, next_new = _arrivals(rng, n_requests, rate, concurrency)
+    run = _Replica(I, O, arrival, next_new, closed=rate is None, kv_tokens=kv_tokens, max_seqs=max_seqs,
+                   budget=budget, chunked=chunked, mixed=mixed)
+    run.run(lambda d, c: _time(D, C, T, d, c))
+    return _summary(arrival, run.first, run.done_t, O, I)
+
+
+def _arrivals(rng, n_requests, rate, concurrency) -> tuple[list[float], int]:
+    """(arrival times, the next request a closed loop sends): Poisson times, or C clients at 0."""
     arrival = [math.inf] * n_requests
     if rate is not None:
         gaps = rng.exponential(1.0 / rate, n_requests)
@@ -115,63 +124,69 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
         for k in range(min(concurrency, n_requests)):
             arrival[k] = 0.0
     next_new = n_requests if rate is not None else min(concurrency, n_requests)
-    first = [math.nan] * n_requests
-    done_t = [math.nan] * n_requests
-    waiting: deque = deque()
-    prefilling: deque = deque()          # [id, prompt tokens left]
-    decoding: list = []                  # heap of (the step whose end gives the last token, id)
-    kv_used = 0
-    running = 0
-    clock = 0.0
-    step = 0
-    dstep = 0                            # iterations in which the decodes advance (all of them when mixed)
-    arrived = 0                          # requests whose arrival time is known and <= clock, in id order
-    finished = 0
+    return arrival, next_new
 
-    def finish(k: int, now: float) -> None:
-        # a request ends: its KV reservation and sequence slot are released; a closed loop sends
-        # its next request at that moment
-        nonlocal kv_used, running, finished, next_new
-        done_t[k] = now
-        kv_used -= I[k] + O[k]
-        running -= 1
-        finished += 1
-        if rate is None and next_new < n_requests:
-            arrival[next_new] = now
-            next_new += 1
 
-    def admit_arrivals(now: float) -> None:
-        # ids arrive in order: Poisson times increase with the id; a closed loop's next request is
-        # sent (its time set) when one ends, and until then its time is inf
-        nonlocal arrived
-        while arrived < n_requests and arrival[arrived] <= now:
-            waiting.append(arrived)
-            arrived += 1
+class _Replica:
+    """The scheduler's state through a run (module docstring): the queues, the KV pool and the clock."""
 
-    while finished < n_requests:
-        admit_arrivals(clock)
-        if not waiting and running == 0:
-            nxt = arrival[arrived] if arrived < n_requests else math.inf
-            if not math.isfinite(nxt):
-                raise AssertionError("no request left to arrive")   # pragma: no cover - closed loop spawns them
-            clock = max(clock, nxt)
-            continue
-        while waiting and running < max_seqs and kv_used + I[waiting[0]] + O[waiting[0]] <= kv_tokens:
+    def __init__(self, I, O, arrival, next_new, *, closed, kv_tokens, max_seqs, budget, chunked, mixed):
+        self.I, self.O, self.arrival, self.next_new, self.closed = I, O, arrival, next_new, closed
+        self.kv_tokens, self.max_seqs, self.budget, self.chunked, self.mixed = kv_tokens, max_seqs, budget, chunked, mixed
+        self.n = len(I)
+        self.first = [math.nan] * self.n
+        self.done_t = [math.nan] * self.n
+        self.waiting: deque = deque()
+        self.prefilling: deque = deque()     # [id, prompt tokens left]
+        self.decoding: list = []             # heap of (the step whose end gives the last token, id)
+        self.kv_used = 0
+        self.running = 0
+        self.clock = 0.0
+        self.step = 0
+        self.dstep = 0                       # iterations in which the decodes advance (all of them when mixed)
+        self.arrived = 0                     # requests whose arrival time is known and <= clock, in id order
+        self.finished = 0
+
+    def finish(self, k: int, now: float) -> None:
+        """A request ends: its KV reservation and sequence slot are released; a closed loop sends
+        its next request at that moment."""
+        self.done_t[k] = now
+        self.kv_used -= self.I[k] + self.O[k]
+        self.running -= 1
+        self.finished += 1
+        if self.closed and self.next_new < self.n:
+            self.arrival[self.next_new] = now
+            self.next_new += 1
+
+    def admit_arrivals(self, now: float) -> None:
+        """Queue the requests arrived by ``now``: ids arrive in order (Poisson times increase with
+        the id; a closed loop's next request is sent, its time set, when one ends: until then inf)."""
+        while self.arrived < self.n and self.arrival[self.arrived] <= now:
+            self.waiting.append(self.arrived)
+            self.arrived += 1
+
+    def admit(self) -> None:
+        """Start the waiting requests a sequence slot and the KV pool hold, first come first served."""
+        waiting = self.waiting
+        while waiting and self.running < self.max_seqs and \
+                self.kv_used + self.I[waiting[0]] + self.O[waiting[0]] <= self.kv_tokens:
             k = waiting.popleft()
-            kv_used += I[k] + O[k]
-            running += 1
-            prefilling.append([k, I[k]])
-        d = len(decoding)
+            self.kv_used += self.I[k] + self.O[k]
+            self.running += 1
+            self.prefilling.append([k, self.I[k]])
+
+    def chunks(self, d: int) -> tuple[bool, int, list[int]]:
+        """(prefill only, prompt tokens taken, requests whose prefill ends) of the next iteration."""
         # mixed: the chunks share the budget with the decodes; not mixed (prefill first): an
         # iteration with prompts waiting takes only them, the whole budget, and the decodes wait
-        prefill_only = not mixed and bool(prefilling)
-        room = budget if prefill_only else (max(budget - d, 0) if mixed else 0)
+        prefill_only = not self.mixed and bool(self.prefilling)
+        room = self.budget if prefill_only else (max(self.budget - d, 0) if self.mixed else 0)
         c = 0
         done_pf = []
-        for item in prefilling:
+        for item in self.prefilling:
             if room <= 0:
                 break
-            if not chunked and item[1] > room:
+            if not self.chunked and item[1] > room:
                 break
             take = min(item[1], room)
             item[1] -= take
@@ -180,25 +195,39 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
             if item[1] == 0:
                 done_pf.append(item[0])
         for _ in done_pf:
-            prefilling.popleft()
-        if d == 0 and c == 0:
-            # admitted nothing and nothing runs that can move: wait for the next event (a release)
-            raise AssertionError("scheduler stalled")   # pragma: no cover - admission needs a free pool
-        clock += _time(D, C, T, 0.0 if prefill_only else float(d), float(c))
-        step += 1
-        if step > MAX_STEPS:
-            raise UserError(f"--simulate {n_requests}: more than {MAX_STEPS:,} iterations; simulate fewer requests")
-        if not prefill_only:
-            dstep += 1
-            while decoding and decoding[0][0] <= dstep:
-                finish(heapq.heappop(decoding)[1], clock)
-        for k in done_pf:
-            first[k] = clock
-            if O[k] <= 1:
-                finish(k, clock)
-            else:
-                heapq.heappush(decoding, (dstep + O[k] - 1, k))
-    return _summary(arrival, first, done_t, O, I)
+            self.prefilling.popleft()
+        return prefill_only, c, done_pf
+
+    def run(self, time) -> None:
+        """Iterate until every request has finished; ``time(d, c)``: seconds of one iteration."""
+        while self.finished < self.n:
+            self.admit_arrivals(self.clock)
+            if not self.waiting and self.running == 0:
+                nxt = self.arrival[self.arrived] if self.arrived < self.n else math.inf
+                if not math.isfinite(nxt):
+                    raise AssertionError("no request left to arrive")   # pragma: no cover - closed loop spawns them
+                self.clock = max(self.clock, nxt)
+                continue
+            self.admit()
+            d = len(self.decoding)
+            prefill_only, c, done_pf = self.chunks(d)
+            if d == 0 and c == 0:
+                # admitted nothing and nothing runs that can move: wait for the next event (a release)
+                raise AssertionError("scheduler stalled")   # pragma: no cover - admission needs a free pool
+            self.clock += time(0.0 if prefill_only else float(d), float(c))
+            self.step += 1
+            if self.step > MAX_STEPS:
+                raise UserError(f"--simulate {self.n}: more than {MAX_STEPS:,} iterations; simulate fewer requests")
+            if not prefill_only:
+                self.dstep += 1
+                while self.decoding and self.decoding[0][0] <= self.dstep:
+                    self.finish(heapq.heappop(self.decoding)[1], self.clock)
+            for k in done_pf:
+                self.first[k] = self.clock
+                if self.O[k] <= 1:
+                    self.finish(k, self.clock)
+                else:
+                    heapq.heappush(self.decoding, (self.dstep + self.O[k] - 1, k))
 
 
 def _summary(arrival, first, done_t, O, I) -> dict:

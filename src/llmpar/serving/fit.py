@@ -27,6 +27,7 @@ import numpy as np
 
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.cost.serving_finite import finite_rate
 from llmpar.serving.published import ServingRow, engine_of, load_kwargs, predict, residuals
 
 #: (section, field, lower, upper, prior sigma); fractions in log space, times linear
@@ -126,9 +127,9 @@ def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None
         budget = int(cap["max_num_batched_tokens"])
         if key[0] == "rate":   # Poisson arrivals: every rate of the deployment in one grid (serving_load.open_loop)
             f = load.open_loop(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
-        elif key[0] == "finite":   # N requests at a rate: the run in time (serving_load.finite_rate)
+        elif key[0] == "finite":   # N requests at a rate: the run in time (serving_finite.finite_rate)
             count = np.array([rows[i].requests for i in idx], dtype=float) / replicas
-            f = load.finite_rate(model, hw, engine, dep, isl, osl, per_replica, count, np.maximum(limit, 1.0), budget)
+            f = finite_rate(model, hw, engine, dep, isl, osl, per_replica, count, np.maximum(limit, 1.0), budget)
         elif key[0] == "offline":
             f = load.offline(model, hw, engine, dep, isl, osl, per_replica, np.maximum(limit, 1.0), budget)
         else:

@@ -200,7 +200,7 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
-    from llmpar.serving.run import _int
+    from llmpar.serving.deployment import _int
     from llmpar.specs.registry import load_engine, shipped_names
 
     spec = load_model_spec(model, hf)[0]

@@ -150,7 +150,7 @@ def load_kwargs(row: ServingRow) -> dict[str, Any]:
     if kind == "rate":
         if str(value).lower() == "inf":
             return {"rate": math.inf}
-        # a finite benchmark of N requests at the rate (serving_load.finite_rate) where N is published
+        # a finite benchmark of N requests at the rate (serving_finite.finite_rate) where N is published
         return {"rate": float(value), **({"prompts": row.requests} if row.requests else {})}
     if kind == "offline":
         return {"rate": math.inf, "prompts": int(value)}

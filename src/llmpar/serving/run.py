@@ -2,135 +2,26 @@
 
 docs/serving.md. The numbers come from :mod:`llmpar.cost.serving` (one iteration),
 :mod:`llmpar.cost.serving_capacity` (the KV pool) and :mod:`llmpar.cost.serving_load` (the load);
-the interval from the serving residuals of published runs (:mod:`llmpar.serving.evidence`).
+the interval from the serving residuals of published runs (:mod:`llmpar.serving.evidence`); the
+options are checked in :mod:`llmpar.serving.deployment`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from llmpar.cost import serving_load as load
-from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES, compute_dtype, iteration_terms
+from llmpar.cost.serving import compute_dtype, iteration_terms
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.cost.serving_finite import finite_rate
+from llmpar.cost.serving_tails import length_percentiles
 from llmpar.errors import UserError
+from llmpar.serving.deployment import _int, _load_kind, _range, _rate, deployment
 from llmpar.specs.stack import per_gen
 
-LOADS = ("concurrency", "rate", "batch")
 #: `vllm bench serve` defaults: --request-rate inf with --num-prompts 1000 (vllm benchmarks/serve.py)
 DEFAULT_PROMPTS = 1000
-MAX_REQUESTS = 10_000_000
-
-
-@dataclass
-class Deployment:
-    """One serving deployment: ``replicas`` engine instances of tp x pp GPUs each."""
-
-    gpus: int
-    tp: int
-    pp: int
-    ep: int
-    replicas: int
-    weights: str
-    kv_dtype: str
-    spec_tokens: int = 0        # speculative decoding: draft tokens per step
-    acceptance: float = 0.0     # ... each accepted with this probability
-    prefix_hit: float = 0.0     # share of each prompt served from the prefix cache
-    dp_attention: bool = False  # attention data-parallel over the tp GPUs, experts over all of them
-
-    def dep(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "weights": self.weights, "kv_dtype": self.kv_dtype,
-                "spec_tokens": self.spec_tokens, "acceptance": self.acceptance, "prefix_hit": self.prefix_hit,
-                "dp_attention": self.dp_attention}
-
-
-def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or float(value) != int(value):
-        raise UserError(f"--{name.replace('_', '-')} must be a whole number, got {value!r}")
-    v = int(value)
-    if not lo <= v <= hi:
-        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}, got {v:,}")
-    return v
-
-
-def _share(value, name: str, top_open: bool) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not (0.0 <= value < 1.0 if top_open else 0.0 <= value <= 1.0):
-        raise UserError(f"--{name} must be a share between 0 and {'1 (exclusive)' if top_open else '1'}, got {value!r}")
-    return float(value)
-
-
-def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None, spec_tokens=None,
-               acceptance=None, prefix_hit=None, dp_attention=False) -> Deployment:
-    """Resolve the degrees: tp defaults to the GPUs of one replica (gpus / pp), gpus to tp x pp;
-    ep 1 (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
-    --enable-expert-parallel is ep = tp)."""
-    if weights not in WEIGHT_DTYPES:
-        raise UserError(f"unknown --weights {weights!r}; choose one of: {', '.join(WEIGHT_DTYPES)}")
-    kv = kv_dtype or "bf16"   # vLLM --kv-cache-dtype auto: the model's 16-bit dtype, fp8 weights or not
-    if kv not in KV_DTYPES:
-        raise UserError(f"unknown --kv-dtype {kv!r}; choose one of: {', '.join(KV_DTYPES)}")
-    gpus, tp, pp, ep = (_int(x, n, 1, 1_048_576) for x, n in ((gpus, "gpus"), (tp, "tp"), (pp, "pp"), (ep, "ep")))
-    pp = pp or 1
-    if tp is None:
-        tp = (gpus // pp) if gpus else 1
-        tp = min(tp, hw.gpus_per_node) if gpus and gpus // pp > hw.gpus_per_node else tp
-    if gpus is None:
-        gpus = tp * pp
-    if gpus % (tp * pp):
-        raise UserError(f"--gpus {gpus} is not a multiple of tp x pp = {tp} x {pp} = {tp * pp}")
-    if model.heads % tp:
-        raise UserError(f"--tp {tp} does not divide the model's {model.heads} attention heads")
-    if model.layers < pp:
-        raise UserError(f"--pp {pp} exceeds the model's {model.layers} layers")
-    ep = ep or 1
-    if ep > 1 and model.moe is None:
-        raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
-    if ep > 1 and tp % ep:
-        raise UserError(f"--ep {ep}: expert parallelism is carved out of the TP ranks of a replica (vLLM "
-                        f"--enable-expert-parallel: ep = tp; TRT-LLM --ep: tp/ep ranks per expert); {ep} does not "
-                        f"divide --tp {tp}")
-    if model.moe is not None and ep > 1 and model.moe.experts % ep:
-        raise UserError(f"--ep {ep} does not divide the model's {model.moe.experts} experts")
-    if dp_attention:
-        if model.moe is None:
-            raise UserError(f"--dp-attention runs attention data-parallel beside expert-parallel MoE layers; "
-                            f"{model.name} is dense (serve replicas with --gpus instead)")
-        if tp < 2:
-            raise UserError("--dp-attention spreads one replica's sequences over its GPUs: give --tp 2 or more")
-        if pp > 1:
-            raise UserError("--dp-attention with --pp is not modelled: give --pp 1")
-        if ep not in (1, tp):
-            raise UserError(f"--dp-attention spreads the experts over all {tp} GPUs of the replica: leave --ep out "
-                            f"(or give --ep {tp})")
-        ep = tp
-    k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
-    if acceptance is not None and not k:
-        raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
-    if k and acceptance is None:
-        raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
-                        "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
-    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, _share(acceptance, "acceptance", False),
-                      _share(prefix_hit, "prefix-hit", True), bool(dp_attention))
-
-
-def _load_kind(concurrency, rate, batch, prompts):
-    given = [n for n, v in (("concurrency", concurrency), ("rate", rate), ("batch", batch)) if v is not None]
-    if len(given) > 1:
-        raise UserError(f"give one load, not {' and '.join('--' + g for g in given)}")
-    kind = given[0] if given else "rate"
-    if prompts is not None and kind != "rate":
-        raise UserError("--prompts is the request count of a --rate run (inf: all at once); it changes nothing "
-                        f"with --{kind}")
-    return kind
 
 
 def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
@@ -141,6 +32,50 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     """One deployment under one load: the figures of docs/serving.md as a plain dict. ``isl_range`` /
     ``osl_range`` ((lo, hi), or "LO-HI"): uniform length spreads; the state is the mean lengths'
     and ``percentiles`` the requests' spread in it (cost/serving_tails.py)."""
+    spread, isl, osl = _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg)
+    d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
+                   spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
+    kind = _load_kind(concurrency, rate, batch, prompts)
+    cap = _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction)
+    budget = int(cap["max_num_batched_tokens"])
+    limit = max_concurrency(cap, isl + osl)
+    out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
+                           "load": kind, "isl": isl, "osl": osl, "notes": _notes(hw, weights, d)}
+    if not cap["fits"] or limit < 1:
+        out["fits"] = False
+        return out
+    out["fits"] = True
+    r = d.replicas
+    if disagg is not None:
+        if prompts is not None:   # the pools are modelled at their steady state only
+            raise UserError("--prompts with --disagg is not modelled: the disaggregated pools are priced at "
+                            "their steady state under --rate")
+        return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
+    if budget < isl and not engine.scheduler.chunked_prefill:
+        raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
+                        "does not chunk prompts by default: raise --max-num-batched-tokens to at least the prompt "
+                        "(TensorRT-LLM: max_num_tokens), or use an engine file with scheduler.chunked_prefill: true")
+    res = _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts, isl, osl, limit, budget,
+                    spread)
+    for key in ("requests_per_s", "output_tokens_per_s"):
+        res[key] = res[key] * r
+    res["running"] = res["running"] * r
+    out["figures"] = res
+    b = res["running"] / r / d.pp
+    out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
+    if simulate is not None:
+        out["simulation"] = _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, simulate, seed,
+                                      spread or ((isl, isl), (osl, osl)))
+        out["notes"].append(f"simulated: {out['simulation']['requests']:,} requests per replica through the scheduler "
+                            f"(seed {seed}), from an empty replica as a benchmark counts them; the figures above are the fluid model's means, "
+                            "the simulation's tails are its own (docs/serving.md, Simulated tails)")
+    if spread is not None and math.isfinite(float(res["ttft_s"])):
+        _percentiles(out, res, spread)
+    return out
+
+
+def _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg):
+    """(spread or None, isl, osl): the request lengths, checked; a spread's mean lengths stand for isl/osl."""
     spread = None
     if isl_range is not None or osl_range is not None:
         ir = _range(isl_range, "isl-range", model.max_seq) if isl_range is not None else (int(isl), int(isl))
@@ -159,51 +94,46 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     if isl + osl > model.max_seq:
         raise UserError(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds {model.name}'s context of "
                         f"{model.max_seq:,}")
-    d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
-                   spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
-    kind = _load_kind(concurrency, rate, batch, prompts)
+    return spread, isl, osl
+
+
+def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction) -> dict[str, Any]:
+    """The replica's KV pool and scheduler limits (cost/serving_capacity.py), the engine's options checked."""
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
     budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
     if memory_fraction is not None and (isinstance(memory_fraction, bool) or not (
             isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1)):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
-    cap = kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
-                      memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget,
-                      dp_attention=d.dp_attention)
-    budget = int(cap["max_num_batched_tokens"])
-    limit = max_concurrency(cap, isl + osl)
-    out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
-                           "load": kind, "isl": isl, "osl": osl, "notes": []}
-    if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
-        out["notes"].append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
-                            "multiplied in 16-bit (weight-only)")
-    if d.spec_tokens:
-        from llmpar.cost.serving_load import accepted_per_step
+    return kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
+                       memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget,
+                       dp_attention=d.dp_attention)
 
-        out["notes"].append(f"speculative decoding: {d.spec_tokens} draft tokens at acceptance {d.acceptance:g} emit "
-                            f"{accepted_per_step(d.dep()):.2f} tokens per step (Leviathan et al. 2023 eq. 1); no "
-                            "published run with it is in the evidence: the bands do not cover it")
+
+def _notes(hw, weights, d) -> list[str]:
+    """The notes a deployment's precision and options bring (weight-only fp4, drafts, DP attention, prefix cache)."""
+    notes = []
+    if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
+        notes.append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
+                     "multiplied in 16-bit (weight-only)")
+    if d.spec_tokens:
+        notes.append(f"speculative decoding: {d.spec_tokens} draft tokens at acceptance {d.acceptance:g} emit "
+                     f"{load.accepted_per_step(d.dep()):.2f} tokens per step (Leviathan et al. 2023 eq. 1); no "
+                     "published run with it is in the evidence: the bands do not cover it")
     if d.dp_attention:
-        out["notes"].append(f"data-parallel attention: each of the {d.tp} GPUs holds the whole attention and its own "
-                            "sequences' KV cache, the experts spread over all of them (DeepSeek-V3 §3.4); no "
-                            "comparable published run is in the evidence: the bands do not cover it")
+        notes.append(f"data-parallel attention: each of the {d.tp} GPUs holds the whole attention and its own "
+                     "sequences' KV cache, the experts spread over all of them (DeepSeek-V3 §3.4); no "
+                     "comparable published run is in the evidence: the bands do not cover it")
     if d.prefix_hit:
-        out["notes"].append(f"prefix cache: {d.prefix_hit:.0%} of each prompt reused (prefill computes the rest); "
-                            "no published run with it is in the evidence")
-    if not cap["fits"] or limit < 1:
-        out["fits"] = False
-        return out
-    out["fits"] = True
+        notes.append(f"prefix cache: {d.prefix_hit:.0%} of each prompt reused (prefill computes the rest); "
+                     "no published run with it is in the evidence")
+    return notes
+
+
+def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts, isl, osl, limit, budget,
+              spread) -> dict[str, Any]:
+    """One replica's figures under its share of the load (cost/serving_load.py, serving_finite.py); the
+    load's options go into ``out``."""
     r = d.replicas
-    if disagg is not None:
-        if prompts is not None:   # the pools are modelled at their steady state only
-            raise UserError("--prompts with --disagg is not modelled: the disaggregated pools are priced at "
-                            "their steady state under --rate")
-        return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
-    if budget < isl and not engine.scheduler.chunked_prefill:
-        raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
-                        "does not chunk prompts by default: raise --max-num-batched-tokens to at least the prompt "
-                        "(TensorRT-LLM: max_num_tokens), or use an engine file with scheduler.chunked_prefill: true")
     if kind == "concurrency":
         C = _int(concurrency, "concurrency")
         # requests of different lengths do not stay in step: a spread runs the steady mixed state,
@@ -228,7 +158,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
             out["load"] = "offline"
         elif prompts is not None:   # a benchmark of N requests at the rate: the run in time
             N = _int(prompts, "prompts")
-            res = load.finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
+            res = finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
             res["capacity_requests_per_s"] *= r
             out["rate"] = lam
             out["prompts"] = N
@@ -236,28 +166,17 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
             res = load.open_loop(model, hw, engine, d.dep(), isl, osl, lam / r, limit, budget)
             res["capacity_requests_per_s"] *= r
             out["rate"] = lam
-    for key in ("requests_per_s", "output_tokens_per_s"):
-        res[key] = res[key] * r
-    res["running"] = res["running"] * r
-    out["figures"] = res
-    b = res["running"] / r / d.pp
-    out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
-    if simulate is not None:
-        out["simulation"] = _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, simulate, seed,
-                                      spread or ((isl, isl), (osl, osl)))
-        out["notes"].append(f"simulated: {out['simulation']['requests']:,} requests per replica through the scheduler "
-                            f"(seed {seed}), from an empty replica as a benchmark counts them; the figures above are the fluid model's means, "
-                            "the simulation's tails are its own (docs/serving.md, Simulated tails)")
-    if spread is not None and math.isfinite(float(res["ttft_s"])):
-        from llmpar.cost.serving_tails import length_percentiles
+    return res
 
-        out["percentiles"] = length_percentiles(res, *spread)
-        out["isl_range"], out["osl_range"] = list(spread[0]), list(spread[1])
-        out["notes"].append(f"length spread: prompts uniform on {spread[0][0]:,}-{spread[0][1]:,} tokens, outputs on "
-                            f"{spread[1][0]:,}-{spread[1][1]:,}; the steady state is the mean lengths' and the "
-                            "percentiles are the requests' spread in it: arrival and batch variance (a queue's own "
-                            "tail) are not in them (docs/serving.md, Length spread)")
-    return out
+
+def _percentiles(out, res, spread) -> None:
+    """A length spread's percentiles in the steady state (cost/serving_tails.py), its ranges and its note."""
+    out["percentiles"] = length_percentiles(res, *spread)
+    out["isl_range"], out["osl_range"] = list(spread[0]), list(spread[1])
+    out["notes"].append(f"length spread: prompts uniform on {spread[0][0]:,}-{spread[0][1]:,} tokens, outputs on "
+                        f"{spread[1][0]:,}-{spread[1][1]:,}; the steady state is the mean lengths' and the "
+                        "percentiles are the requests' spread in it: arrival and batch variance (a queue's own "
+                        "tail) are not in them (docs/serving.md, Length spread)")
 
 
 def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, seed, spread) -> dict[str, Any]:
@@ -282,24 +201,6 @@ def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, see
         if sim[key] is not None:
             sim[key] *= r
     return {**sim, "seed": int(seed), "replicas": r}
-
-
-def _range(value, option: str, top: int) -> tuple[int, int]:
-    """--isl-range / --osl-range: "LO-HI" or (lo, hi), 1 <= lo <= hi <= the model's context."""
-    if isinstance(value, str):
-        parts = value.replace(" ", "").split("-")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise UserError(f"--{option} {value!r}: expected LO-HI in tokens, e.g. 512-1536")
-        lo, hi = int(parts[0]), int(parts[1])
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in value):
-        lo, hi = int(value[0]), int(value[1])
-    else:
-        raise UserError(f"--{option} {value!r}: expected LO-HI in tokens, e.g. 512-1536")
-    if not 1 <= lo <= hi <= top:
-        raise UserError(f"--{option} {lo}-{hi}: needs 1 <= LO <= HI <= the model's context of {top:,}")
-    return lo, hi
-
 
 def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit, budget):
     """--disagg P: P of the GPUs prefill, the rest decode (cost/serving_disagg.py)."""
@@ -332,7 +233,6 @@ def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit
                         "cover it")
     return out
 
-
 def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
     """The decode iteration at the modelled batch, by term (docs/serving.md, One iteration)."""
     terms = iteration_terms(model, hw, engine, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv_dtype=d.kv_dtype,
@@ -342,7 +242,6 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
     return {"decode": terms, "prefill": pf, "decode_batch": decode,
             "bandwidth_bound_s": terms["weight_bytes"] / hw.gpu.memory_bandwidth,
             "engine_per_step_s": per_gen(engine.overhead.per_step_s, hw.gpu.generation)}
-
 
 def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
@@ -387,15 +286,3 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
                 iv["itl_median_s"] = evidence.interval_json(bands["tpot"], f["itl_median_s"], True)
     return build(spec, hw, eng, out, iv)
 
-
-def _rate(text: str) -> float:
-    t = str(text).strip().lower()
-    if t in ("inf", "infinity", "offline"):
-        return math.inf
-    try:
-        v = float(t.removesuffix("/s"))
-    except ValueError:
-        raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5) or inf") from None
-    if not math.isfinite(v) or v <= 0:
-        raise UserError(f"--rate {text!r}: expected a positive number of requests per second, or inf")
-    return v
