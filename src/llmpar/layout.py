@@ -329,14 +329,44 @@ def resolve(
     notes: list[str] = []
     zero = whole(zero, "zero") or 0  # its range: the layout rule "zero" (check_layout)
     sp = flag(sp, "sp")
-    tp = positive_int(tp, "tp", MAX_GPUS) or 1
-    pp = positive_int(pp, "pp", MAX_GPUS) or 1
-    cp = positive_int(cp, "cp", MAX_GPUS) or 1
-    ep = positive_int(ep, "ep", MAX_GPUS) or 1
-    etp = positive_int(etp, "etp", MAX_GPUS) or 0
-    gpus = positive_int(gpus, "gpus", MAX_GPUS)
-    dp = positive_int(dp, "dp", MAX_GPUS)
+    tp, pp, cp, ep, etp = (positive_int(tp, "tp", MAX_GPUS) or 1, positive_int(pp, "pp", MAX_GPUS) or 1,
+                           positive_int(cp, "cp", MAX_GPUS) or 1, positive_int(ep, "ep", MAX_GPUS) or 1,
+                           positive_int(etp, "etp", MAX_GPUS) or 0)
+    gpus, dp = positive_int(gpus, "gpus", MAX_GPUS), positive_int(dp, "dp", MAX_GPUS)
     b = positive_int(micro_batch, "micro-batch", MAX_BATCH) or 1
+    dp = _data_parallel(hardware, gpus, dp, tp, cp, pp, notes)
+    if seq is None:
+        seq = default_seq(model)
+        notes.append(f"seq defaults to min(8192, model max {model.max_seq}) = {seq}")
+    else:
+        seq = positive_int(seq, "seq", MAX_SEQ)
+    if (note := seq_note(model, seq)) is not None:
+        notes.append(note)
+    if sp is None:
+        sp = tp > 1
+    sched, v = _schedule(schedule, virtual_stages, notes)
+    rec = code(RECOMPUTE, recompute, "recompute")
+    n_rec = _recompute_layers(recompute_layers, rec, model.layers, pp, v)
+    n_off = _offload_layers(offload_layers, rec, model.layers, pp, hardware)
+    m = _microbatches(global_batch, microbatches, b * dp, seq, dp, default_batch_tokens, notes)
+    par = Parallel(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=0 if etp == tp else etp, zero=int(zero), sp=bool(sp), recompute=rec,
+        micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v, recompute_layers=n_rec,
+        offload_layers=n_off,
+    )
+    check_layout(model, par)
+    if settings is None:
+        settings = Settings()
+    check_settings(hardware, settings)
+    if bool(finetune_layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
+        raise UserError(finetune_layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
+    check_optimizer_offload(hardware, settings, par.zero)
+    return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
+
+
+def _data_parallel(hardware: Hardware, gpus: int | None, dp: int | None, tp: int, cp: int, pp: int,
+                   notes: list[str]) -> int:
+    """dp from --gpus and --dp: gpus = tp·cp·pp·dp, either given, both agreeing, or one node."""
     model_par = tp * cp * pp
     if model_par * (dp or 1) > MAX_GPUS:
         raise UserError(f"tp*cp*pp*dp = {model_par * (dp or 1):,} GPUs is beyond what llmpar models "
@@ -355,15 +385,11 @@ def resolve(
             f"no --gpus/--dp: assumed one node of {hardware.name} "
             f"({node} GPUs) -> dp={dp}, {model_par * dp} GPUs in all"
         )
-    if seq is None:
-        seq = default_seq(model)
-        notes.append(f"seq defaults to min(8192, model max {model.max_seq}) = {seq}")
-    else:
-        seq = positive_int(seq, "seq", MAX_SEQ)
-    if (note := seq_note(model, seq)) is not None:
-        notes.append(note)
-    if sp is None:
-        sp = tp > 1
+    return dp
+
+
+def _schedule(schedule: str | None, virtual_stages: int | None, notes: list[str]) -> tuple[int, int]:
+    """The schedule's code and chunks per stage: interleaved needs v >= 2 (assumed 2 when not given)."""
     if virtual_stages is not None:
         positive_int(virtual_stages, "virtual-stages", MAX_GPUS)
     v = virtual_stages or 1
@@ -377,38 +403,52 @@ def resolve(
         notes.append("interleaved schedule without --virtual-stages: assumed v=2")
     if schedule != "interleaved" and v > 1:
         raise UserError(f"--virtual-stages {v} needs --schedule interleaved (got {schedule})")
-    rec = code(RECOMPUTE, recompute, "recompute")
-    n_rec = 0
+    return sched, v
+
+
+def _recompute_layers(recompute_layers, rec: int, layers: int, pp: int, v: int) -> int:
+    """--recompute-layers N: with full recompute, at most a pipeline chunk's layers; 0 = every layer."""
     # 0 is "every layer", as the JSON's parallel.recompute_layers writes it: a result's own layout
     # feeds back (reliability review, item 30)
-    if recompute_layers is not None and not (whole(recompute_layers, "recompute-layers") == 0):
-        n_rec = positive_int(recompute_layers, "recompute-layers", MAX_GPUS)
-        if RECOMPUTE[rec] != "full":
-            raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
+    if recompute_layers is None or whole(recompute_layers, "recompute-layers") == 0:
+        return 0
+    n_rec = positive_int(recompute_layers, "recompute-layers", MAX_GPUS)
+    if RECOMPUTE[rec] != "full":
+        raise UserError(f"--recompute-layers {n_rec} needs --recompute full (got {RECOMPUTE[rec]})")
+    per_chunk = int(chunk_layers(layers, pp, v))
+    if n_rec > per_chunk:
+        raise UserError(f"--recompute-layers {n_rec} exceeds the {per_chunk} layers of a pipeline chunk "
+                        f"({layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
+    return n_rec
 
-        per_chunk = int(chunk_layers(model.layers, pp, v))
-        if n_rec > per_chunk:
-            raise UserError(f"--recompute-layers {n_rec} exceeds the {per_chunk} layers of a pipeline chunk "
-                            f"({model.layers} layers / pp={pp}" + (f" / v={v})" if v > 1 else ")"))
-    n_off = 0
-    if offload_layers is not None and offload_layers != 0:
-        # Megatron-Core TransformerConfig (cpu_offloading): fewer layers than the model has, no
-        # pipeline parallelism, no activation recomputation
-        if whole(offload_layers, "offload-layers") < 0:     # 0 is "none" (above)
-            raise UserError(f"--offload-layers must be 0 (none) or a positive integer, got {offload_layers}")
-        n_off = positive_int(offload_layers, "offload-layers", MAX_GPUS)
-        if n_off >= model.layers:
-            raise UserError(f"--offload-layers {n_off} must be below the model's {model.layers} layers")
-        if pp > 1:
-            raise UserError(f"--offload-layers needs --pp 1 (Megatron-Core: no CPU offloading with pipeline "
-                            f"parallelism; got --pp {pp})")
-        if RECOMPUTE[rec] != "none":
-            raise UserError(f"--offload-layers needs --recompute none (Megatron-Core: no CPU offloading with "
-                            f"activation recomputation; got {RECOMPUTE[rec]})")
-        if hardware.host_bandwidth is None:
-            raise UserError(f"--offload-layers needs the hardware's host_bandwidth (the CPU-GPU link); "
-                            f"{hardware.name} states none")
-    per_step = b * dp
+
+def _offload_layers(offload_layers, rec: int, layers: int, pp: int, hardware: Hardware) -> int:
+    """--offload-layers N: fewer than the model's layers, pp 1, no recompute, a host link to copy over."""
+    if offload_layers is None or offload_layers == 0:
+        return 0
+    # Megatron-Core TransformerConfig (cpu_offloading): fewer layers than the model has, no
+    # pipeline parallelism, no activation recomputation
+    if whole(offload_layers, "offload-layers") < 0:     # 0 is "none" (above)
+        raise UserError(f"--offload-layers must be 0 (none) or a positive integer, got {offload_layers}")
+    n_off = positive_int(offload_layers, "offload-layers", MAX_GPUS)
+    if n_off >= layers:
+        raise UserError(f"--offload-layers {n_off} must be below the model's {layers} layers")
+    if pp > 1:
+        raise UserError(f"--offload-layers needs --pp 1 (Megatron-Core: no CPU offloading with pipeline "
+                        f"parallelism; got --pp {pp})")
+    if RECOMPUTE[rec] != "none":
+        raise UserError(f"--offload-layers needs --recompute none (Megatron-Core: no CPU offloading with "
+                        f"activation recomputation; got {RECOMPUTE[rec]})")
+    if hardware.host_bandwidth is None:
+        raise UserError(f"--offload-layers needs the hardware's host_bandwidth (the CPU-GPU link); "
+                        f"{hardware.name} states none")
+    return n_off
+
+
+def _microbatches(global_batch, microbatches, per_step: int, seq: int, dp: int, default_batch_tokens: int,
+                  notes: list[str]) -> int:
+    """m micro-batches per step: --global-batch / (b·dp), --microbatches, or the default batch's tokens."""
+    b = per_step // dp
     if global_batch is not None:
         global_batch = positive_int(global_batch, "global-batch", MAX_BATCH)
         if global_batch % per_step:
@@ -434,16 +474,4 @@ def resolve(
     if m * per_step * seq > MAX_TOKENS_PER_STEP:
         raise UserError(f"{m * per_step:,} sequences x {seq:,} tokens = {m * per_step * seq:,} tokens per step is "
                         f"beyond what llmpar models (at most {MAX_TOKENS_PER_STEP:,})")
-    par = Parallel(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=0 if etp == tp else etp, zero=int(zero), sp=bool(sp), recompute=rec,
-        micro_batch=b, microbatches=m, seq=seq, schedule=sched, virtual_stages=v, recompute_layers=n_rec,
-        offload_layers=n_off,
-    )
-    check_layout(model, par)
-    if settings is None:
-        settings = Settings()
-    check_settings(hardware, settings)
-    if bool(finetune_layout_violations(settings.finetune, par.tp, par.pp, par.cp, par.ep)):
-        raise UserError(finetune_layout_message(settings.finetune, int(par.tp), int(par.pp), int(par.cp), int(par.ep)))
-    check_optimizer_offload(hardware, settings, par.zero)
-    return Resolved(model=model, hardware=hardware, parallel=par, settings=settings, assumptions=notes)
+    return m
