@@ -24,7 +24,7 @@ too; checked once against one call per vector) - there is no second copy of the 
 Here: the problem (:class:`Problem`: residuals, objective, Jacobian, box), one local descent
 (:func:`_least_squares`), the starts (:func:`_structured_starts`, :func:`_de_starts`) and the
 portfolio that picks among them, block by block (:func:`solve`). :mod:`llmpar.calibrate.fit`
-builds the problems and records the results (docs/calibration.md, section 4).
+builds the problems and records the results (docs/calibration.md, section 5).
 
 Nothing here prints.
 """
