@@ -19,7 +19,9 @@ from conftest import SHARED, assert_one_line_error
 
 from llmpar.calibrate import check as C
 from llmpar.calibrate import fit as F
+from llmpar.calibrate import fit_search as FS
 from llmpar.calibrate.nccl_tests import parse_files
+from llmpar.calibrate.placement import error_summary
 from llmpar.cost.collectives import collective_time
 from llmpar.specs import load_hardware
 
@@ -95,10 +97,10 @@ def test_statistic_choice(cli, syn):
 
 def test_summary_function_bands():
     # 1 MiB and 64 MiB are the band edges (nccl-tests sizes are powers of two)
-    s = F.error_summary([1 << 19, 1 << 20, 1 << 25, 1 << 26], [0.9, -0.1, 0.3, -0.05])
+    s = error_summary([1 << 19, 1 << 20, 1 << 25, 1 << 26], [0.9, -0.1, 0.3, -0.05])
     assert s == {"median_abs_error_ge_1MB": pytest.approx(0.1), "max_abs_error_ge_1MB": pytest.approx(0.3),
                  "median_abs_error_ge_64MB": pytest.approx(0.05), "max_abs_error_ge_64MB": pytest.approx(0.05)}
-    assert F.error_summary([8, 16], [0.1, 0.2])["median_abs_error_ge_1MB"] is None
+    assert error_summary([8, 16], [0.1, 0.2])["median_abs_error_ge_1MB"] is None
 
 
 @pytest.mark.parametrize("text,value", [("10%", 0.10), ("0.1", 0.10), ("5 %", 0.05), ("2.5%", 0.025), ("1e-1", 0.1)])
@@ -307,6 +309,6 @@ def test_real_log_fit_is_robust(log11, change, monkeypatch):
 
         monkeypatch.setattr(F, "place", moved)
     else:
-        monkeypatch.setattr(F, "RANDOM_SEED", F.RANDOM_SEED + int(change.split("+")[1]))
+        monkeypatch.setattr(FS, "RANDOM_SEED", FS.RANDOM_SEED + int(change.split("+")[1]))
     got = F.fit(logs, base).files[0]["after"]["median_abs_error_ge_1MB"]
     assert got == pytest.approx(ref, abs=0.005)

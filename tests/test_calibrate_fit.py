@@ -18,6 +18,7 @@ from _synthetic_nccl import SWEEP, TRUTH_YAML, write_log
 from conftest import assert_one_line_error
 
 from llmpar.calibrate import fit as F
+from llmpar.calibrate import fit_params
 from llmpar.calibrate.nccl_tests import parse_files
 from llmpar.cost.collectives import collective_report, collective_time
 from llmpar.specs import load_hardware
@@ -117,7 +118,7 @@ def test_per_collective_unknown_name_is_one_line(cli, tmp_path):
 # ----------------------------------------------------------------------------- recovery
 
 def _rel(fitted: dict, truth_tier, collective="all_reduce") -> dict:
-    t = F.resolved(truth_tier, collective)
+    t = fit_params.resolved(truth_tier, collective)
     return {k: v / t[k] - 1.0 for k, v in fitted.items()}
 
 
@@ -129,7 +130,7 @@ def test_recovers_single_node_parameters(syn):
     (g,) = res.groups
     assert g.tiers == ["nvlink"] and g.collective == "all_reduce"
     err = _rel(g.after["nvlink"], syn["truth"].tiers[0])
-    assert set(err) == set(F.FIT_FIELDS)
+    assert set(err) == set(fit_params.FIT_FIELDS)
     assert max(abs(e) for e in err.values()) < 0.01, err
     assert g.rms_rel_error < 1e-3     # what is left is the log's rounding of time to 0.01 us
 

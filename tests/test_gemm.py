@@ -11,6 +11,7 @@ import yaml
 
 from conftest import assert_one_line_error
 from llmpar.calibrate import gemm
+from llmpar.calibrate import gemm_fit
 from llmpar.specs import load_hardware, load_model
 
 
@@ -30,7 +31,7 @@ TRUTH = {"max_efficiency": 0.83, "half_dim": 150.0, "half_flops": 5e8}
 
 
 def _truth():
-    names, _ = gemm.curve_parameters()
+    names, _ = gemm_fit.curve_parameters()
     missing = [x for x in names if x not in TRUTH]
     assert not missing, f"give the new curve parameter(s) {missing} a synthetic value in TRUTH"
     return {x: TRUTH[x] for x in names}
@@ -39,8 +40,8 @@ def _truth():
 def test_fit_recovers_known_parameters():
     m, n, k = _grid()
     truth = _truth()
-    eff = gemm.efficiency_curve(truth, m, n, k)
-    params, q = gemm.fit_curve(m, n, k, eff, start={"max_efficiency": 0.5, "half_dim": 10.0})
+    eff = gemm_fit.efficiency_curve(truth, m, n, k)
+    params, q = gemm_fit.fit_curve(m, n, k, eff, start={"max_efficiency": 0.5, "half_dim": 10.0})
     for name, value in truth.items():
         assert params[name] == pytest.approx(value, rel=0.01), name
     assert q["rms_rel_error"] < 1e-6 and q["samples"] == m.size
@@ -51,8 +52,8 @@ def test_fit_with_measurement_noise():
     truth = _truth()
     rng = np.random.default_rng(7)
     # +-0.2 % multiplicative noise
-    eff = gemm.efficiency_curve(truth, m, n, k) * (1 + rng.uniform(-0.002, 0.002, size=m.size))
-    params, q = gemm.fit_curve(m, n, k, eff)
+    eff = gemm_fit.efficiency_curve(truth, m, n, k) * (1 + rng.uniform(-0.002, 0.002, size=m.size))
+    params, q = gemm_fit.fit_curve(m, n, k, eff)
     for name, value in truth.items():
         assert params[name] == pytest.approx(value, rel=0.01), name
     assert q["max_rel_error"] < 0.01
@@ -62,11 +63,11 @@ def test_fit_is_deterministic_and_robust():
     # same measurements, same curve, bit for bit; measurements moved by 1e-9 (relative) move the
     # fitted parameters by about as much (one minimum; 1e-6 leaves room for the solver's tolerance)
     m, n, k = _grid()
-    eff = gemm.efficiency_curve(_truth(), m, n, k) * (1 + np.random.default_rng(7).uniform(-0.002, 0.002, size=m.size))
-    a, _ = gemm.fit_curve(m, n, k, eff)
-    b, _ = gemm.fit_curve(m, n, k, eff)
+    eff = gemm_fit.efficiency_curve(_truth(), m, n, k) * (1 + np.random.default_rng(7).uniform(-0.002, 0.002, size=m.size))
+    a, _ = gemm_fit.fit_curve(m, n, k, eff)
+    b, _ = gemm_fit.fit_curve(m, n, k, eff)
     assert a == b
-    c, _ = gemm.fit_curve(m, n, k, eff * (1 + 1e-9 * np.random.default_rng(1).standard_normal(m.size)))
+    c, _ = gemm_fit.fit_curve(m, n, k, eff * (1 + 1e-9 * np.random.default_rng(1).standard_normal(m.size)))
     for name in a:
         assert c[name] == pytest.approx(a[name], rel=1e-6), name
 
@@ -78,8 +79,8 @@ def test_curve_is_the_cost_models():
 
     hw = load_hardware("h100-sxm")
     p = hw.gpu.gemm.model_dump()
-    assert gemm.efficiency_curve(p, 64, 4096, 8192) == pytest.approx(float(gemm_efficiency(hw, 64, 4096, 8192)))
-    names, bounds = gemm.curve_parameters()
+    assert gemm_fit.efficiency_curve(p, 64, 4096, 8192) == pytest.approx(float(gemm_efficiency(hw, 64, 4096, 8192)))
+    names, bounds = gemm_fit.curve_parameters()
     assert set(names) == set(GemmEfficiency.model_fields)  # every float field of the curve
     assert bounds["max_efficiency"][1] == 1.0 and bounds["half_dim"][0] == 0.0
 

@@ -220,7 +220,7 @@ def test_calibrate_check_figure_is_drawn_by_plots(cli, tmp_path):
     assert res.code == 0, res.err
     assert _is_svg(out)
     from llmpar.calibrate import check as C
-    from llmpar.cli.calibrate_cmd import _parse_logs
+    from llmpar.cli.calibrate_fit_cmd import _parse_logs
 
     parsed = _parse_logs((str(log),), None, None, None, None)
     fig = plots.calibrate_check_figure(C.check(parsed, str(tmp_path / "truth.yaml"), tolerance=0.25))

@@ -450,18 +450,18 @@ def test_megatron_arguments_state_gradients_overlaps_and_dispatcher():
     # with --grad-reduce-in-bf16 (bf16 gradients, reduced in bf16); the combined-1F1B all-to-all
     # overlap is ep_overlap 1 (or 0 when off); TP / DP overlap switched off is 0 (switched on, the
     # stack's fraction stands); the DeepEP flex dispatcher is deepep. Synthetic argument dicts.
-    from llmpar.calibrate.train_logs import _megatron_layout
+    from llmpar.calibrate.train_log_layout import megatron_layout
 
     base = {"bf16": True, "tensor_model_parallel_size": 2}
-    on = _megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": False,
+    on = megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": False,
                            "overlap_moe_expert_parallel_comm": True, "tp_comm_overlap": False,
                            "overlap_grad_reduce": False, "moe_enable_deepep": True,
                            "moe_token_dispatcher_type": "flex"}, "x.log", [])
     assert (on["grad_dtype"], on["ep_overlap"], on["tp_overlap"], on["dp_overlap"], on["ep_dispatcher"]) == \
         ("bf16", 1.0, 0.0, 0.0, "deepep")
-    off = _megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": True,
+    off = megatron_layout({**base, "accumulate_allreduce_grads_in_fp32": True,
                             "overlap_moe_expert_parallel_comm": False, "tp_comm_overlap": True,
                             "overlap_grad_reduce": True, "moe_token_dispatcher_type": "alltoall"}, "x.log", [])
     assert (off["grad_dtype"], off["ep_overlap"], off["ep_dispatcher"]) == ("fp32", 0.0, "alltoall")
     assert "tp_overlap" not in off and "dp_overlap" not in off
-    assert not {"grad_dtype", "ep_overlap", "ep_dispatcher"} & set(_megatron_layout(base, "x.log", []))
+    assert not {"grad_dtype", "ep_overlap", "ep_dispatcher"} & set(megatron_layout(base, "x.log", []))

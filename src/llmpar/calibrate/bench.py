@@ -25,6 +25,9 @@ is probed at run time (gloo's set differs between torch versions); the rest are 
 note. Rank 0 writes ``<program>.txt`` per collective in the nccl-tests text layout (so
 ``llmpar calibrate parse`` reads it unchanged) and ``bench.json`` with everything.
 
+The torch.distributed calls of one collective (buffers, call, data check) and the probe of what the
+backend runs are in :mod:`llmpar.calibrate.bench_ops`.
+
 torch is imported inside functions only. :func:`run` computes and returns a result (no printing);
 :func:`main` is the torchrun entry point and the only place here that prints (a rich progress bar
 and a summary, on rank 0).
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmpar.calibrate.bench_ops import CollectiveOp, mean_over_ranks, probe, sum_over_ranks, sync
 from llmpar.calibrate.nccl_tests import (
     GATHERED,
     PROGRAMS,
@@ -59,16 +63,6 @@ from llmpar.units import parse_bytes
 DEFAULT_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 BENCH_COLLECTIVES = DEFAULT_COLLECTIVES + ("reduce",)
 DTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double"}
-#: which blocks torch.distributed can run for each collective
-BLOCKS = {
-    "all_reduce": ("in_place",),
-    "broadcast": ("in_place",),
-    "reduce": ("in_place",),
-    "all_gather": ("out_of_place", "in_place"),
-    "reduce_scatter": ("out_of_place", "in_place"),
-    "all_to_all": ("out_of_place",),
-    "send_recv": ("out_of_place",),
-}
 PROGRAM_OF = {c: p for p, c in PROGRAMS.items()}
 
 
@@ -146,160 +140,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# ----------------------------------------------------------------------------- one collective
-
-class _Op:
-    """Buffers and calls for one collective at one per-rank element count."""
-
-    def __init__(self, coll: str, count: int, n: int, rank: int, dtype, device):
-        import torch
-
-        self.coll, self.count, self.n, self.rank = coll, count, n, rank
-        self.torch = torch
-        big = count * n
-        mk = lambda k: torch.zeros(k, dtype=dtype, device=device)  # noqa: E731
-        if coll in ("all_reduce", "broadcast", "reduce"):
-            self.buf = mk(count)
-        elif coll == "all_gather":
-            self.inp, self.out = mk(count), mk(big)
-        elif coll == "reduce_scatter":
-            self.inp, self.out = mk(big), mk(count)
-        elif coll == "all_to_all":
-            self.inp, self.out = mk(big), mk(big)
-        elif coll == "send_recv":
-            self.inp, self.out = mk(count), mk(count)
-
-    def call(self, block: str) -> Callable[[], None]:
-        import torch.distributed as dist
-
-        c, r, k = self.coll, self.rank, self.count
-        ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        if c == "all_reduce":
-            return lambda: dist.all_reduce(self.buf)
-        if c == "broadcast":
-            return lambda: dist.broadcast(self.buf, src=0)
-        if c == "reduce":
-            return lambda: dist.reduce(self.buf, dst=0)
-        if c == "all_gather":
-            if block == "in_place":
-                own = self.out.narrow(0, r * k, k)
-                return lambda: ag(self.out, own)
-            return lambda: ag(self.out, self.inp)
-        if c == "reduce_scatter":
-            if block == "in_place":
-                own = self.inp.narrow(0, r * k, k)
-                return lambda: rs(own, self.inp)
-            return lambda: rs(self.out, self.inp)
-        if c == "all_to_all":
-            return lambda: dist.all_to_all_single(self.out, self.inp)
-        if c == "send_recv":
-            nxt, prv = (r + 1) % self.n, (r - 1) % self.n
-
-            def sendrecv():
-                ops = [dist.P2POp(dist.isend, self.inp, nxt), dist.P2POp(dist.irecv, self.out, prv)]
-                for w in dist.batch_isend_irecv(ops):
-                    w.wait()
-            return sendrecv
-        raise ValueError(c)
-
-    def check(self, block: str) -> int:
-        """Run once on known data; elements that differ from the expected result on this rank."""
-        torch, n, r, k = self.torch, self.n, self.rank, self.count
-        c = self.coll
-        total = n * (n + 1) / 2
-        if c in ("all_reduce", "broadcast", "reduce"):
-            self.buf.fill_(r + 1)
-            self.call(block)()
-            got, want = self.buf, {"all_reduce": total, "broadcast": 1.0, "reduce": total}[c]
-            if c == "reduce" and r != 0:
-                return 0
-        elif c == "all_gather":
-            src = self.out.narrow(0, r * k, k) if block == "in_place" else self.inp
-            self.out.fill_(-1)
-            src.fill_(r + 1)
-            self.call(block)()
-            got = self.out
-            want = torch.arange(1, n + 1, dtype=got.dtype, device=got.device).repeat_interleave(k)
-        elif c == "reduce_scatter":
-            self.inp.fill_(r + 1)
-            self.call(block)()
-            got = self.inp.narrow(0, r * k, k) if block == "in_place" else self.out
-            want = total
-        elif c == "all_to_all":
-            self.inp.copy_((r * n + torch.arange(n, device=self.inp.device)).repeat_interleave(k).to(self.inp.dtype))
-            self.call(block)()
-            got = self.out
-            want = (torch.arange(n, device=got.device) * n + r).repeat_interleave(k).to(got.dtype)
-        else:  # send_recv
-            self.inp.fill_(r + 1)
-            self.out.fill_(-1)
-            self.call(block)()
-            got, want = self.out, float((r - 1) % n + 1)
-        want_t = want if isinstance(want, torch.Tensor) else torch.full_like(got, want)
-        tol = 0.0 if got.dtype in (torch.float32, torch.float64) else 1e-2
-        bad = (got.float() - want_t.float()).abs() > tol * want_t.float().abs()
-        return int(bad.sum().item())
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _mean_over_ranks(value: float, device) -> float:
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
-
-
-def _sum_over_ranks(value: int, device) -> int:
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return int(t.item())
-
-
-def probe(collectives: list[str], dtype, device) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    """Which (collective, block) pairs this backend runs: try each once on a tiny buffer.
-
-    Every rank runs the same backend and code, so an unsupported call fails on every rank alike.
-    """
-    import torch.distributed as dist
-
-    n, r = dist.get_world_size(), dist.get_rank()
-    ok: dict[str, tuple[str, ...]] = {}
-    skipped: dict[str, str] = {}
-    for coll in collectives:
-        if coll == "send_recv" and n < 2:
-            skipped[coll] = "send_recv needs at least 2 ranks"
-            continue
-        blocks = []
-        reasons = []
-        for block in BLOCKS[coll]:
-            try:
-                op = _Op(coll, 4, n, r, dtype, device)
-                op.call(block)()
-                _sync(device)
-                blocks.append(block)
-            except (RuntimeError, NotImplementedError, ValueError, AttributeError, TypeError) as exc:
-                reasons.append(f"{block}: {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}")
-        dist.barrier()
-        if blocks:
-            ok[coll] = tuple(blocks)
-            if reasons:
-                skipped[f"{coll}.{'/'.join(b for b in BLOCKS[coll] if b not in blocks)}"] = "; ".join(reasons)
-        else:
-            skipped[coll] = f"not supported by backend {dist.get_backend()}: " + "; ".join(reasons)
-    return ok, skipped
-
+# ----------------------------------------------------------------------------- timing
 
 def run(cfg: BenchConfig, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Benchmark on this rank (inside an initialised process group). Every rank returns the result."""
@@ -315,61 +156,14 @@ def run(cfg: BenchConfig, progress: Callable[[str, int], None] | None = None) ->
     if cfg.dtype not in DTYPES:
         raise UserError(f"unknown --dtype {cfg.dtype!r}; known: {', '.join(DTYPES)}")
     dtype = getattr(torch, cfg.dtype)
-    ts = torch.tensor([], dtype=dtype).element_size()
-    type_name = DTYPES[cfg.dtype]
 
     ok, skipped = probe(cfg.collectives, dtype, device)
-    host = socket.gethostname()
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        name = props.name
-        bus = f"{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:{getattr(props, 'pci_device_id', 0):02x}"
-        local = device.index
-    else:
-        name, bus = f"CPU {platform.machine()}", "cpu"
-        local = int(os.environ.get("LOCAL_RANK", 0))
-    mine = (rank, host, os.getpid(), local, name, bus)
-    everyone: list[Any] = [None] * n
-    dist.all_gather_object(everyone, mine)
-    devices = [Device(rank=e[0], host=e[1], pid=e[2], device=e[3], name=e[4], bus=e[5]) for e in everyone]
-
+    devices = _devices(rank, n, device)
     results: dict[str, list[Row]] = {}
     for coll in cfg.collectives:
         if coll not in ok:
             continue
-        rows = []
-        for size in cfg.sizes:
-            count = size // (ts * n) if coll in GATHERED else size // ts
-            if count == 0:
-                if progress:
-                    progress(coll, size)
-                continue
-            nbytes = count * ts * (n if coll in GATHERED else 1)
-            op = _Op(coll, count, n, rank, dtype, device)
-            blocks: dict[str, Measurement] = {}
-            for block in ok[coll]:
-                fn = op.call(block)
-                for _ in range(cfg.warmup):
-                    fn()
-                _sync(device)
-                dist.barrier()
-                t0 = time.perf_counter()
-                for _ in range(cfg.iters):
-                    fn()
-                _sync(device)
-                dt = _mean_over_ranks((time.perf_counter() - t0) / cfg.iters, device)
-                algbw = nbytes / dt / 1e9
-                wrong = _sum_over_ranks(op.check(block), device) if cfg.check else None
-                blocks[block] = Measurement(time_us=dt * 1e6, algbw_GBps=algbw,
-                                            busbw_GBps=algbw * float(busbw_factor(coll, n)), wrong=wrong)
-            rows.append(Row(size_bytes=nbytes, count=count, type=type_name,
-                            redop="sum" if coll in ("all_reduce", "reduce_scatter", "reduce", "send_recv") else "none",
-                            root=0 if coll in ("broadcast", "reduce") else -1,
-                            out_of_place=blocks.get("out_of_place"), in_place=blocks.get("in_place"),
-                            flagged=bool(any(m.wrong for m in blocks.values()))))
-            if progress:
-                progress(coll, size)
-        results[coll] = rows
+        results[coll] = _time_rows(cfg, coll, ok[coll], dtype, device, progress)
     hosts = list(dict.fromkeys(d.host for d in devices))
     return {
         "backend": backend,
@@ -386,6 +180,76 @@ def run(cfg: BenchConfig, progress: Callable[[str, int], None] | None = None) ->
         "results": results,
         "skipped": skipped,
     }
+
+
+def _devices(rank: int, n: int, device) -> list[Device]:
+    """Every rank's host, process, device and GPU name, gathered from all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    host = socket.gethostname()
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        name = props.name
+        bus = f"{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:{getattr(props, 'pci_device_id', 0):02x}"
+        local = device.index
+    else:
+        name, bus = f"CPU {platform.machine()}", "cpu"
+        local = int(os.environ.get("LOCAL_RANK", 0))
+    mine = (rank, host, os.getpid(), local, name, bus)
+    everyone: list[Any] = [None] * n
+    dist.all_gather_object(everyone, mine)
+    return [Device(rank=e[0], host=e[1], pid=e[2], device=e[3], name=e[4], bus=e[5]) for e in everyone]
+
+
+def _time_rows(cfg: BenchConfig, coll: str, blocks_run: tuple[str, ...], dtype, device,
+               progress: Callable[[str, int], None] | None) -> list[Row]:
+    """One row per size of one collective, each block the backend runs timed (nccl-tests' layout)."""
+    import torch
+    import torch.distributed as dist
+
+    n, rank = dist.get_world_size(), dist.get_rank()
+    ts = torch.tensor([], dtype=dtype).element_size()
+    rows = []
+    for size in cfg.sizes:
+        count = size // (ts * n) if coll in GATHERED else size // ts
+        if count == 0:
+            if progress:
+                progress(coll, size)
+            continue
+        nbytes = count * ts * (n if coll in GATHERED else 1)
+        op = CollectiveOp(coll, count, n, rank, dtype, device)
+        blocks: dict[str, Measurement] = {}
+        for block in blocks_run:
+            blocks[block] = _time_block(cfg, op, block, nbytes, device)
+        rows.append(Row(size_bytes=nbytes, count=count, type=DTYPES[cfg.dtype],
+                        redop="sum" if coll in ("all_reduce", "reduce_scatter", "reduce", "send_recv") else "none",
+                        root=0 if coll in ("broadcast", "reduce") else -1,
+                        out_of_place=blocks.get("out_of_place"), in_place=blocks.get("in_place"),
+                        flagged=bool(any(m.wrong for m in blocks.values()))))
+        if progress:
+            progress(coll, size)
+    return rows
+
+
+def _time_block(cfg: BenchConfig, op: CollectiveOp, block: str, nbytes: int, device) -> Measurement:
+    """``warmup`` untimed calls, a barrier, ``iters`` timed ones (mean over ranks), then the data check."""
+    import torch.distributed as dist
+
+    fn = op.call(block)
+    for _ in range(cfg.warmup):
+        fn()
+    sync(device)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(cfg.iters):
+        fn()
+    sync(device)
+    dt = mean_over_ranks((time.perf_counter() - t0) / cfg.iters, device)
+    algbw = nbytes / dt / 1e9
+    wrong = sum_over_ranks(op.check(block), device) if cfg.check else None
+    return Measurement(time_us=dt * 1e6, algbw_GBps=algbw,
+                       busbw_GBps=algbw * float(busbw_factor(op.coll, op.n)), wrong=wrong)
 
 
 def to_logs(result: dict[str, Any]) -> dict[str, ParsedLog]:

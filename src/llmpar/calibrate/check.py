@@ -9,8 +9,8 @@ optimistic). Then the median and maximum |error| over the rows of >= 1 MB and of
 chosen statistic - by default the median |error| at >= 1 MB, which ignores the latency-bound
 sizes no training step cares about and a single odd row - exceeds the tolerance.
 
-Predictions come from :mod:`llmpar.cost.collectives` through :func:`llmpar.calibrate.fit.predict`
-with the group shape of :func:`llmpar.calibrate.fit.place` (the same the fitter uses). Nothing here
+Predictions come from :mod:`llmpar.cost.collectives` through :func:`llmpar.calibrate.placement.predict`
+with the group shape of :func:`llmpar.calibrate.placement.place` (the same the fitter uses). Nothing here
 prints; the CLI renders the result.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from llmpar.calibrate.fit import error_summary, place, predict
+from llmpar.calibrate.placement import error_summary, place, predict
 from llmpar.cost.collectives import bus_factor, collective_report
 from llmpar.errors import UserError
 

@@ -30,7 +30,7 @@ other modules import from it:
 
 - :mod:`.nccl_records`: result objects (Measurement, Row, Device, ParsedLog), names, type sizes;
 - :mod:`.nccl_text`: the text layouts; :mod:`.nccl_json`: the ``-J`` JSON;
-- :mod:`.nccl_infer`: what the log lacks, inferred and reported;
+- :mod:`.nccl_infer`: what the log lacks, inferred and reported (:mod:`.nccl_from_rows`: what the rows alone say);
 - :mod:`.nccl_write`: the nccl-tests text layout, written.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmpar.calibrate.nccl_records import Columns, Device, Measurement, Row, Section
 from llmpar.errors import UserError
@@ -118,7 +118,19 @@ _DEFAULT_BLOCK = ["time", "algbw", "busbw", "#wrong"]
 _DEFAULT_BLOCK_I = _DEFAULT_BLOCK + list(_PER_ITER)
 
 
+class _Split(NamedTuple):
+    """A row's columns after size, count and type: its redop and root, and the value columns."""
+
+    redop: str | None
+    root: int | None
+    body: list[str]
+    body_spans: list[tuple[str, int, int]]
+    block_names: list[list[str]]
+    want: int
+
+
 def _parse_row(content: str, sec: Section, lineno: int, label: str | None) -> Row:
+    """One result row of a table: by the header's columns, or by the row's shape where there is none."""
     spans = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", content)]
     toks = [s[0] for s in spans]
     timestamp = None
@@ -134,48 +146,71 @@ def _parse_row(content: str, sec: Section, lineno: int, label: str | None) -> Ro
     if _NUM.match(dtype):
         raise _RowError(f"expected a data type in column 3, found {dtype!r}")
     rest, rest_spans = toks[3:], spans[3:]
+    if sec.columns is not None:
+        split = _split_by_header(sec.columns, rest, rest_spans)
+    else:
+        split = _split_by_shape(rest, rest_spans)
+    oop, inp = _measurements(split, sec, spans, toks)
+    return Row(size_bytes=size, count=count, type=dtype, redop=split.redop, root=split.root,
+               out_of_place=oop, in_place=inp, line=lineno, timestamp=timestamp, label=label)
+
+
+def _split_by_header(cols: Columns, rest: list[str], rest_spans: list) -> _Split:
+    """The columns as the table's header names them: redop/root, then the blocks."""
     redop: str | None = None
     root: int | None = None
-    cols = sec.columns
-    if cols is not None:
-        lead = cols.lead
-        body = rest[len(lead):]
-        body_spans = rest_spans[len(lead):]
-        for name, tok in zip(lead, rest[: len(lead)]):
-            if name == "redop":
-                redop = tok
-            elif name == "root":
-                if not _INT.match(tok):
-                    raise _RowError(f"root {tok!r} is not an integer")
-                root = int(tok)
-        block_names = cols.blocks
-        want = sum(len(b) for b in block_names)
-    else:
-        if rest and not _NUM.match(rest[0]):
-            redop = rest[0]
-            rest, rest_spans = rest[1:], rest_spans[1:]
-        n = len(rest)
-        block_names = None
-        has_root = False
-        for width, names in ((4, _DEFAULT_BLOCK), (8, _DEFAULT_BLOCK_I)):
-            for nblocks in (2, 1):
-                if n in (nblocks * width, nblocks * width + 1):
-                    block_names = [names] * nblocks
-                    has_root = n == nblocks * width + 1
-                    break
-            if block_names:
+    lead = cols.lead
+    body = rest[len(lead):]
+    body_spans = rest_spans[len(lead):]
+    for name, tok in zip(lead, rest[: len(lead)]):
+        if name == "redop":
+            redop = tok
+        elif name == "root":
+            if not _INT.match(tok):
+                raise _RowError(f"root {tok!r} is not an integer")
+            root = int(tok)
+    block_names = cols.blocks
+    want = sum(len(b) for b in block_names)
+    return _Split(redop, root, body, body_spans, block_names, want)
+
+
+def _split_by_shape(rest: list[str], rest_spans: list) -> _Split:
+    """A headerless row: redop where a word stands, root and the blocks from the column count."""
+    redop: str | None = None
+    root: int | None = None
+    if rest and not _NUM.match(rest[0]):
+        redop = rest[0]
+        rest, rest_spans = rest[1:], rest_spans[1:]
+    n = len(rest)
+    block_names = None
+    has_root = False
+    for width, names in ((4, _DEFAULT_BLOCK), (8, _DEFAULT_BLOCK_I)):
+        for nblocks in (2, 1):
+            if n in (nblocks * width, nblocks * width + 1):
+                block_names = [names] * nblocks
+                has_root = n == nblocks * width + 1
                 break
-        if block_names is None:
-            raise _RowError(f"cannot split {n} value columns into out-of-place/in-place blocks")
-        if has_root:
-            if not _INT.match(rest[0]):
-                raise _RowError(f"root {rest[0]!r} is not an integer")
-            root = int(rest[0])
-            rest, rest_spans = rest[1:], rest_spans[1:]
-        body, body_spans = rest, rest_spans
-        want = sum(len(b) for b in block_names)
-        if len(block_names) == 1:
-            want = len(body)  # one block present: decided below
+        if block_names:
+            break
+    if block_names is None:
+        raise _RowError(f"cannot split {n} value columns into out-of-place/in-place blocks")
+    if has_root:
+        if not _INT.match(rest[0]):
+            raise _RowError(f"root {rest[0]!r} is not an integer")
+        root = int(rest[0])
+        rest, rest_spans = rest[1:], rest_spans[1:]
+    body, body_spans = rest, rest_spans
+    want = sum(len(b) for b in block_names)
+    if len(block_names) == 1:
+        want = len(body)  # one block present: decided below
+    return _Split(redop, root, body, body_spans, block_names, want)
+
+
+def _measurements(split: _Split, sec: Section, spans: list,
+                  toks: list[str]) -> tuple[Measurement | None, Measurement | None]:
+    """The out-of-place and in-place measurements of a row (either may be blank)."""
+    body, body_spans, block_names, want = split.body, split.body_spans, split.block_names, split.want
+    cols = sec.columns
     oop = inp = None
     if len(body) == want and len(block_names) == 2:
         w0 = len(block_names[0])
@@ -201,8 +236,7 @@ def _parse_row(content: str, sec: Section, lineno: int, label: str | None) -> Ro
     else:
         ncols = 3 + (len(cols.lead) if cols else 0) + sum(len(b) for b in block_names)
         raise _RowError(f"expected {ncols} columns, found {len(toks)} (truncated or garbled row)")
-    return Row(size_bytes=size, count=count, type=dtype, redop=redop, root=root,
-               out_of_place=oop, in_place=inp, line=lineno, timestamp=timestamp, label=label)
+    return oop, inp
 
 
 def _comment(body: str, sec: Section, content: str, lineno: int, new_section) -> Section:

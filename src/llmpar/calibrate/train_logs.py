@@ -1,8 +1,10 @@
 """Read training logs people already have: Megatron-LM, NeMo and torchtitan.
 
-Used by :mod:`llmpar.calibrate.runs_io`; nothing here prints and nothing is fitted. What each format
-looks like (checked against the printing code and against public log excerpts, see
-``docs/runs-format.md`` and ``tests/fixtures/train_logs/``):
+Used by :mod:`llmpar.calibrate.runs_io`; nothing here prints and nothing is fitted. The layout the
+arguments block, the ``using world size`` line and the device mesh state (in llmpar's option names)
+is read by :mod:`llmpar.calibrate.train_log_layout`. What each format looks like (checked against
+the printing code and against public log excerpts, see ``docs/runs-format.md`` and
+``tests/fixtures/train_logs/``):
 
 - Megatron-LM ``training_log`` (megatron/training/training.py): `` iteration   71/  100 | consumed
   samples: ... | elapsed time per iteration (ms): 5361.6 | throughput per GPU (TFLOP/s/GPU): 243.6 |
@@ -37,6 +39,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmpar.calibrate.train_log_layout import USING_NAMES, arg_value, megatron_layout, mesh_layout, positive_int
 from llmpar.errors import UserError
 
 #: iterations whose number is <= this are warm-up and never enter a median
@@ -136,11 +139,6 @@ def _finite(text: str, where: str, what: str) -> float:
     return v
 
 
-def _positive_int(v) -> bool:
-    """A JSON/YAML value that is a whole number >= 1 (a bool is not one)."""
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
 def _memory(text: str, scale: float, where: str, what: str) -> float:
     """A memory figure of a log line in bytes; beyond any GPU's memory it is refused (wrong unit?)."""
     v = _finite(text, where, what) * scale
@@ -177,134 +175,26 @@ def _median(entries: list[_Entry], key: str) -> float | None:
     return float(statistics.median(vals)) if vals else None
 
 
-def _arg_value(raw: str):
-    v = re.sub(r"\.{2,}\s*\w*$", "", raw).strip()  # Megatron-DeepSpeed: "value.......default"
-    if v in ("", "None"):
-        return None
-    if v in ("True", "False"):
-        return v == "True"
-    try:
-        return int(v)
-    except ValueError:
-        pass
-    try:
-        return float(v)
-    except ValueError:
-        return v
+@dataclass
+class _Scan:
+    """What the line loop of :func:`read_log` has collected so far, for every format at once."""
 
-
-def _megatron_layout(args: dict[str, Any], where: str, notes: list[str],
-                     lines: dict[str, int] | None = None) -> dict[str, Any]:
-    """Megatron argument names -> CLI option names (``lines``: argument -> its line, for notes)."""
-    out: dict[str, Any] = {}
-
-    def at(arg: str) -> str:
-        return f"{where}:{lines[arg]}" if lines and arg in lines else where
-
-    direct = {
-        "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-        "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
-        "expert_tensor_parallel_size": "etp",
-        "data_parallel_size": "dp", "world_size": "gpus", "micro_batch_size": "micro_batch",
-        "global_batch_size": "global_batch", "seq_length": "seq", "sequence_parallel": "sp",
-    }
-    for arg, name in direct.items():
-        if args.get(arg) is not None:
-            out[name] = args[arg]
-    gran = args.get("recompute_granularity")
-    if gran is not None:
-        out["recompute"] = str(gran)
-    elif args.get("recompute_activations") is True:
-        out["recompute"] = "selective"
-    elif "recompute_granularity" in args:
-        out["recompute"] = "none"
-    v = args.get("virtual_pipeline_model_parallel_size")
-    per_stage = args.get("num_layers_per_virtual_pipeline_stage")
-    if v is not None and not _positive_int(v):
-        notes.append(f"{at('virtual_pipeline_model_parallel_size')}: virtual_pipeline_model_parallel_size={v} is not "
-                     f"a positive number of model "
-                     f"chunks: virtual stages not set")
-        v = None
-    if v is None and per_stage is not None and not _positive_int(per_stage):
-        notes.append(f"{at('num_layers_per_virtual_pipeline_stage')}: num_layers_per_virtual_pipeline_stage="
-                     f"{per_stage} is not a positive layer count: "
-                     f"virtual stages not set")
-    elif v is None and isinstance(per_stage, int) and per_stage > 0:
-        layers, pp = args.get("num_layers"), args.get("pipeline_model_parallel_size")
-        if isinstance(layers, int) and isinstance(pp, int) and pp > 0 and layers % (pp * per_stage) == 0:
-            v = layers // (pp * per_stage)
-        else:
-            notes.append(f"{at('num_layers_per_virtual_pipeline_stage')}: num_layers_per_virtual_pipeline_stage="
-                         f"{per_stage} but num_layers/pp "
-                         f"not readable or not divisible: virtual stages not set")
-    if isinstance(v, int) and v > 1:
-        out["virtual_stages"] = v
-        out["schedule"] = "interleaved"
-    if args.get("fp8") not in (None, False):
-        out["dtype"] = "fp8"
-    elif args.get("bf16") is True:
-        out["dtype"] = "bf16"
-    elif args.get("fp16") is True:
-        out["dtype"] = "fp16"
-    # settings the arguments block states (printed after Megatron-LM's validate_args, so effective):
-    # bf16 gradients reduced in bf16 unless accumulate_allreduce_grads_in_fp32 (arguments.py sets it
-    # for fp32 main grads; --grad-reduce-in-bf16 clears it); the combined-1F1B all-to-all overlap;
-    # TP and DP overlap switched off (switched on, the stack's fractions stand); the dispatcher
-    acc = args.get("accumulate_allreduce_grads_in_fp32")
-    if acc is True:
-        out["grad_dtype"] = "fp32"
-    elif acc is False and out.get("dtype") in ("bf16", "fp8"):
-        out["grad_dtype"] = "bf16"
-    if isinstance(args.get("overlap_moe_expert_parallel_comm"), bool):
-        out["ep_overlap"] = 1.0 if args["overlap_moe_expert_parallel_comm"] else 0.0
-    if args.get("tp_comm_overlap") is False and out.get("tp", 1) > 1:
-        out["tp_overlap"] = 0.0
-    if args.get("overlap_grad_reduce") is False:
-        out["dp_overlap"] = 0.0
-    if args.get("moe_enable_deepep") is True:
-        out["ep_dispatcher"] = "deepep"
-    elif args.get("moe_token_dispatcher_type") == "alltoall":
-        out["ep_dispatcher"] = "alltoall"
-    if args.get("use_distributed_optimizer") is True:
-        out["zero"] = 1
-        notes.append(f"{where}: Megatron's distributed optimizer read as zero=1 (optimizer states sharded)")
-    elif args.get("use_distributed_optimizer") is False:
-        out["zero"] = 0
-    return out
-
-
-_USING_NAMES = {"world": "gpus", "data-parallel": "dp", "tensor-model-parallel": "tp",
-                "pipeline-model-parallel": "pp", "context-parallel": "cp", "expert-model-parallel": "ep"}
-_MESH_DP = {"dp_replicate", "dp_shard", "dp_shard_mod_ep", "dp_shard_in_ep"}
-
-
-def _mesh_layout(names_raw: str, sizes_raw: str, where: str, notes: list[str]) -> dict[str, Any]:
-    names = [n.strip().strip("'\"") for n in names_raw.split(",") if n.strip()]
-    try:
-        sizes = [int(s) for s in sizes_raw.split(",") if s.strip()]
-    except ValueError:
-        notes.append(f"{where}: device mesh sizes {sizes_raw!r} not readable; layout not taken from it")
-        return {}
-    if len(names) != len(sizes) or not names:
-        notes.append(f"{where}: device mesh names and sizes differ in length; layout not taken from it")
-        return {}
-    out: dict[str, Any] = {}
-    dp, understood = 1, True
-    for n, s in zip(names, sizes):
-        if n in ("tp", "pp", "cp"):
-            out[n] = s
-        elif n in _MESH_DP:
-            dp *= s
-        else:
-            understood = False
-            notes.append(f"{where}: device mesh dimension {n!r}={s} not read (give ep etc. explicitly)")
-    if understood:
-        out["dp"] = dp
-        total = 1
-        for s in sizes:
-            total *= s
-        out["gpus"] = total
-    return out
+    notes: list[str] = field(default_factory=list)
+    meg: list[_Entry] = field(default_factory=list)
+    nemo: list[_Entry] = field(default_factory=list)
+    titan: list[_Entry] = field(default_factory=list)
+    args: dict[str, Any] = field(default_factory=dict)
+    arg_lines: dict[str, int] = field(default_factory=dict)    # argument -> its line in the arguments block
+    layout_found: dict[str, Any] = field(default_factory=dict)
+    gbs_seen: dict[int, int] = field(default_factory=dict)     # global batch size -> first line
+    mem_alloc: list[float] = field(default_factory=list)
+    mem_reserved: list[float] = field(default_factory=list)
+    tt_mem: list[float] = field(default_factory=list)
+    tt_mem_ranks: set = field(default_factory=set)   # the ranks (torchrun's [rankN]: prefix) whose memory figures were read
+    meg_mem_ranks: set = field(default_factory=set)  # the ranks of Megatron's "[Rank N] (after ...) memory" lines
+    in_args: bool = False
+    oom_line: int = 0
+    validations: int = 0
 
 
 def read_log(text: str, name: str) -> LogRead:
@@ -313,137 +203,143 @@ def read_log(text: str, name: str) -> LogRead:
     Returns a :class:`LogRead` with ``iterations == 0`` and ``status == 'ok'`` when no iteration line
     was found; the caller turns that into a :class:`~llmpar.errors.UserError`.
     """
-    notes: list[str] = []
-    meg: list[_Entry] = []
-    nemo: list[_Entry] = []
-    titan: list[_Entry] = []
-    args: dict[str, Any] = {}
-    arg_lines: dict[str, int] = {}   # argument -> its line in the arguments block
-    layout_found: dict[str, Any] = {}
-    gbs_seen: dict[int, int] = {}  # global batch size -> first line
-    mem_alloc: list[float] = []
-    mem_reserved: list[float] = []
-    tt_mem: list[float] = []
-    tt_mem_ranks: set = set()      # the ranks (torchrun's [rankN]: prefix) whose memory figures were read
-    meg_mem_ranks: set = set()     # the ranks of Megatron's "[Rank N] (after ...) memory" lines
-    in_args = False
-    oom_line = 0
-    validations = 0
+    scan = _Scan()
     for lineno, raw in enumerate(text.split("\n"), start=1):
         for piece in raw.split("\r"):
             line = _ANSI.sub("", piece)
             if not line.strip():
                 continue
-            where = f"{name}:{lineno}"
-            if in_args:
-                if _ARGS_END.search(line):
-                    in_args = False
-                    continue
-                m = _ARG_LINE.search(line)
-                if m:
-                    args[m.group(1)] = _arg_value(m.group(2))
-                    arg_lines[m.group(1)] = lineno
-                    continue
-                # anything else inside the block (another rank's output interleaved) is foreign
-            if _ARGS_START.search(line) and not _ARGS_END.search(line):
-                in_args = True
-                continue
-            if not oom_line and _OOM.search(line):
-                oom_line = lineno
-            if _USING_WORLD.search(line):
-                for key, val in _USING_PAIR.findall(line):
-                    layout_found[_USING_NAMES[key]] = int(val)
-                continue
-            if _MEG_TRIGGER in line:
-                it, el = _MEG_ITER.search(line), _MEG_ELAPSED.search(line)
-                if not (it and el):
-                    notes.append(f"{where}: Megatron iteration line without a readable iteration number "
-                                 f"and elapsed time; not used")
-                    continue
-                vals = {"step_time_s": _finite(el.group(1), where, "the iteration time (ms)") * 1e-3}
-                tf = _MEG_TFLOPS.search(line)
-                if tf:
-                    vals["tflops_per_gpu"] = _finite(tf.group(1), where, "throughput per GPU (TFLOP/s/GPU)")
-                g = _MEG_GBS.search(line)
-                if g:
-                    gbs_seen.setdefault(int(g.group(1)), lineno)
-                meg.append(_Entry(int(it.group(1)), lineno, vals))
-                continue
-            if _MEG_ITER.search(line) and _NEMO_TRIGGER not in line:
-                notes.append(f"{where}: Megatron iteration line without an elapsed time; not used")
-                continue
-            if _MEG_MEM_TRIGGER.search(line):
-                m = _MEG_MEM.search(line)
-                if not m:
-                    notes.append(f"{where}: memory report not in Megatron's 'memory (MB) | allocated: | "
-                                 f"max allocated: | reserved: | max reserved:' form; not used")
-                    continue
-                mem_alloc.append(_memory(m.group(3), _MIB, where, "max allocated (MB)"))
-                mem_reserved.append(_memory(m.group(5), _MIB, where, "max reserved (MB)"))
-                r = _MEG_RANK.search(line)
-                meg_mem_ranks.add(int(r.group(1)) if r else None)
-                continue
-            if _NEMO_TRIGGER in line:
-                t = _NEMO_TIME.search(line)
-                step = next((m for m in (p.search(line) for p in _NEMO_STEP) if m), None)
-                if not (t and step):
-                    notes.append(f"{where}: NeMo progress line without a readable step and "
-                                 f"train_step_timing; not used")
-                    continue
-                g = _NEMO_GBS.search(line)
-                if g:
-                    gbs_seen.setdefault(int(g.group(1)), lineno)
-                nemo.append(_Entry(int(step.group(1)), lineno,
-                                   {"step_time_s": _finite(t.group(1), where, "train_step_timing")}))
-                continue
-            if _TT_TRIGGER.search(line):
-                if _TT_VALIDATE.search(line):
-                    validations += 1
-                    continue
-                st, tps = _TT_STEP.search(line), _TT_TPS.search(line)
-                if not (st and tps):
-                    notes.append(f"{where}: torchtitan step line without a readable tps; not used")
-                    continue
-                vals = {"tokens_per_s_per_gpu": _finite(tps.group(1), where, "tps")}
-                for key, rx, scale in (("tflops_per_gpu", _TT_TFLOPS, 1.0), ("mfu", _TT_MFU, 0.01)):
-                    m = rx.search(line)
-                    if m:
-                        vals[key] = _finite(m.group(1), where, key.split("_")[0]) * scale
-                m = _TT_MEM.search(line)
-                if m:
-                    tt_mem.append(_memory(m.group(1), _GIB, where, "memory (GiB)"))
-                    r = _TT_RANK.search(line)
-                    tt_mem_ranks.add(int(r.group(1)) if r else None)
-                titan.append(_Entry(int(st.group(1)), lineno, vals))
-                continue
-            m = _TT_MESH.search(line)
-            if m:
-                layout_found.update(_mesh_layout(m.group(1), m.group(2), where, notes))
-            m = _TT_INIT.search(line)
-            if m:
-                layout_found["global_batch"] = int(m.group(2))
-                layout_found["seq"] = int(m.group(3))
-            # every other line (launcher, NCCL INFO/WARN, Python warnings, timers) is foreign: skipped
+            _read_line(scan, line, lineno, f"{name}:{lineno}")
+    return _summarise(scan, name)
 
-    kinds = [k for k, e in (("megatron", meg), ("nemo", nemo), ("torchtitan", titan)) if e]
-    entries = sorted(meg, key=lambda e: e.line) + nemo + titan
-    first_line = min((e.line for e in entries), default=oom_line or 1)
+
+def _read_line(s: _Scan, line: str, lineno: int, where: str) -> None:
+    """One line of a log: the arguments block, an iteration / memory / layout line, or foreign."""
+    if s.in_args:
+        if _ARGS_END.search(line):
+            s.in_args = False
+            return
+        m = _ARG_LINE.search(line)
+        if m:
+            s.args[m.group(1)] = arg_value(m.group(2))
+            s.arg_lines[m.group(1)] = lineno
+            return
+        # anything else inside the block (another rank's output interleaved) is foreign
+    if _ARGS_START.search(line) and not _ARGS_END.search(line):
+        s.in_args = True
+        return
+    if not s.oom_line and _OOM.search(line):
+        s.oom_line = lineno
+    if _USING_WORLD.search(line):
+        for key, val in _USING_PAIR.findall(line):
+            s.layout_found[USING_NAMES[key]] = int(val)
+        return
+    if _MEG_TRIGGER in line:
+        _megatron_iteration(s, line, lineno, where)
+        return
+    if _MEG_ITER.search(line) and _NEMO_TRIGGER not in line:
+        s.notes.append(f"{where}: Megatron iteration line without an elapsed time; not used")
+        return
+    if _MEG_MEM_TRIGGER.search(line):
+        _megatron_memory(s, line, where)
+        return
+    if _NEMO_TRIGGER in line:
+        _nemo_step(s, line, lineno, where)
+        return
+    if _TT_TRIGGER.search(line):
+        _torchtitan_step(s, line, lineno, where)
+        return
+    m = _TT_MESH.search(line)
+    if m:
+        s.layout_found.update(mesh_layout(m.group(1), m.group(2), where, s.notes))
+    m = _TT_INIT.search(line)
+    if m:
+        s.layout_found["global_batch"] = int(m.group(2))
+        s.layout_found["seq"] = int(m.group(3))
+    # every other line (launcher, NCCL INFO/WARN, Python warnings, timers) is foreign: skipped
+
+
+def _megatron_iteration(s: _Scan, line: str, lineno: int, where: str) -> None:
+    """Megatron-LM's training_log line: iteration, elapsed time, TFLOP/s, global batch size."""
+    it, el = _MEG_ITER.search(line), _MEG_ELAPSED.search(line)
+    if not (it and el):
+        s.notes.append(f"{where}: Megatron iteration line without a readable iteration number "
+                       f"and elapsed time; not used")
+        return
+    vals = {"step_time_s": _finite(el.group(1), where, "the iteration time (ms)") * 1e-3}
+    tf = _MEG_TFLOPS.search(line)
+    if tf:
+        vals["tflops_per_gpu"] = _finite(tf.group(1), where, "throughput per GPU (TFLOP/s/GPU)")
+    g = _MEG_GBS.search(line)
+    if g:
+        s.gbs_seen.setdefault(int(g.group(1)), lineno)
+    s.meg.append(_Entry(int(it.group(1)), lineno, vals))
+
+
+def _megatron_memory(s: _Scan, line: str, where: str) -> None:
+    """Megatron-LM's report_memory line: max allocated and max reserved (MiB), and whose rank."""
+    m = _MEG_MEM.search(line)
+    if not m:
+        s.notes.append(f"{where}: memory report not in Megatron's 'memory (MB) | allocated: | "
+                       f"max allocated: | reserved: | max reserved:' form; not used")
+        return
+    s.mem_alloc.append(_memory(m.group(3), _MIB, where, "max allocated (MB)"))
+    s.mem_reserved.append(_memory(m.group(5), _MIB, where, "max reserved (MB)"))
+    r = _MEG_RANK.search(line)
+    s.meg_mem_ranks.add(int(r.group(1)) if r else None)
+
+
+def _nemo_step(s: _Scan, line: str, lineno: int, where: str) -> None:
+    """NeMo's progress line: step and train_step_timing (and a global batch size where printed)."""
+    t = _NEMO_TIME.search(line)
+    step = next((m for m in (p.search(line) for p in _NEMO_STEP) if m), None)
+    if not (t and step):
+        s.notes.append(f"{where}: NeMo progress line without a readable step and "
+                       f"train_step_timing; not used")
+        return
+    g = _NEMO_GBS.search(line)
+    if g:
+        s.gbs_seen.setdefault(int(g.group(1)), lineno)
+    s.nemo.append(_Entry(int(step.group(1)), lineno,
+                         {"step_time_s": _finite(t.group(1), where, "train_step_timing")}))
+
+
+def _torchtitan_step(s: _Scan, line: str, lineno: int, where: str) -> None:
+    """torchtitan's MetricsProcessor line: step, tps, tflops, mfu, memory (validation lines counted)."""
+    if _TT_VALIDATE.search(line):
+        s.validations += 1
+        return
+    st, tps = _TT_STEP.search(line), _TT_TPS.search(line)
+    if not (st and tps):
+        s.notes.append(f"{where}: torchtitan step line without a readable tps; not used")
+        return
+    vals = {"tokens_per_s_per_gpu": _finite(tps.group(1), where, "tps")}
+    for key, rx, scale in (("tflops_per_gpu", _TT_TFLOPS, 1.0), ("mfu", _TT_MFU, 0.01)):
+        m = rx.search(line)
+        if m:
+            vals[key] = _finite(m.group(1), where, key.split("_")[0]) * scale
+    m = _TT_MEM.search(line)
+    if m:
+        s.tt_mem.append(_memory(m.group(1), _GIB, where, "memory (GiB)"))
+        r = _TT_RANK.search(line)
+        s.tt_mem_ranks.add(int(r.group(1)) if r else None)
+    s.titan.append(_Entry(int(st.group(1)), lineno, vals))
+
+
+def _summarise(s: _Scan, name: str) -> LogRead:
+    """The :class:`LogRead` of a scanned log: layout, steady-state medians, batch, peak memory, status."""
+    notes = s.notes
+    kinds = [k for k, e in (("megatron", s.meg), ("nemo", s.nemo), ("torchtitan", s.titan)) if e]
+    entries = sorted(s.meg, key=lambda e: e.line) + s.nemo + s.titan
+    first_line = min((e.line for e in entries), default=s.oom_line or 1)
     out = LogRead(kind="+".join(kinds) or "unknown", line=first_line, notes=notes,
                   iterations=len(entries))
     if len(kinds) > 1:
         notes.append(f"{name}: iteration lines of several formats ({', '.join(kinds)}); read together as one run")
-    if validations:
-        notes.append(f"{name}: {validations} torchtitan validation line(s) skipped")
-    layout = _megatron_layout(args, f"{name}", notes, arg_lines) if args else {}
-    for arg, key in (("num_layers", "layers"), ("hidden_size", "hidden"), ("num_attention_heads", "heads")):
-        if _positive_int(args.get(arg)):
-            out.shape[key] = (int(args[arg]), f"{name}:{arg_lines[arg]}" if arg in arg_lines else name)
-    layout.update({k: v for k, v in layout_found.items() if k not in layout})
-    for key, val in layout_found.items():
-        if key in layout and layout[key] != val:
-            notes.append(f"{name}: the arguments block says {key}={layout[key]}, another line says {val}; "
-                         f"kept the arguments block")
-    for series in (meg, nemo, titan):
+    if s.validations:
+        notes.append(f"{name}: {s.validations} torchtitan validation line(s) skipped")
+    layout = _layout(s, name, out)
+    for series in (s.meg, s.nemo, s.titan):
         if not series:
             continue
         steady = _steady(series, f"{name}:{series[0].line}", notes)
@@ -451,41 +347,69 @@ def read_log(text: str, name: str) -> LogRead:
             med = _median(steady, key)
             if med is not None:
                 out.measured[key] = med
-    if gbs_seen:
-        if len(gbs_seen) > 1:
-            sizes = ", ".join(f"{g} (line {ln})" for g, ln in gbs_seen.items())
-            notes.append(f"{name}: global batch size changes ({sizes}); kept the last")
-        last = list(gbs_seen)[-1]
-        stated = layout.get("global_batch")
-        if stated is not None and stated != last:
-            # the iteration lines print the batch their iterations ran (Megatron's batch-size
-            # ramp-up runs below the arguments' global_batch_size); their times are what is read
-            notes.append(f"{name}:{gbs_seen[last]}: the iteration lines say global batch size {last}, the "
-                         f"arguments block {stated}: used {last}, the batch the timed iterations ran")
-        layout["global_batch"] = last
-    if mem_alloc:
-        out.measured["peak_allocated_bytes"] = max(mem_alloc)
-        out.measured["peak_reserved_bytes"] = max(mem_reserved)
+    if s.gbs_seen:
+        _global_batch(s, name, layout)
+    _peak_memory(s, name, layout, out)
+    if s.oom_line:
+        out.status = "oom"
+        notes.append(f"{name}:{s.oom_line}: out-of-memory error in the log: status oom")
+    out.layout = layout
+    return out
+
+
+def _layout(s: _Scan, name: str, out: LogRead) -> dict[str, Any]:
+    """The arguments block's layout and model shape, then what other lines state (the block wins)."""
+    args, arg_lines, layout_found = s.args, s.arg_lines, s.layout_found
+    layout = megatron_layout(args, f"{name}", s.notes, arg_lines) if args else {}
+    for arg, key in (("num_layers", "layers"), ("hidden_size", "hidden"), ("num_attention_heads", "heads")):
+        if positive_int(args.get(arg)):
+            out.shape[key] = (int(args[arg]), f"{name}:{arg_lines[arg]}" if arg in arg_lines else name)
+    layout.update({k: v for k, v in layout_found.items() if k not in layout})
+    for key, val in layout_found.items():
+        if key in layout and layout[key] != val:
+            s.notes.append(f"{name}: the arguments block says {key}={layout[key]}, another line says {val}; "
+                           f"kept the arguments block")
+    return layout
+
+
+def _global_batch(s: _Scan, name: str, layout: dict[str, Any]) -> None:
+    """The global batch size the iteration lines print (the last one), noted where it changes."""
+    gbs_seen, notes = s.gbs_seen, s.notes
+    if len(gbs_seen) > 1:
+        sizes = ", ".join(f"{g} (line {ln})" for g, ln in gbs_seen.items())
+        notes.append(f"{name}: global batch size changes ({sizes}); kept the last")
+    last = list(gbs_seen)[-1]
+    stated = layout.get("global_batch")
+    if stated is not None and stated != last:
+        # the iteration lines print the batch their iterations ran (Megatron's batch-size
+        # ramp-up runs below the arguments' global_batch_size); their times are what is read
+        notes.append(f"{name}:{gbs_seen[last]}: the iteration lines say global batch size {last}, the "
+                     f"arguments block {stated}: used {last}, the batch the timed iterations ran")
+    layout["global_batch"] = last
+
+
+def _peak_memory(s: _Scan, name: str, layout: dict[str, Any], out: LogRead) -> None:
+    """Peak memory over all lines, and whose: pipeline stage 0's when only its ranks reported."""
+    notes = s.notes
+    if s.mem_alloc:
+        out.measured["peak_allocated_bytes"] = max(s.mem_alloc)
+        out.measured["peak_reserved_bytes"] = max(s.mem_reserved)
         # Megatron prints report_memory on every data-parallel-rank-0 process; pipeline stages are the
         # outermost rank dimension (stage = rank // (gpus / pp)). When every line read is stage 0's
         # (a log of one node, or of rank 0 only), the peak is that stage's, not the largest
+        meg_mem_ranks = s.meg_mem_ranks
         pp, gpus = int(layout.get("pp", 1) or 1), layout.get("gpus")
         if pp > 1 and gpus and None not in meg_mem_ranks and all(r // (int(gpus) // pp) == 0 for r in meg_mem_ranks):
             out.memory_stage = "first"
             notes.append(f"{name}: the memory reports are of pipeline stage 0's ranks only "
                          f"({', '.join(map(str, sorted(meg_mem_ranks)))} of {gpus}, pp {pp}): compared with "
                          "llmpar's stage 0 (memory_stage first)")
-    if tt_mem:
-        out.measured["peak_reserved_bytes"] = max(tt_mem)
+    if s.tt_mem:
+        out.measured["peak_reserved_bytes"] = max(s.tt_mem)
         # torchtitan's run_train.sh shows one rank (LOG_RANK, default 0: torchrun --local-ranks-filter);
         # world rank 0 is pipeline stage 0, so under PP its peak is that stage's, not the largest
-        if tt_mem_ranks == {0}:
+        if s.tt_mem_ranks == {0}:
             out.memory_stage = "first"
             if int(layout.get("pp", 1) or 1) > 1:
                 notes.append(f"{name}: the memory figures are rank 0's only (pipeline stage 0 of {layout['pp']}): "
                              "compared with llmpar's stage 0 (memory_stage first)")
-    if oom_line:
-        out.status = "oom"
-        notes.append(f"{name}:{oom_line}: out-of-memory error in the log: status oom")
-    out.layout = layout
-    return out
