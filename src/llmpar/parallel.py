@@ -164,31 +164,7 @@ class Settings:
     def __post_init__(self):
         from llmpar.specs.registry import load_stack   # specs below parallel; lazy to keep import cheap
 
-        if self.finetune not in FINETUNE:
-            raise UserError(f"--finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
-        if self.lora_targets not in LORA_TARGETS:
-            raise UserError(f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, got {self.lora_targets!r}")
-        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, (int, np.integer)) or self.lora_rank < 1:
-            raise UserError(f"--lora-rank must be a whole number of 1 or more, got {self.lora_rank!r}")
-        off = self.optimizer_offload
-        if isinstance(off, bool) or not isinstance(off, (int, float, np.floating)) or not 0.0 <= float(off) <= 1.0:
-            raise UserError(f"--optimizer-offload must be a fraction from 0 to 1 (the share of the optimizer states "
-                            f"kept in host memory), got {off!r}")
-        object.__setattr__(self, "optimizer_offload", float(off))
-        if not isinstance(self.param_offload, (bool, np.bool_)):
-            raise UserError(f"--param-offload is a switch (on or off), got {self.param_offload!r}")
-        object.__setattr__(self, "param_offload", bool(self.param_offload))
-        if self.param_offload and self.finetune != "full":
-            raise UserError(f"--param-offload with --finetune {self.finetune}: offloading a frozen base is not "
-                            "modelled (its shards are gathered without gradients or optimizer states)")
-        if self.finetune != "full":
-            if self.dtype not in ("bf16", "fp16"):
-                raise UserError(f"--finetune {self.finetune} computes in 16 bits (the adapters and the dequantised "
-                                f"base: QLoRA §3), not --dtype {self.dtype}")
-            if self.convention != "llmpar":
-                raise UserError(f"--convention {self.convention} counts full-model training states; "
-                                f"--finetune {self.finetune} needs --convention llmpar")
-
+        self._check_finetune_and_offload()
         stack = load_stack(self.stack)
         given = {k: getattr(self, k) is not None
                  for k in ("grad_dtype", "attention", "dp_overlap", "tp_overlap", "ep_overlap", "ep_dispatcher")}
@@ -254,6 +230,33 @@ class Settings:
             return self.recompute_modules
         mem = self.stack.memory
         return tuple(mem.recompute_modules) if mem.selective_recompute == "modules" else mem.selective_recompute
+
+    def _check_finetune_and_offload(self) -> None:
+        """The fine-tuning and offload settings: their domains, and what they combine with."""
+        if self.finetune not in FINETUNE:
+            raise UserError(f"--finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
+        if self.lora_targets not in LORA_TARGETS:
+            raise UserError(f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, got {self.lora_targets!r}")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, (int, np.integer)) or self.lora_rank < 1:
+            raise UserError(f"--lora-rank must be a whole number of 1 or more, got {self.lora_rank!r}")
+        off = self.optimizer_offload
+        if isinstance(off, bool) or not isinstance(off, (int, float, np.floating)) or not 0.0 <= float(off) <= 1.0:
+            raise UserError(f"--optimizer-offload must be a fraction from 0 to 1 (the share of the optimizer states "
+                            f"kept in host memory), got {off!r}")
+        object.__setattr__(self, "optimizer_offload", float(off))
+        if not isinstance(self.param_offload, (bool, np.bool_)):
+            raise UserError(f"--param-offload is a switch (on or off), got {self.param_offload!r}")
+        object.__setattr__(self, "param_offload", bool(self.param_offload))
+        if self.param_offload and self.finetune != "full":
+            raise UserError(f"--param-offload with --finetune {self.finetune}: offloading a frozen base is not "
+                            "modelled (its shards are gathered without gradients or optimizer states)")
+        if self.finetune != "full":
+            if self.dtype not in ("bf16", "fp16"):
+                raise UserError(f"--finetune {self.finetune} computes in 16 bits (the adapters and the dequantised "
+                                f"base: QLoRA §3), not --dtype {self.dtype}")
+            if self.convention != "llmpar":
+                raise UserError(f"--convention {self.convention} counts full-model training states; "
+                                f"--finetune {self.finetune} needs --convention llmpar")
 
     def tp_overlap_on(self, generation: str | None) -> float:
         """The TP overlap on a GPU of ``generation``: ``--tp-overlap`` when given; else the stack's

@@ -2,7 +2,7 @@
 
 ``llmpar calibrate fit LOG... --hardware BASE --out my-cluster.yaml``.
 
-What is fitted (docs/calibration.md, section 4; docs/collectives.md, "Fit parameters"): per
+What is fitted (docs/calibration.md, section 5; docs/collectives.md, "Fit parameters"): per
 collective and per tier crossed, the parameters of :mod:`llmpar.cost.collectives` that a profile
 may state for a tier:
 

@@ -1,6 +1,6 @@
 """The collective model's fit parameters of one tier (split from ``fit``).
 
-What is fitted (docs/calibration.md, section 4; docs/collectives.md, "Fit parameters"): the
+What is fitted (docs/calibration.md, section 5; docs/collectives.md, "Fit parameters"): the
 parameters of :mod:`llmpar.cost.collectives` that a profile may state for a tier, per collective
 (:data:`FIT_FIELDS`, and :data:`INR_FIELDS` on tiers with in-network reduction); their values as
 the model resolves them (:func:`resolved`); the transforms the search works in (:func:`to_u`,
