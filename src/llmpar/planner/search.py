@@ -32,6 +32,7 @@ from llmpar.parallel import (
     Settings, default_global_batch, flag, positive_int, fraction, whole, default_seq
 )
 from llmpar.layout import check_optimizer_offload, check_settings, seq_note
+from llmpar.planner import knobs as K
 from llmpar.planner import space as SP
 from llmpar.results import MEMORY_COMPONENTS, Comparison, PlanResult, PlanRow, SpaceSummary, num, step_numbers
 
@@ -730,19 +731,19 @@ def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defa
 
 def _knob_values(fix, allow, layout) -> dict:
     """knob -> the values to search: --allow sets, narrowed by --fix and the layout keywords."""
-    fixed = SP.parse_assignments(_as_specs(fix, "fix"), "fix")
+    fixed = K.parse_assignments(_as_specs(fix, "fix"), "fix")
     for key, value in layout.items():
         if value is None:
             continue
-        k = SP.knob_name(key)
-        vals = SP.parse_values(k, _layout_keyword(k, value))
+        k = K.knob_name(key)
+        vals = K.parse_values(k, _layout_keyword(k, value))
         if k in fixed and fixed[k] != vals:
             raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
         fixed[k] = vals
-    allowed = SP.parse_assignments(_as_specs(allow, "allow"), "allow")
+    allowed = K.parse_assignments(_as_specs(allow, "allow"), "allow")
     for k, vals in fixed.items():
         if k in allowed and not set(vals) <= set(allowed[k]):
-            raise UserError(f"--fix {k}={SP._show(k, vals)} is outside --allow {k}={SP._show(k, allowed[k])}")
+            raise UserError(f"--fix {k}={K.show_values(k, vals)} is outside --allow {k}={K.show_values(k, allowed[k])}")
         allowed[k] = vals
     return allowed
 
