@@ -127,7 +127,9 @@ def _batch_reason(rejected: dict[str, int], n: int, global_batch: int) -> str:
 def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
     """(the row, the plan result | the FixConflict that made the row | None)."""
     from llmpar.cost import training as TR
-    from llmpar.planner.search import FixConflict, NoLayout, plan
+    from llmpar.planner.options import FixConflict
+    from llmpar.planner.refusals import NoLayout
+    from llmpar.planner.search import plan
 
     try:
         r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
@@ -182,7 +184,7 @@ def sweep(
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar.cost import training as TR
-    from llmpar.planner.search import DEFAULT_MODEL, FixConflict, resolve_batch
+    from llmpar.planner.options import DEFAULT_MODEL, FixConflict, resolve_batch
 
     t0 = time.perf_counter()
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
