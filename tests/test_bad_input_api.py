@@ -49,13 +49,13 @@ def test_fix_and_allow_integers_are_bounded(cli, spec, bound):
 
 
 def test_knob_bounds_are_inclusive():
-    from llmpar.planner import space as SP
+    from llmpar.planner import knobs
 
     # the bound itself is a value (the planner then finds it infeasible, as any v that divides no stage)
-    assert SP.parse_values("virtual_stages", str(MAX_GPUS)) == (MAX_GPUS,)
-    assert SP.parse_values("micro_batch", str(MAX_BATCH)) == (MAX_BATCH,)
+    assert knobs.parse_values("virtual_stages", str(MAX_GPUS)) == (MAX_GPUS,)
+    assert knobs.parse_values("micro_batch", str(MAX_BATCH)) == (MAX_BATCH,)
     with pytest.raises(UserError, match="micro_batch=4294967297 is beyond"):
-        SP.parse_values("micro_batch", str(MAX_BATCH + 1))
+        knobs.parse_values("micro_batch", str(MAX_BATCH + 1))
 
 
 # ------------------------------------------------------------------------ 2. model shape bounds

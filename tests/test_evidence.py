@@ -14,7 +14,7 @@ import pytest
 
 from llmpar import evidence as EV
 from llmpar.errors import UserError
-from llmpar.planner.search import RANK_TOLERANCE, robust_order
+from llmpar.planner.ranking import RANK_TOLERANCE, robust_order
 
 KEY = ("megatron-core", "hopper", "dense", "16-bit", "65-512 GPUs", "seq 4K-16K")
 # ten residuals of one source, ln(measured / predicted), equally spaced by 0.05 from -0.10

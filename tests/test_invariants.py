@@ -36,6 +36,7 @@ from llmpar.cost import pipeline as PL
 from llmpar.cost.step import BREAKDOWN_KEYS, step_time
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.planner import knobs
 from llmpar.planner import space as SP
 from llmpar.planner.search import plan
 from llmpar.specs import registry
@@ -576,7 +577,7 @@ def test_every_rule_step_enforces_plan_enforces(model, data, convention):
         step_ok = False
     s = settings_for("megatron-core", convention=convention)
     allowed = {k: ((RECOMPUTE.index(v) if k == "recompute" else SCHEDULES.index(v) if k == "schedule" else v),)
-               for k, v in d.items() if k in SP.KNOBS}
+               for k, v in d.items() if k in knobs.KNOBS}
     # step's expert-TP is tp unless --etp says otherwise; the planner would also try etp = 1 (MoE
     # parallel folding), which is another layout: pin it to step's (0 = "etp = tp" in the space)
     allowed.setdefault("etp", (0,))

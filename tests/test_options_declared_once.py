@@ -14,7 +14,7 @@ import pytest
 
 from llmpar import api
 from llmpar.cli.main import cli
-from llmpar.planner import search, space, sweep
+from llmpar.planner import knobs, search, sweep
 
 # options that shape what a command prints or writes, not what it computes
 OUTPUT = {"as_json", "as_csv", "units", "plot_path", "html_path", "trace_path", "explain", "emit", "out"}
@@ -39,13 +39,13 @@ def test_the_options_are_the_keywords(command, fn):
 def test_plan_options_are_its_keywords_or_its_layout_knobs():
     # plan's layout options (--tp, --zero, ...) travel as **layout and are the knobs --fix names
     opts, kws = _options("plan") - OUTPUT, _keywords(search.plan) - {"model", "keep_points"} - OUTPUT
-    assert opts - kws <= set(space.KNOBS) | {"offload_layers"}, sorted(opts - kws - set(space.KNOBS))
+    assert opts - kws <= set(knobs.KNOBS) | {"offload_layers"}, sorted(opts - kws - set(knobs.KNOBS))
     assert kws - opts == set(), sorted(kws - opts)
 
 
 def test_every_sweep_option_is_a_sweep_or_plan_keyword():
     opts = _options("sweep") - OUTPUT
-    known = _keywords(sweep.sweep) | _keywords(search.plan) | set(space.KNOBS) | {"offload_layers"}
+    known = _keywords(sweep.sweep) | _keywords(search.plan) | set(knobs.KNOBS) | {"offload_layers"}
     assert opts - known == set(), sorted(opts - known)
     # and plan's own ranking options are refused by sweep, not silently dropped
     assert not (opts & set(sweep._NOT_PLAN_OPTIONS))

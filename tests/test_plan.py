@@ -607,9 +607,9 @@ def test_offloading_fixed_against_its_rules_is_one_line(cli):
 
 
 def test_memory_in_chunks_changes_no_figure(monkeypatch):
-    """The planner evaluates memory CHUNK candidates at a time (planner/search.py); with chunks of 997
+    """The planner evaluates memory CHUNK candidates at a time (planner/evaluate.py); with chunks of 997
     (a prime, so chunks end mid-block) the plan is the one a single pass gives, figure for figure."""
-    from llmpar.planner import search as S
+    from llmpar.planner import evaluate as E
 
     def run():
         r = llmpar.plan("mixtral-8x7b", gpus=64, top=5).model_dump()
@@ -618,7 +618,7 @@ def test_memory_in_chunks_changes_no_figure(monkeypatch):
         return r
 
     one = run()
-    monkeypatch.setattr(S, "CHUNK", 997)
+    monkeypatch.setattr(E, "CHUNK", 997)
     assert run() == one
 
 

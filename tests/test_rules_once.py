@@ -13,6 +13,7 @@ from conftest import assert_one_line_error
 from llmpar.errors import UserError
 from llmpar.layout import LAYOUT_RULES
 from llmpar.parallel import SCHEDULES
+from llmpar.planner import knobs
 from llmpar.planner import space as SP
 
 # rule -> (model, layout keywords of memory/step, the words of the refusal). Shapes from
@@ -62,7 +63,7 @@ def test_the_planner_never_offers_it_and_counts_it_under_the_rule(rule):
     name, kw, _ = BREAKS[rule]
     model = load_model(name)
     allowed = {k: (v if isinstance(v, bool) else SCHEDULES.index(v) if k == "schedule" else int(v),)
-               for k, v in kw.items() if k in SP.KNOBS}
+               for k, v in kw.items() if k in knobs.KNOBS}
     if "sp" in allowed:
         allowed["sp"] = (True,)
     spec = SP.SpaceSpec(gpus=kw["gpus"], seq=kw.get("seq", 8192), global_batch=64 * kw["gpus"], allowed=allowed)

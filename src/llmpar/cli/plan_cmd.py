@@ -133,7 +133,7 @@ def plan(model, **kw):
         if as_json:
             # a script reading stdout gets a document saying why, as well as exit 1 and the stderr line
             rejected = getattr(exc, "rejected", None)
-            from llmpar.planner.search import DEFAULT_HARDWARE, DEFAULT_MODEL
+            from llmpar.planner.arguments import DEFAULT_HARDWARE, DEFAULT_MODEL
 
             echo_json({"feasible": False, "model_requested": model or kw.get("hf") or DEFAULT_MODEL,
                        "hardware": kw.get("hardware") or DEFAULT_HARDWARE,

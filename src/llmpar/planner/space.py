@@ -43,7 +43,7 @@ from llmpar.cost import memory as M
 from llmpar.cost import pipeline
 from llmpar.layout import optimizer_offload_violations, param_offload_violations
 from llmpar.errors import UserError
-from llmpar.parallel import MAX_BATCH, MAX_GPUS, RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.layout import layout_violations, stack_violations
 from llmpar.specs.model import ModelSpec
 
@@ -79,106 +79,6 @@ REASONS = {
 
 # the rules of layout.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
 _DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")
-
-# the knobs --fix / --allow accept: key -> Parallel field
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "schedule", "virtual_stages",
-         "offload_layers")
-_KNOB_ALIASES = {"micro-batch": "micro_batch", "mb": "micro_batch", "b": "micro_batch", "v": "virtual_stages",
-                 "virtual-stages": "virtual_stages", "vpp": "virtual_stages", "offload": "offload_layers",
-                 "offload-layers": "offload_layers"}
-# the largest value of each integer knob: the bounds `llmpar memory` and `step` apply to the same
-# options (layout.resolve: degrees, virtual stages and layer counts at most MAX_GPUS, a micro-batch
-# at most MAX_BATCH); beyond them the knob's column would leave int64 (--virtual-stages 10^30 did)
-KNOB_MAX = {"micro_batch": MAX_BATCH, **{k: MAX_GPUS for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
-                                                               "offload_layers")}}
-_BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
-
-
-# ------------------------------------------------------------------------------- constraints
-
-def knob_name(key: str) -> str:
-    k = key.strip().lower().replace("-", "_")
-    k = _KNOB_ALIASES.get(key.strip().lower(), _KNOB_ALIASES.get(k, k))
-    if k not in KNOBS:
-        raise UserError(f"unknown knob {key.strip()!r} in --fix/--allow; choose from: {', '.join(KNOBS)}")
-    return k
-
-
-def parse_values(key: str, text: str) -> tuple:
-    """Values of one knob from text ('8', '0,1,3', 'none,selective', 'on'); UserError if bad."""
-    raw = [t.strip() for t in str(text).split(",")]
-    items = [t for t in raw if t]
-    if not items:
-        raise UserError(f"--fix/--allow {key}= needs at least one value")
-    if len(items) != len(raw):     # reliability review, item 27: 'tp=1,,2' was taken as tp=1,2
-        raise UserError(f"--fix/--allow {key}={text}: an empty entry between commas (write e.g. {key}=1,2)")
-    out = []
-    for t in items:
-        if key == "recompute":
-            if t not in RECOMPUTE:
-                raise UserError(f"recompute={t!r}: choose from {', '.join(RECOMPUTE)}")
-            out.append(RECOMPUTE.index(t))
-        elif key == "schedule":
-            if t not in SCHEDULES:
-                raise UserError(f"schedule={t!r}: choose from {', '.join(SCHEDULES)}")
-            out.append(SCHEDULES.index(t))
-        elif key == "sp":
-            if t.lower() not in _BOOL:
-                raise UserError(f"sp={t!r}: use on or off")
-            out.append(_BOOL[t.lower()])
-        else:
-            try:
-                v = int(t)
-            except ValueError:
-                raise UserError(f"{key}={t!r} is not an integer") from None
-            if key == "zero" and not 0 <= v <= 3:
-                raise UserError(f"zero={v}: ZeRO stages are 0, 1, 2 and 3")
-            if key == "offload_layers" and v < 0:
-                raise UserError(f"offload_layers={v} must be 0 or more")
-            if key not in ("zero", "offload_layers") and v < 1:
-                raise UserError(f"{key}={v} must be a positive integer")
-            if key in KNOB_MAX and v > KNOB_MAX[key]:
-                raise UserError(f"{key}={v} is beyond what llmpar models (at most {KNOB_MAX[key]:,})")
-            out.append(v)
-    return tuple(dict.fromkeys(out))
-
-
-def parse_assignments(specs, what: str) -> dict[str, tuple]:
-    """'tp=8,pp=16' (several allowed) -> {knob: values}. --fix takes one value per knob; --allow
-    a comma list for one knob per option (``--allow zero=0,1,3``)."""
-    out: dict[str, tuple] = {}
-    for spec in specs or ():
-        text = str(spec).strip()
-        if what == "fix":
-            parts = [p for p in text.split(",") if p.strip()]
-        else:
-            parts = [text]
-        if not parts:      # --fix '' or --fix ',': nothing held is a typo, not a request
-            raise UserError(f"--{what} {text!r}: expected KNOB=VALUE" + ("S" if what == "allow" else "")
-                            + f" (e.g. --{what} " + ("tp=8,pp=16" if what == "fix" else "zero=0,1,3") + ")")
-        for part in parts:
-            if "=" not in part:
-                raise UserError(f"--{what} {text!r}: expected KNOB=VALUE" + ("S" if what == "allow" else "")
-                                + f" (e.g. --{what} " + ("tp=8,pp=16" if what == "fix" else "zero=0,1,3") + ")")
-            key, val = part.split("=", 1)
-            key = knob_name(key)
-            vals = parse_values(key, val)
-            if what == "fix" and len(vals) != 1:
-                raise UserError(f"--fix {key}= takes one value; use --allow {key}={val} for a set")
-            if key in out and set(out[key]) != set(vals):
-                raise UserError(f"--{what} gives {key} twice with different values "
-                                f"({_show(key, out[key])} and {_show(key, vals)})")
-            out[key] = vals
-    return out
-
-
-def _show(key, vals) -> str:
-    names = {"recompute": RECOMPUTE, "schedule": SCHEDULES}.get(key)
-    if names:
-        return ",".join(names[v] for v in vals)
-    if key == "sp":
-        return ",".join("on" if v else "off" for v in vals)
-    return ",".join(str(v) for v in vals)
 
 
 # ------------------------------------------------------------------------------- the space
@@ -314,9 +214,25 @@ def _sched_pairs(spec: SpaceSpec, model: ModelSpec, pp: int, scheds, user_v) -> 
     return out
 
 
-def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Candidates:
-    """Every candidate layout of ``spec``; returns those that pass the divisibility, batch,
-    schedule and convention constraints (memory is the search's job) and the rejection counts."""
+@dataclass
+class _Ranges:
+    """The values each knob is searched at (before the rules), and the (schedule, v) entries per pp."""
+
+    tps: list
+    cps: list
+    pps: list
+    eps: list
+    etps: list
+    dps: tuple | None
+    bs: list
+    zs: list
+    rs: list
+    sps: list
+    pairs_by_pp: dict
+
+
+def _ranges(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> _Ranges:
+    """Each knob's values: its default range (divisors, the stack's stages and schedules), narrowed by --fix/--allow."""
     G, S, B = spec.gpus, spec.seq, spec.global_batch
     L = model.layers
     divs = divisors(G)
@@ -349,35 +265,40 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     scheds = _allowed(spec, "schedule", tuple(x for x in DEFAULT_SCHEDULES if x in stack_scheds)
                       or tuple(sorted(stack_scheds)))
     user_v = spec.allowed.get("virtual_stages")
-
-    rejected = {r: 0 for r in REASONS}
-    groups: dict[tuple, list[tuple[int, int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep, etp)
     pairs_by_pp = {p: _sched_pairs(spec, model, p, scheds, user_v) for p in pps}
+    return _Ranges(tps=tps, cps=cps, pps=pps, eps=eps, etps=etps, dps=dps, bs=bs, zs=zs, rs=rs, sps=sps,
+                   pairs_by_pp=pairs_by_pp)
 
-    # ---- degrees (a few thousand rows), rejected rows counted with all their knobs; the degree
-    # rules of layout.layout_violations (the function check_layout uses), applied to all rows at once
+
+def _degree_rows(G: int, L: int, rg: _Ranges) -> tuple[list, list, list]:
+    """Every row of degrees (tp, cp, dp, ep, etp, pp) with its (pp, SP options) key and its count of knob combinations."""
     rows, keys, knobs = [], [], []
-    for tp in tps:
-        sp_opts = sps
+    for tp in rg.tps:
+        sp_opts = rg.sps
         if tp == 1:   # SP at tp 1 is no SP: one entry, off unless only "on" was asked for (then rule sp_tp)
-            sp_opts = [False] if False in sps else [True]
-        for cp in cps:
-            for pp in pps:
+            sp_opts = [False] if False in rg.sps else [True]
+        for cp in rg.cps:
+            for pp in rg.pps:
                 if G % (tp * cp * pp):
                     continue
                 dp = G // (tp * cp * pp)
-                if dps is not None and dp not in dps:
+                if rg.dps is not None and dp not in rg.dps:
                     continue
-                pairs = pairs_by_pp[pp]
-                n_knobs = len(bs) * len(zs) * len(sp_opts) * sum(_n_recompute(rs, L, pp, v) for _, v in pairs)
+                pairs = rg.pairs_by_pp[pp]
+                n_knobs = len(rg.bs) * len(rg.zs) * len(sp_opts) * sum(_n_recompute(rg.rs, L, pp, v) for _, v in pairs)
                 if n_knobs == 0:
                     continue
-                for ep in eps:
-                    for etp in sorted({0 if e == tp else e for e in etps}):   # etp = tp is the default, once
+                for ep in rg.eps:
+                    for etp in sorted({0 if e == tp else e for e in rg.etps}):   # etp = tp is the default, once
                         rows.append((tp, cp, dp, ep, etp, pp))
                         keys.append((pp, tuple(sp_opts)))
                         knobs.append(n_knobs)
-    total = int(sum(knobs))
+    return rows, keys, knobs
+
+
+def _degree_survivors(model: ModelSpec, S: int, rows, keys, knobs, rejected: dict) -> dict[tuple, list]:
+    """The degree rows that pass the degree rules, grouped by (pp, SP options); the others counted in ``rejected``."""
+    groups: dict[tuple, list[tuple[int, int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep, etp)
     if rows:
         d = np.asarray(rows, dtype=np.int64)
         bad = layout_violations(model, Parallel(tp=d[:, 0], pp=d[:, 5], dp=d[:, 2], cp=d[:, 1], ep=d[:, 3],
@@ -390,13 +311,12 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
             alive &= ~hit
         for i in np.flatnonzero(alive):
             groups.setdefault(keys[i], []).append(rows[i][:5])
-    if not groups:
-        return Candidates(par=_empty(S), total=total, rejected=rejected)
-    chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), bs, pairs_by_pp[pp], zs, rs, sp_opts)
-              for (pp, sp_opts), rows in groups.items()]
-    cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    return groups
 
-    # ---- knob-level constraints, in order
+
+def _knob_violations(model: ModelSpec, spec: SpaceSpec, settings: Settings, cols: dict) -> tuple[dict, np.ndarray]:
+    """The knob-level rules over every expanded candidate, in REASONS order: (reason -> mask, microbatches m)."""
+    S, B = spec.seq, spec.global_batch
     tp, cp, pp, dp = cols["tp"], cols["cp"], cols["pp"], cols["dp"]
     b, sched, v, sp, zero = cols["micro_batch"], cols["schedule"], cols["virtual_stages"], cols["sp"], cols["zero"]
     per = b * dp
@@ -420,6 +340,31 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
                                              zero.shape),
         "param_offload": np.broadcast_to(np.asarray(param_offload_violations(settings, zero), dtype=bool), zero.shape),
     }
+    return bad, m
+
+
+def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Candidates:
+    """Every candidate layout of ``spec``; returns those that pass the divisibility, batch,
+    schedule and convention constraints (memory is the search's job) and the rejection counts."""
+    G, S = spec.gpus, spec.seq
+    L = model.layers
+    rg = _ranges(model, spec, settings)
+    rejected = {r: 0 for r in REASONS}
+
+    # ---- degrees (a few thousand rows), rejected rows counted with all their knobs; the degree
+    # rules of layout.layout_violations (the function check_layout uses), applied to all rows at once
+    rows, keys, knobs = _degree_rows(G, L, rg)
+    total = int(sum(knobs))
+    groups = _degree_survivors(model, S, rows, keys, knobs, rejected)
+    if not groups:
+        return Candidates(par=_empty(S), total=total, rejected=rejected)
+    chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), rg.bs, rg.pairs_by_pp[pp], rg.zs, rg.rs, sp_opts)
+              for (pp, sp_opts), rows in groups.items()]
+    cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    # ---- knob-level constraints, in order
+    bad, m = _knob_violations(model, spec, settings, cols)
+    pp, v = cols["pp"], cols["virtual_stages"]
     # partial full recompute that comes to the same layer count as another entry is not a
     # candidate of its own (it is in neither the total nor a rejection count)
     n_rec, distinct = _partial_layers(cols["rq"], L, pp, v)
@@ -431,10 +376,10 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         alive &= ~hit
     idx = np.flatnonzero(alive)
     par = Parallel(
-        tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=cols["ep"][idx], etp=cols["etp"][idx], zero=zero[idx], sp=sp[idx],
-        recompute=cols["recompute"][idx], micro_batch=b[idx], microbatches=m[idx],
-        seq=np.full(idx.size, S, dtype=np.int64), schedule=sched[idx], virtual_stages=v[idx],
-        recompute_layers=n_rec[idx], offload_layers=cols["off"][idx],
+        tp=cols["tp"][idx], pp=pp[idx], dp=cols["dp"][idx], cp=cols["cp"][idx], ep=cols["ep"][idx],
+        etp=cols["etp"][idx], zero=cols["zero"][idx], sp=cols["sp"][idx], recompute=cols["recompute"][idx],
+        micro_batch=cols["micro_batch"][idx], microbatches=m[idx], seq=np.full(idx.size, S, dtype=np.int64),
+        schedule=cols["schedule"][idx], virtual_stages=v[idx], recompute_layers=n_rec[idx], offload_layers=cols["off"][idx],
     )
     return Candidates(par=par, total=total, rejected=rejected)
 

@@ -127,7 +127,9 @@ def _batch_reason(rejected: dict[str, int], n: int, global_batch: int) -> str:
 def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
     """(the row, the plan result | the FixConflict that made the row | None)."""
     from llmpar.cost import training as TR
-    from llmpar.planner.search import FixConflict, NoLayout, plan
+    from llmpar.planner.arguments import FixConflict
+    from llmpar.planner.refusals import NoLayout
+    from llmpar.planner.search import plan
 
     try:
         r = plan(spec, gpus=n, hardware=hw, top=1, **opts)
@@ -182,7 +184,6 @@ def sweep(
     an optional ``progress(name, done, total)`` callback, called after each plan (the CLI's bar).
     """
     from llmpar.cost import training as TR
-    from llmpar.planner.search import DEFAULT_MODEL, FixConflict, resolve_batch
 
     t0 = time.perf_counter()
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
@@ -197,13 +198,38 @@ def sweep(
             raise UserError("--deadline is the time to train --tokens in: give the token budget too")
         due = TR.parse_deadline(deadline)
     hws = _hardware_list(hardware)
-    if isinstance(train_in["gpu_hour_price"], (int, float)) and len(hws) > 1:
-        notes_price = [f"one --gpu-hour-price for {', '.join(h.name for h in hws)}: GPU types rarely cost the same "
-                       "(give one each: --gpu-hour-price " + ",".join(f"{h.name}=P" for h in hws) + ")"]
-    else:
-        notes_price = []
+    notes_price = _price_note(train_in, hws)
     defaults: list[str] = []
     notes: list[str] = []
+    spec, alias, seq, global_batch = _model_and_batch(model, hf, hardware, seq, global_batch, tokens_per_batch,
+                                                      defaults, notes)
+    opts = dict(plan_options, seq=seq, global_batch=global_batch)
+    rows, first = _plan_rows(spec, hws, counts, opts, global_batch, train_in, progress, notes)
+    _scaling(rows, notes)
+    if train_in["tokens"] is not None:
+        notes += _training_notes(rows, hws)
+    notes += notes_price
+    return SweepResult(
+        model=spec.name, model_requested=alias, hardware=[h.name for h in hws], gpus=counts, seq=int(seq),
+        global_batch=int(global_batch), tokens=train_in["tokens"], rows=rows,
+        settings=first.settings if first is not None else None, elapsed_s=time.perf_counter() - t0,
+        defaults_used=defaults, assumptions=notes, deadline=None if due is None else _deadline(rows, hws, due),
+    )
+
+
+def _price_note(train_in: dict, hws) -> list[str]:
+    """One --gpu-hour-price for several GPU types: a note that they rarely cost the same ([] otherwise)."""
+    if isinstance(train_in["gpu_hour_price"], (int, float)) and len(hws) > 1:
+        return [f"one --gpu-hour-price for {', '.join(h.name for h in hws)}: GPU types rarely cost the same "
+                "(give one each: --gpu-hour-price " + ",".join(f"{h.name}=P" for h in hws) + ")"]
+    return []
+
+
+def _model_and_batch(model, hf, hardware, seq, global_batch, tokens_per_batch, defaults: list[str],
+                     notes: list[str]) -> tuple[Any, str | None, int, int]:
+    """(model spec, the alias asked for, seq, global batch): the one batch every count of the sweep plans."""
+    from llmpar.planner.arguments import DEFAULT_MODEL, resolve_batch
+
     if model is None and hf is None:
         model = DEFAULT_MODEL
         defaults.append(f"model {DEFAULT_MODEL}")
@@ -217,7 +243,12 @@ def sweep(
     seq, global_batch, _ = resolve_batch(spec, seq, global_batch, tokens_per_batch, None, defaults, notes)
     notes.append(f"the global batch ({global_batch:,} sequences x {seq:,} tokens) is the same at every count: "
                  "strong scaling of one recipe")
-    opts = dict(plan_options, seq=seq, global_batch=global_batch)
+    return spec, alias, seq, global_batch
+
+
+def _plan_rows(spec, hws, counts, opts, global_batch, train_in, progress, notes: list[str]) -> tuple[list, Any]:
+    """(one row per profile and count, the first plan result or None), with the notes the rows call for."""
+    from llmpar.planner.arguments import FixConflict
 
     rows: list[SweepRow] = []
     conflicts: list = []        # a --fix/--tp... degree that divides no count: bad input, as in `plan`
@@ -249,26 +280,24 @@ def sweep(
                      "host link's raw rate shared by the GPUs behind it (hardware gpus_per_host_link), checked "
                      "against the profile's host_memory_per_gpu: the copy time is a lower bound "
                      "(--fix offload_layers=0 plans without offloading; docs/planner.md)")
-    _scaling(rows, notes)
-    if train_in["tokens"] is not None:
-        with_t = [r.training for r in rows if r.training is not None]
-        if with_t:
-            notes += [a for a in with_t[0]["assumptions"] if not a.startswith("power:")]
-            for hw in hws:
-                t = next((r.training for r in rows if r.training is not None and r.hardware == hw.name), None)
-                if t is not None:
-                    notes += [f"{hw.name} {a}" for a in t["assumptions"] if a.startswith("power:")]
-            # goodput's inputs (cost/goodput.py); the failure interval is the largest count's
-            g = next((t["goodput"] for t in reversed(with_t) if t.get("goodput")), None)
-            if g is not None:
-                notes += ["goodput " + a for a in g["assumptions"]]
-    notes += notes_price
-    return SweepResult(
-        model=spec.name, model_requested=alias, hardware=[h.name for h in hws], gpus=counts, seq=int(seq),
-        global_batch=int(global_batch), tokens=train_in["tokens"], rows=rows,
-        settings=first.settings if first is not None else None, elapsed_s=time.perf_counter() - t0,
-        defaults_used=defaults, assumptions=notes, deadline=None if due is None else _deadline(rows, hws, due),
-    )
+    return rows, first
+
+
+def _training_notes(rows: list[SweepRow], hws) -> list[str]:
+    """The training estimate's assumptions, once (power per profile, goodput's inputs)."""
+    notes: list[str] = []
+    with_t = [r.training for r in rows if r.training is not None]
+    if with_t:
+        notes += [a for a in with_t[0]["assumptions"] if not a.startswith("power:")]
+        for hw in hws:
+            t = next((r.training for r in rows if r.training is not None and r.hardware == hw.name), None)
+            if t is not None:
+                notes += [f"{hw.name} {a}" for a in t["assumptions"] if a.startswith("power:")]
+        # goodput's inputs (cost/goodput.py); the failure interval is the largest count's
+        g = next((t["goodput"] for t in reversed(with_t) if t.get("goodput")), None)
+        if g is not None:
+            notes += ["goodput " + a for a in g["assumptions"]]
+    return notes
 
 
 def _deadline(rows: list[SweepRow], hws, days: float) -> dict[str, Any]:
