@@ -11,6 +11,7 @@ import yaml
 
 from llmpar.cost import memory as M
 from llmpar.cost import params as P
+from llmpar.cost import shards as SH
 from llmpar.cost.pipeline import in_flight_microbatches
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES, Parallel, Settings
@@ -193,10 +194,10 @@ def test_embedding_and_head_placement():
     assert r["params_per_gpu"] == pytest.approx(80 * 106_971_136 + 2 * V * h / 8 + h)
     # tied GPT 22B: counted once with pp = 1, and on both ends with pp > 1 (Megatron's copy)
     V, h = 51200, 6144
-    assert M.head_shard(GPT22, Parallel(tp=2, pp=1)) == 2 * h            # final LayerNorm only
-    assert M.head_shard(GPT22, Parallel(tp=2, pp=2)) == V * h / 2 + 2 * h
+    assert SH.head_shard(GPT22, Parallel(tp=2, pp=1)) == 2 * h            # final LayerNorm only
+    assert SH.head_shard(GPT22, Parallel(tp=2, pp=2)) == V * h / 2 + 2 * h
     # learned positions (2048 x h) are replicated over TP, the word embedding split
-    assert M.embedding_shard(GPT22, Parallel(tp=2)) == V * h / 2 + 2048 * h
+    assert SH.embedding_shard(GPT22, Parallel(tp=2)) == V * h / 2 + 2048 * h
 
 
 def test_megatron_convention_llama_tp8_pp2():
@@ -661,7 +662,8 @@ def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
     # every pipeline stage's total, evaluated one by one, never exceeds what memory_per_gpu reports
     # from its candidate stages (cost/inflight.candidate_stages): the candidates contain the maximum.
     # DeepSeek-V3 at pp 32 is the case the first all-MoE middle stage was added for (2026-12-02)
-    from llmpar.cost.states import bytes_per_param, layer_shard
+    from llmpar.cost.shards import layer_shard
+    from llmpar.cost.states import bytes_per_param
 
     model = load_model(name)
     per_stage = -(-(model.layers + model.mtp_layers) // pp)

@@ -48,9 +48,10 @@ from llmpar.cost.inflight import _dense_in_span, candidate_stages, in_flight_on_
 from llmpar.cost import params as P
 from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, fp8_bf16_layers, full_recompute_fraction, offload_kept_share
 from llmpar.cost.states import *  # noqa: F401,F403
+from llmpar.cost.shards import LayerShard, embedding_shard, head_shard, layer_shard
 from llmpar.cost.states import (
-    BytesPerParam, LayerShard, _states, _zero3_buffers, _zero_divisors, bytes_per_param, embedding_shard,
-    frozen_precision, head_shard, layer_shard, offload_optimizer, offload_params, optimizer_step_bytes,
+    BytesPerParam, _states, _zero3_buffers, _zero_divisors, bytes_per_param,
+    frozen_precision, offload_optimizer, offload_params, optimizer_step_bytes,
 )
 from llmpar.cost import finetune as FT
 from llmpar.cost.runtime import *  # noqa: F401,F403

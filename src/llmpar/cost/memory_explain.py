@@ -15,11 +15,13 @@ from llmpar.cost.activations import (
 )
 from llmpar.cost.inflight import in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost.pipeline import DUALPIPE
+from llmpar.cost.shards import (
+    SRC_MEGATRON_PP, SRC_MEGATRON_TP, _word_embedding, embedding_shard, head_shard, largest_layer_params, layer_shard,
+)
 from llmpar.cost.states import (
-    INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV, SRC_MEGATRON_PP, SRC_MEGATRON_TP,
-    SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _word_embedding, _zero3_buffers, _zero_divisors,
-    bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard, optimized_params,
-    optimizer_step_bytes, SRC_OFFLOAD, SRC_PARAM_OFFLOAD,
+    INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV,
+    SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _zero3_buffers, _zero_divisors,
+    bytes_per_param, optimized_params, optimizer_step_bytes, SRC_OFFLOAD, SRC_PARAM_OFFLOAD,
 )
 from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
 from llmpar.cost.runtime import (
