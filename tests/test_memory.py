@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from llmpar.cost import memory as M
+from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
 from llmpar.cost import shards as SH
 from llmpar.cost.pipeline import in_flight_microbatches
@@ -674,9 +675,9 @@ def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
     hw = load_hardware("h800")
     got = float(M.memory_per_gpu(model, hw, par, settings)["total_bytes"])
     prec, shard, coeffs = bytes_per_param(settings, par.zero, par.microbatches), layer_shard(model, par), \
-        M._layer_coeffs(model, settings)
-    common = M._stage_common(model, par, coeffs, settings)
+        MS._layer_coeffs(model, settings)
+    common = MS._stage_common(model, par, coeffs, settings)
     _cap, res = M._capacity(hw, None)
-    every = [float(M._stage_totals(M._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
+    every = [float(M._stage_totals(MS._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
                                    res)[3]) for s in range(pp)]
     assert got == pytest.approx(max(every), rel=1e-12)
