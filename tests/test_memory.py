@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from llmpar.cost import activations_ends as AE
 from llmpar.cost import memory as M
 from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
@@ -379,7 +380,7 @@ def test_context_parallel_divides_sequence():
 def test_logits_on_last_stage():
     # fp32 logits of a 128K vocabulary: 4·s·b·V/t = 4·8192·128256/8 = 525,336,576 B (vocab-parallel)
     par = Parallel(tp=8, sp=True, seq=8192)
-    logits = [t for t in M.last_stage_extra_terms(LLAMA70) if "logits" in t.name][0]
+    logits = [t for t in AE.last_stage_extra_terms(LLAMA70) if "logits" in t.name][0]
     assert M.term_bytes(logits, par) == 525_336_576
 
 

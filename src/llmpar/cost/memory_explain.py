@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.cost import params as P
-from llmpar.cost.activations import (
-    CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, first_stage_extra_terms, last_stage_extra_terms,
-    term_bytes,
-)
+from llmpar.cost.activations import CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, term_bytes
+from llmpar.cost.activations_ends import first_stage_extra_terms, last_stage_extra_terms
 from llmpar.cost.inflight import in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost.pipeline import DUALPIPE
 from llmpar.cost.shards import (

@@ -18,10 +18,8 @@ import numpy as np
 
 from llmpar.cost import finetune as FT
 from llmpar.cost import params as P
-from llmpar.cost.activations import (
-    _extra_bytes, aggregate, checkpoint_term, first_stage_extra_terms, last_stage_extra_terms, layer_activation_bytes,
-    stack_activation_terms,
-)
+from llmpar.cost.activations import aggregate, checkpoint_term, layer_activation_bytes, stack_activation_terms
+from llmpar.cost.activations_ends import _extra_bytes, first_stage_extra_terms, last_stage_extra_terms
 from llmpar.cost.arrays import scalar_out as _out
 from llmpar.cost.inflight import _dense_in_span, in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost.pipeline import DUALPIPE, bf16_boundary_layers, fp8_bf16_layers, full_recompute_fraction, offload_kept_share
