@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from llmpar.cost import activations_ends as AE
 from llmpar.cost import memory as M
 from llmpar.cost.runtime import communicators, fits_with_margin, verdict_code, verdict_name
 from llmpar.parallel import Parallel, Settings
@@ -47,7 +48,7 @@ def test_logits_and_their_gradient_on_the_last_stage():
     par = Parallel(seq=4096)
     vocab = {}
     for st in ("megatron-2022", "deepspeed", "megatron-core"):
-        terms = M.last_stage_extra_terms(LLAMA70, Settings(stack=st).stack.memory)
+        terms = AE.last_stage_extra_terms(LLAMA70, Settings(stack=st).stack.memory)
         vocab[st] = sum(M.term_bytes(x, par) for x in terms if "logits" in x.name)
     assert vocab["megatron-2022"] == 4 * 4096 * 128_256
     assert vocab["deepspeed"] == 8 * 4096 * 128_256

@@ -31,8 +31,10 @@ from llmpar import api
 from llmpar.cost import collectives as C
 from llmpar.cost import flops as F
 from llmpar.cost import memory as M
+from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
 from llmpar.cost import pipeline as PL
+from llmpar.cost import states as ST
 from llmpar.cost.step import BREAKDOWN_KEYS, step_time
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
@@ -191,7 +193,7 @@ def test_zero_stages_shard_model_states_in_order(case):
     model, hw, s, par = case
     rows = [stages(model, hw, par.replace(zero=z), s) for z in range(4)]
     prec = M.bytes_per_param(s, 3)
-    bw, bg = M._zero3_buffers(model, par.replace(zero=3), prec, M.layer_shard(model, par), True)
+    bw, bg = ST._zero3_buffers(model, par.replace(zero=3), prec, M.layer_shard(model, par), True)
     # a stack whose ZeRO-1 accumulates its unsharded gradients in fp32 (memory.accumulated_grad_fp32:
     # FSDP2 under PP) holds g1/g0 = 4/2 times ZeRO-0's bf16 gradients at ZeRO-1, by design: that
     # excess is taken out before comparing (tests/test_stack_torchtitan.py checks it by hand)
@@ -375,12 +377,12 @@ def test_shards_of_one_replica_add_up_to_the_model(data):
     par = data.draw(layouts(model, zero=0))
     hw, s = hardware("h100-sxm"), settings_for("megatron-core")
     prec, shard = M.bytes_per_param(s, 0), M.layer_shard(model, par)
-    coeffs = M._layer_coeffs(model, s)
+    coeffs = MS._layer_coeffs(model, s)
     t, ep = par.tp, par.ep
     # every stage's parameters: non-expert shards x tp ranks, expert shards x tp x ep ranks
     total = 0.0
     for i in range(par.pp):
-        e = M._stage_eval(model, par, s, prec, shard, coeffs, i)
+        e = MS._stage_eval(model, par, s, prec, shard, coeffs, i)
         assert float(e["params_per_gpu"]) == pytest.approx(float(e["params_nonexpert"]) + float(e["params_expert"]))
         total += t * float(e["params_nonexpert"]) + t * ep * float(e["params_expert"])
     # the MTP modules' own parameters are outside the model total (DeepSeek-V3's 671B) but on the last stage

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
+from llmpar.cost import activations_ends as AE
 from llmpar.cost import memory as M
+from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
+from llmpar.cost import shards as SH
 from llmpar.cost.pipeline import in_flight_microbatches
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES, Parallel, Settings
@@ -193,10 +196,10 @@ def test_embedding_and_head_placement():
     assert r["params_per_gpu"] == pytest.approx(80 * 106_971_136 + 2 * V * h / 8 + h)
     # tied GPT 22B: counted once with pp = 1, and on both ends with pp > 1 (Megatron's copy)
     V, h = 51200, 6144
-    assert M.head_shard(GPT22, Parallel(tp=2, pp=1)) == 2 * h            # final LayerNorm only
-    assert M.head_shard(GPT22, Parallel(tp=2, pp=2)) == V * h / 2 + 2 * h
+    assert SH.head_shard(GPT22, Parallel(tp=2, pp=1)) == 2 * h            # final LayerNorm only
+    assert SH.head_shard(GPT22, Parallel(tp=2, pp=2)) == V * h / 2 + 2 * h
     # learned positions (2048 x h) are replicated over TP, the word embedding split
-    assert M.embedding_shard(GPT22, Parallel(tp=2)) == V * h / 2 + 2048 * h
+    assert SH.embedding_shard(GPT22, Parallel(tp=2)) == V * h / 2 + 2048 * h
 
 
 def test_megatron_convention_llama_tp8_pp2():
@@ -377,7 +380,7 @@ def test_context_parallel_divides_sequence():
 def test_logits_on_last_stage():
     # fp32 logits of a 128K vocabulary: 4·s·b·V/t = 4·8192·128256/8 = 525,336,576 B (vocab-parallel)
     par = Parallel(tp=8, sp=True, seq=8192)
-    logits = [t for t in M.last_stage_extra_terms(LLAMA70) if "logits" in t.name][0]
+    logits = [t for t in AE.last_stage_extra_terms(LLAMA70) if "logits" in t.name][0]
     assert M.term_bytes(logits, par) == 525_336_576
 
 
@@ -661,7 +664,8 @@ def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
     # every pipeline stage's total, evaluated one by one, never exceeds what memory_per_gpu reports
     # from its candidate stages (cost/inflight.candidate_stages): the candidates contain the maximum.
     # DeepSeek-V3 at pp 32 is the case the first all-MoE middle stage was added for (2026-12-02)
-    from llmpar.cost.states import bytes_per_param, layer_shard
+    from llmpar.cost.shards import layer_shard
+    from llmpar.cost.states import bytes_per_param
 
     model = load_model(name)
     per_stage = -(-(model.layers + model.mtp_layers) // pp)
@@ -672,9 +676,9 @@ def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
     hw = load_hardware("h800")
     got = float(M.memory_per_gpu(model, hw, par, settings)["total_bytes"])
     prec, shard, coeffs = bytes_per_param(settings, par.zero, par.microbatches), layer_shard(model, par), \
-        M._layer_coeffs(model, settings)
-    common = M._stage_common(model, par, coeffs, settings)
+        MS._layer_coeffs(model, settings)
+    common = MS._stage_common(model, par, coeffs, settings)
     _cap, res = M._capacity(hw, None)
-    every = [float(M._stage_totals(M._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
+    every = [float(M._stage_totals(MS._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
                                    res)[3]) for s in range(pp)]
     assert got == pytest.approx(max(every), rel=1e-12)

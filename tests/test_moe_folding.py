@@ -11,7 +11,8 @@ import pytest
 from llmpar.calibrate.runs_io import read_runs
 from llmpar.cost import activations as A
 from llmpar.cost import comm, flops
-from llmpar.cost.states import _zero_divisors, layer_shard
+from llmpar.cost.shards import layer_shard
+from llmpar.cost.states import _zero_divisors
 from llmpar.cost.topology import _groups, dims_placement
 from llmpar.errors import UserError
 from llmpar.parallel import Parallel

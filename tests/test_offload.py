@@ -8,6 +8,7 @@ import pytest
 
 from llmpar import api
 from llmpar.cost import memory
+from llmpar.cost import memory_stage
 from llmpar.cost.pipeline import offload_kept_share
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs import load_hardware, load_model
@@ -47,7 +48,7 @@ def test_copies_hide_behind_the_compute_on_c2c_but_not_on_pcie():
     res = api.step("llama-3-70b", **GB200_70B, offload_layers=40)
     assert res.breakdown_s["offload"] == 0.0
     par = Parallel(tp=1, pp=1, dp=64, micro_batch=2, seq=8192, microbatches=2, zero=3)
-    c_dense, _ = memory._layer_coeffs(model, Settings(dtype="fp8"))
+    c_dense, _ = memory_stage._layer_coeffs(model, Settings(dtype="fp8"))
     a = float(memory.layer_activation_bytes(c_dense, par)[1])
     copy = 40 * a / 225e9
     fwd = res.detail["parts"]["layer_forward_s"] * 80

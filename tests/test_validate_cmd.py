@@ -178,7 +178,7 @@ def test_markdown_one_section_per_source(cli, tmp_path):
 def test_shipped_page_is_the_generated_one():
     # docs/validation.md is `llmpar validate --markdown` output, not hand-written: its fixed text
     # and one section per shipped source
-    from llmpar.validation.core import source_names
+    from llmpar.validation.sources import source_names
     from llmpar.validation.report import PREAMBLE
 
     page = (REPO / "docs" / "validation.md").read_text()
@@ -189,7 +189,7 @@ def test_shipped_page_is_the_generated_one():
 
 def test_data_dir_resolves_the_shipped_files():
     from llmpar.specs.registry import data_dir
-    from llmpar.validation.core import source_names
+    from llmpar.validation.sources import source_names
 
     d = data_dir("validation")
     assert (d / f"{K}.yaml").is_file()

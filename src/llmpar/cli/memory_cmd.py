@@ -164,6 +164,26 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
 
     con = R.console()
     fmt, unit = R.bytes_formatter(units)
+    _print_header(con, r, fmt)
+    _print_breakdown(con, r, fmt, unit)
+    if r.stages:
+        con.print()
+        rows = [(s["stage"], s["layers"], fmt_count(s["params_per_gpu"]), fmt(s["weights_bytes"]), fmt(s["gradients_bytes"]),
+                 fmt(s["optimizer_bytes"]), fmt(s["activations_bytes"]), f"{s['in_flight']:g}", fmt(s["total_bytes"]))
+                for s in r.stages]
+        cols = ["stage", "layers", "params", "weights", "grads", "optimizer", "activations", "in flight", f"total {unit}"]
+        con.print(R.simple_table(cols, rows, title="Per pipeline stage", right=cols))
+    if explain and r.terms:
+        con.print()
+        con.print(R.terms_table(r.terms, fmt, value_header=unit, title="How each term is computed",
+                                formats={"params": lambda v: f"{fmt_count(v)} params"}))
+    _print_verdict(con, r, fmt, unit)
+
+
+def _print_header(con, r, fmt) -> None:
+    """The model, hardware, stack and layout; the settings; the parameters; the assumptions."""
+    from llmpar.cli import render as R
+
     par = r.parallel
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"
     layout = f"tp {int(par.tp)} · pp {int(par.pp)} · dp {int(par.dp)} · cp {int(par.cp)} · ep {int(par.ep)}"
@@ -190,6 +210,11 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     con.print(params_line, highlight=False)
     R.print_assumptions(con, r.assumptions)
 
+
+def _print_breakdown(con, r, fmt, unit) -> None:
+    """The per-GPU memory table, the allocated / reserved / runtime line and the model states."""
+    from llmpar.cli import render as R
+
     notes = _notes(r)
     tail = ["allocator_overhead_bytes", "runtime_bytes"]
     if r.mode == "inference":
@@ -214,17 +239,12 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
         con.print(f"model states: {fmt(r.model_states_bytes)} {unit}{tb} per GPU", highlight=False)
     if r.activation_bytes_per_layer is not None and r.mode == "training":
         con.print(f"[dim]activations per layer per micro-batch: {fmt(r.activation_bytes_per_layer)} {unit}[/dim]")
-    if r.stages:
-        con.print()
-        rows = [(s["stage"], s["layers"], fmt_count(s["params_per_gpu"]), fmt(s["weights_bytes"]), fmt(s["gradients_bytes"]),
-                 fmt(s["optimizer_bytes"]), fmt(s["activations_bytes"]), f"{s['in_flight']:g}", fmt(s["total_bytes"]))
-                for s in r.stages]
-        cols = ["stage", "layers", "params", "weights", "grads", "optimizer", "activations", "in flight", f"total {unit}"]
-        con.print(R.simple_table(cols, rows, title="Per pipeline stage", right=cols))
-    if explain and r.terms:
-        con.print()
-        con.print(R.terms_table(r.terms, fmt, value_header=unit, title="How each term is computed",
-                                formats={"params": lambda v: f"{fmt_count(v)} params"}))
+
+
+def _print_verdict(con, r, fmt, unit) -> None:
+    """The verdict line, the total's interval and the changes that would fit."""
+    from llmpar.cli import render as R
+
     con.print()
     word = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT"}[r.verdict]
     con.print(R.verdict(r.fits, _verdict_text(r, fmt, unit), ok_word=word, bad_word=word))

@@ -150,7 +150,7 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
 
         echo_json(result.as_dict())
     elif as_markdown:
-        from llmpar.validation.report import markdown
+        from llmpar.validation.report_page import markdown
 
         page = markdown(result)
         if out is None:

@@ -3,7 +3,8 @@
 A term is one tensor a layer saves for its backward, per token: Korthikanti et al. 2022's
 §4.1 accounting generalised to Llama blocks, MoE and MLA (the ``fused`` Megatron/TE set), and
 the PyTorch-eager set (:mod:`llmpar.cost.activations_eager`). The tables aggregate into a few
-per-token sums that the vectorised core multiplies by b·s/c and divides by t.
+per-token sums that the vectorised core multiplies by b·s/c and divides by t. The first and last
+pipeline stages' own terms (token ids, logits, ...) are cost/activations_ends.py.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.cost.states import FP8_TILE_BYTES, SRC_MEGATRON_CONV
+from llmpar.cost.states import FP8_TILE_BYTES
 from llmpar.parallel import Parallel
 from llmpar.specs.model import ModelSpec
 
 from llmpar.cost.act_term import SRC_KORTH, ActTerm  # noqa: F401 (one saved tensor: its own room)
-SRC_KORTH_EXTRA = "Korthikanti et al. 2022 §4.3 (embedding dropout, final norm, output layer, fp32 logits)"
 SRC_FLASH = "Dao et al. 2022 (FlashAttention, arXiv:2205.14135) §3.1: saves O and the softmax statistics"
 SRC_SWIGLU = "Shazeer 2020 (arXiv:2002.05202) eq. 6; Megatron-LM bias_swiglu saves [gate, up]"
 SRC_MOE = "Lepikhin et al. 2020 (GShard); Megatron-Core MoE alltoall dispatcher (tokens gathered over TP, k copies per token)"
@@ -163,33 +163,27 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
 
         fused = activation_terms(model, moe_layer, attention, dtype)
         return eager_terms(fused, model, block=saved == "eager", norms=(norm_kernel or saved) == "eager")
+    g = 1.0 if dtype == "fp8" else 2.0     # bytes of a saved linear-layer input
+    gsrc = SRC_KORTH + ("; fp8 GEMM input (Transformer Engine)" if dtype == "fp8" else "")
+    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    return (_attention_block_terms(model, attention, g, gsrc, norm)
+            + _mlp_block_terms(model, moe_layer, g, gsrc, norm))
+
+
+def _attention_block_terms(model: ModelSpec, attention: str, g: float, gsrc: str, norm: str) -> list[ActTerm]:
+    """The attention block's saved tensors: norm input, projection inputs, Q/K/V, the softmax's."""
     h, a = model.hidden, model.heads
     std = attention == "standard"
     drop = bool(model.dropout)
     dims = _attention_dims(model)
-    g = 1.0 if dtype == "fp8" else 2.0     # bytes of a saved linear-layer input
-    gsrc = SRC_KORTH + ("; fp8 GEMM input (Transformer Engine)" if dtype == "fp8" else "")
-    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
     T: list[ActTerm] = []
     add = T.append
-    # --- attention block
     add(ActTerm(f"{norm} 1 input", 2.0, h, "h", tp=False, sp=True, selective=True))
     if model.mla is None:
         add(ActTerm("QKV projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
                     module="layernorm"))
     else:
-        mla = model.mla
-        add(ActTerm("MLA down-projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
-                    module="layernorm"))
-        if mla.q_lora_rank is not None:
-            add(ActTerm("MLA query latent c_Q (norm input)", 2.0, mla.q_lora_rank, "d_c'", tp=False, sp=False,
-                        selective=True, source=SRC_MLA))
-            add(ActTerm("MLA query latent, normalised (up-projection input)", g, mla.q_lora_rank, "d_c'",
-                        tp=False, sp=False, selective=True, source=SRC_MLA))
-        add(ActTerm("MLA KV latent c_KV + rope key (norm input)", 2.0, mla.kv_lora_rank + mla.qk_rope_head_dim,
-                    "d_c+d_R", tp=False, sp=False, selective=True, source=SRC_MLA))
-        add(ActTerm("MLA KV latent, normalised (up-projection input)", g, mla.kv_lora_rank, "d_c",
-                    tp=False, sp=False, selective=True, source=SRC_MLA))
+        T += _mla_latent_terms(model, g, gsrc)
     qsrc = SRC_KORTH if model.mla is None else SRC_MLA
     up = "mla_up_proj" if model.mla is not None else None     # MLA's Q, K, V are the up-projections' outputs
     add(ActTerm("Q", 2.0, dims["q"], "a·d", tp=True, sp=False, selective=True, source=qsrc, module=up))
@@ -214,26 +208,52 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
         add(ActTerm("attention residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
     if model.sandwich_norms:    # Gemma 2/3 post_attention_layernorm: saves the attention output it normalises
         add(ActTerm(f"{norm} post-attention input", 2.0, h, "h", tp=False, sp=True, selective=True))
-    # --- MLP / MoE block
+    return T
+
+
+def _mla_latent_terms(model: ModelSpec, g: float, gsrc: str) -> list[ActTerm]:
+    """MLA's down-projection input and its compressed query and KV latents (before and after their norms)."""
+    h = model.hidden
+    mla = model.mla
+    T = [ActTerm("MLA down-projection input", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
+                 module="layernorm")]
+    if mla.q_lora_rank is not None:
+        T.append(ActTerm("MLA query latent c_Q (norm input)", 2.0, mla.q_lora_rank, "d_c'", tp=False, sp=False,
+                         selective=True, source=SRC_MLA))
+        T.append(ActTerm("MLA query latent, normalised (up-projection input)", g, mla.q_lora_rank, "d_c'",
+                         tp=False, sp=False, selective=True, source=SRC_MLA))
+    T.append(ActTerm("MLA KV latent c_KV + rope key (norm input)", 2.0, mla.kv_lora_rank + mla.qk_rope_head_dim,
+                     "d_c+d_R", tp=False, sp=False, selective=True, source=SRC_MLA))
+    T.append(ActTerm("MLA KV latent, normalised (up-projection input)", g, mla.kv_lora_rank, "d_c",
+                     tp=False, sp=False, selective=True, source=SRC_MLA))
+    return T
+
+
+def _ffn_terms(model: ModelSpec, g: float, label: str, f: int, unit: str, mult: int = 1, src: str = SRC_KORTH,
+               module=None, act=None) -> list[ActTerm]:
+    """An FFN's two saved tensors: SwiGLU's input (gate and up) and output, or GeLU's input and output."""
+    # module: the recompute module that drops the whole FFN (mlp, moe, shared_experts); act: the
+    # one that drops only the activation's output (moe_act for the routed experts)
+    if model.ffn_type == "swiglu":
+        return [ActTerm(f"{label} gate and up outputs (SwiGLU input)", 2.0, 2 * f * mult, f"2{unit}",
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
+                        module=module),
+                ActTerm(f"{label} SwiGLU output (down-projection input)", g, f * mult, unit,
+                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
+                        module=act or module)]
+    return [ActTerm(f"{label} GeLU input (FC1 output)", 2.0, f * mult, unit, tp=True, sp=False, selective=True,
+                    source=src, module=module),
+            ActTerm(f"{label} GeLU output (FC2 input)", g, f * mult, unit, tp=True, sp=False, selective=True,
+                    source=src, module=act or module)]
+
+
+def _mlp_block_terms(model: ModelSpec, moe_layer: bool, g: float, gsrc: str, norm: str) -> list[ActTerm]:
+    """The MLP (or MoE) block's saved tensors: norm input, router and dispatch, the FFNs'."""
+    h = model.hidden
+    drop = bool(model.dropout)
+    T: list[ActTerm] = []
+    add = T.append
     add(ActTerm(f"{norm} 2 input", 2.0, h, "h", tp=False, sp=True, selective=True))
-    swiglu = model.ffn_type == "swiglu"
-
-    def ffn_terms(label: str, f: int, unit: str, mult: int = 1, src: str = SRC_KORTH, module=None, act=None):
-        # module: the recompute module that drops the whole FFN (mlp, moe, shared_experts); act: the
-        # one that drops only the activation's output (moe_act for the routed experts)
-        if swiglu:
-            add(ActTerm(f"{label} gate and up outputs (SwiGLU input)", 2.0, 2 * f * mult, f"2{unit}",
-                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
-                        module=module))
-            add(ActTerm(f"{label} SwiGLU output (down-projection input)", g, f * mult, unit,
-                        tp=True, sp=False, selective=True, source=SRC_SWIGLU if src == SRC_KORTH else src,
-                        module=act or module))
-        else:
-            add(ActTerm(f"{label} GeLU input (FC1 output)", 2.0, f * mult, unit, tp=True, sp=False, selective=True,
-                        source=src, module=module))
-            add(ActTerm(f"{label} GeLU output (FC2 input)", g, f * mult, unit, tp=True, sp=False, selective=True,
-                        source=src, module=act or module))
-
     if moe_layer and model.moe:
         moe = model.moe
         k = moe.top_k
@@ -244,16 +264,16 @@ def activation_terms(model: ModelSpec, moe_layer: bool, attention: str, dtype: s
                     source=SRC_MOE, module="moe"))
         add(ActTerm(f"expert inputs ({k} dispatched copies per token)", g, k * h, "k·h", tp=False, sp=False,
                     selective=True, source=SRC_MOE, etp=True, module="moe"))
-        ffn_terms("experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE, module="moe", act="moe_act")
+        T += _ffn_terms(model, g, "experts", moe.expert_ffn_hidden, "k·f_e", k, SRC_MOE, module="moe", act="moe_act")
         add(ActTerm(EXPERT_OUTPUTS_TERM, 2.0, k * h, "k·h", tp=False, sp=True,
                     selective=True, source=SRC_MOE, module="moe"))
         if moe.shared_experts:
-            ffn_terms("shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE,
-                      module="shared_experts")
+            T += _ffn_terms(model, g, "shared experts", moe.shared_experts * moe.expert_ffn_hidden, "f_s", 1, SRC_MOE,
+                            module="shared_experts")
     else:
         add(ActTerm("MLP input (FC1 input)", g, h, "h", tp=False, sp=True, selective=True, source=gsrc,
                     module="layernorm"))
-        ffn_terms("MLP", model.ffn_hidden, "f", module="mlp")
+        T += _ffn_terms(model, g, "MLP", model.ffn_hidden, "f", module="mlp")
     if drop:
         add(ActTerm("MLP residual dropout mask", 1.0, h, "h", tp=False, sp=True, selective=True))
     if model.sandwich_norms:    # Gemma 2/3 post_feedforward_layernorm: saves the MLP output it normalises
@@ -343,70 +363,3 @@ def term_bytes(term: ActTerm, par: Parallel):
     if term.etp:
         x = x * np.asarray(par.expert_tp, dtype=float) / t
     return _out(x)
-
-
-def first_stage_extra_terms(model: ModelSpec) -> list[ActTerm]:
-    """Per micro-batch on the first stage: token ids (int64, Megatron theoretical_memory_usage.py)
-    and the embedding-dropout mask (Korthikanti §4.3), when the model has dropout."""
-    T = [ActTerm("token ids (int64)", 8.0, 1, "1", tp=False, sp=False, selective=True, source=SRC_MEGATRON_CONV)]
-    if model.dropout:
-        T.append(ActTerm("embedding dropout mask", 1.0, model.hidden, "h", tp=False, sp=True, selective=True,
-                         source=SRC_KORTH_EXTRA))
-    return T
-
-
-SRC_LOGITS_GRAD = ("PyTorch log_softmax / Megatron vocab_parallel_cross_entropy backward: the fp32 gradient of "
-                   "the logits is allocated while the saved fp32 softmax is alive (nanotron: the fp32 cast copy "
-                   "beside it in the forward)")
-
-
-SRC_LOGITS_16BIT = ("torchtitan train.py (9dec370): pred = model(input_ids); loss = loss_fn(pred, labels) with "
-                    "loss_fn = cross_entropy(pred.float(), ...); 'del pred' only before loss.backward()")
-
-
-SRC_LOSS_PARALLEL = ("torch distributed/tensor/parallel/loss.py _log_softmax (loss_parallel, torch 2.5-2.6): x - "
-                     "amax(x), exp of that, then shifted - log(sumexp): x, shifted and exp(shifted) (then the "
-                     "result) live together in fp32, one copy more than a fused log_softmax; torchtitan 9dec370 "
-                     "enables loss_parallel whenever TP > 1 (parallel_dims.loss_parallel_enabled)")
-
-
-def last_stage_extra_terms(model: ModelSpec, mem=None) -> list[ActTerm]:
-    """Per micro-batch on the last stage (Korthikanti §4.3, 4sbh/t·(1 + V/h)): final-norm input,
-    LM-head input, and the logits of the vocab-parallel cross-entropy (fp32: 4·s·b·V/t; for a
-    128K vocabulary these outweigh a layer). ``mem`` (a stack's memory block, None = Korthikanti's
-    accounting): ``fp32_logits`` False keeps 16-bit logits (2 B); ``logits_grad`` adds the logits'
-    fp32 gradient, live at the same time (2x); ``logits_16bit_live`` the LM head's 16-bit output
-    beside them (2 B; torchtitan keeps ``pred`` through its fp32 loss); ``loss_parallel_fp32_copies``
-    more fp32 copies when TP > 1 (torch loss_parallel's decomposed log-softmax); ``activations``/
-    ``norm_kernel`` 'eager' gives the final RMSNorm the eager saved set."""
-    h = model.hidden
-    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
-    fp32 = True if mem is None else bool(mem.fp32_logits)
-    nb = 4.0 if fp32 else 2.0
-    T = [
-        ActTerm(f"final {norm} input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
-        ActTerm("LM-head input", 2.0, h, "h", tp=False, sp=True, selective=True, source=SRC_KORTH_EXTRA),
-        ActTerm(f"logits ({'fp32' if fp32 else '16-bit'}, vocab-parallel cross-entropy)", nb, model.vocab, "V",
-                tp=True, sp=False, selective=True, source=SRC_KORTH_EXTRA),
-    ]
-    if mem is not None and mem.logits_grad:
-        T.append(ActTerm("gradient of the logits (fp32, live with them)", 4.0, model.vocab, "V", tp=True, sp=False,
-                         selective=True, source=SRC_LOGITS_GRAD))
-    if mem is not None and mem.loss_parallel_fp32_copies > 0:
-        T.append(ActTerm("vocab-parallel log-softmax temporaries (fp32, TP > 1)", 4.0 * mem.loss_parallel_fp32_copies,
-                         model.vocab, "V", tp=True, sp=False, selective=True, source=SRC_LOSS_PARALLEL, only_tp=True))
-    if mem is not None and mem.logits_16bit_live:
-        T.append(ActTerm("16-bit logits (the LM head's output, live through the loss)", 2.0, model.vocab, "V", tp=True,
-                         sp=False, selective=True, source=SRC_LOGITS_16BIT))
-    if mem is not None and (mem.norm_kernel or mem.activations) == "eager":
-        from llmpar.cost.activations_eager import eager_terms
-
-        T = eager_terms(T, model, block=False, norms=True)
-    return T
-
-
-def _extra_bytes(terms: list[ActTerm], par: Parallel):
-    total = 0.0
-    for term in terms:
-        total = total + np.asarray(term_bytes(term, par))
-    return total

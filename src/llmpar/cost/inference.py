@@ -13,7 +13,8 @@ import numpy as np
 from llmpar.cost.activations import _attention_dims
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
 from llmpar.cost.inflight import _dense_in_span, candidate_stages, stage_span
-from llmpar.cost.states import INFERENCE_WEIGHT_BYTES, KV_BYTES, embedding_shard, head_shard, layer_shard
+from llmpar.cost.shards import embedding_shard, head_shard, layer_shard
+from llmpar.cost.states import INFERENCE_WEIGHT_BYTES, KV_BYTES
 from llmpar.cost.runtime import _capacity, communicators, runtime_bytes, verdict_code, verdict_name
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware

@@ -1,6 +1,6 @@
 """The explain layer of per-GPU memory (``--explain``): every term of one scalar layout with
 its bytes, formula, substituted values and source. It calls the same private helpers as the
-vectorised core (cost/memory.py, cost/inference.py), so the two cannot disagree; tests check
+vectorised core (cost/memory.py, cost/memory_stage.py, cost/inference.py), so the two cannot disagree; tests check
 that the terms add up to the core's components.
 """
 
@@ -9,19 +9,21 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.cost import params as P
-from llmpar.cost.activations import (
-    CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, first_stage_extra_terms, last_stage_extra_terms,
-    term_bytes,
-)
+from llmpar.cost.activations import CHECKPOINT_SOURCE, ActTerm, checkpoint_term, stack_activation_terms, term_bytes
+from llmpar.cost.activations_ends import first_stage_extra_terms, last_stage_extra_terms
 from llmpar.cost.inflight import in_flight_on_stage, logits_in_flight, stage_span
 from llmpar.cost.pipeline import DUALPIPE
+from llmpar.cost.shards import (
+    SRC_MEGATRON_PP, SRC_MEGATRON_TP, _word_embedding, embedding_shard, head_shard, largest_layer_params, layer_shard,
+)
 from llmpar.cost.states import (
-    INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV, SRC_MEGATRON_PP, SRC_MEGATRON_TP,
-    SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _word_embedding, _zero3_buffers, _zero_divisors,
-    bytes_per_param, embedding_shard, head_shard, largest_layer_params, layer_shard, optimized_params,
-    optimizer_step_bytes, SRC_OFFLOAD, SRC_PARAM_OFFLOAD,
+    INFERENCE_WEIGHT_BYTES, KV_BYTES, SRC_DS2, SRC_DS3, SRC_MEGATRON_CONV,
+    SRC_TE_FP8, SRC_ZERO, SRC_ZERO3_BUF, BytesPerParam, _zero3_buffers, _zero_divisors,
+    bytes_per_param, optimized_params, optimizer_step_bytes, SRC_OFFLOAD, SRC_PARAM_OFFLOAD,
 )
 from llmpar.cost.inference import SRC_KV, SRC_KV_MLA, kv_cache_per_token_layer
+from llmpar.cost.memory import memory_per_gpu
+from llmpar.cost.memory_stage import _layer_coeffs, _stage_eval
 from llmpar.cost.runtime import (
     SRC_ALLOC, SRC_CONTEXT, SRC_GROUPS, SRC_NCCL, SRC_RESERVE, _capacity, communicators,
 )
@@ -83,26 +85,43 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
     """Every term of one scalar layout's memory on ``stage`` (default: the most-loaded stage).
 
     Sums per component equal :func:`memory_per_gpu`'s (or :func:`model_states_for_count`'s)."""
-    from llmpar.cost.memory import _layer_coeffs, _stage_eval, memory_per_gpu   # memory re-exports this module
     prec = bytes_per_param(settings, par.zero, par.microbatches)
     cap, res = _capacity(hw, reserve)
-    terms: list[Term] = []
     if model is None:
-        shard = float(params) / (int(par.tp) * int(par.pp))
-        terms.append(Term("params", "parameters per GPU", shard, "Ψ / (tp·pp)",
-                          f"{_g(params)} / ({int(par.tp)}·{int(par.pp)})", "even split of a bare count"))
-        terms += state_terms(shard, 0.0, shard if prec.fp8_cache else 0.0, 0.0, prec, par, settings)
-        allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer"))
-        n_comm = int(communicators(par.tp, par.pp, par.dp, par.cp, par.ep))
-        return terms + runtime_terms(allocated, settings, n_comm, res)
+        return _bare_count_terms(params, par, settings, prec, res)
     if stage is None:
         stage = int(memory_per_gpu(model, hw, par, settings, reserve)["stage"])
     shard = layer_shard(model, par)
     coeffs = _layer_coeffs(model, settings)
     e = _stage_eval(model, par, settings, prec, shard, coeffs, stage)
     nd, nm = int(e["dense_layers"]), int(e["moe_layers"])
+    terms = _param_terms(model, par, shard, stage, nd, nm)
+    terms += state_terms(e["params_nonexpert"], e["params_expert"],
+                         nd * float(shard.dense_linear) + nm * float(shard.moe_linear), nm * float(shard.experts_linear),
+                         prec, par, settings)
+    terms += _zero3_terms(model, par, prec, shard, e)
+    terms += _activation_terms(model, par, settings, e, nd, nm)
+    terms += _buffer_terms(par, settings, prec, e)
+    allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    return terms + runtime_terms(allocated, settings, int(e["communicators"]), res)
+
+
+def _bare_count_terms(params, par: Parallel, settings: Settings, prec: BytesPerParam, res) -> list[Term]:
+    """The terms of a bare parameter count (``--params``): an even split, its states, the runtime."""
+    terms: list[Term] = []
+    shard = float(params) / (int(par.tp) * int(par.pp))
+    terms.append(Term("params", "parameters per GPU", shard, "Ψ / (tp·pp)",
+                      f"{_g(params)} / ({int(par.tp)}·{int(par.pp)})", "even split of a bare count"))
+    terms += state_terms(shard, 0.0, shard if prec.fp8_cache else 0.0, 0.0, prec, par, settings)
+    allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer"))
+    n_comm = int(communicators(par.tp, par.pp, par.dp, par.cp, par.ep))
+    return terms + runtime_terms(allocated, settings, n_comm, res)
+
+
+def _param_terms(model: ModelSpec, par: Parallel, shard, stage: int, nd: int, nm: int) -> list[Term]:
+    """The parameters on this GPU: its dense and MoE layers, the embedding, the LM head."""
+    terms: list[Term] = []
     t = int(par.tp)
-    # parameters on this GPU
     emb = float(embedding_shard(model, par)) if (stage == 0 or _is_dual_end(par, stage, 0)) else 0.0
     head = float(head_shard(model, par)) if (stage == int(par.pp) - 1 or _is_dual_end(par, stage, int(par.pp) - 1)) else 0.0
     src_shard = SRC_MEGATRON_TP + "; " + SRC_MEGATRON_PP
@@ -127,43 +146,36 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
                           "V·h/t + final norm" if (P.head_params(model) or tied) else "final norm (tied, counted once)",
                           f"{_g(P.head_params(model) or (_word_embedding(model) if tied else 0))}/{t} + {P.final_norm_params(model)}",
                           SRC_MEGATRON_PP))
-    terms += state_terms(e["params_nonexpert"], e["params_expert"],
-                         nd * float(shard.dense_linear) + nm * float(shard.moe_linear), nm * float(shard.experts_linear),
-                         prec, par, settings)
-    if float(e["zero3_buffer_bytes"]):
-        bw, bg = _zero3_buffers(model, par, prec, shard, True)
-        if prec.convention == "deepspeed":
-            big = float(largest_layer_params(model, par))
-            terms.append(Term("weights", "ZeRO-3 largest-layer buffer (weights)", float(bw), "2 × largest_layer",
-                              f"2 × {_g(big)}", SRC_DS3))
-            terms.append(Term("gradients", "ZeRO-3 largest-layer buffer (gradients)", float(bg), "2 × largest_layer",
-                              f"2 × {_g(big)}", SRC_DS3))
-        else:
-            terms.append(Term("weights", "ZeRO-3 gathered layers (current + prefetch)", float(bw),
-                              "2 × bytes_w × layer params/GPU", f"2 × {_g(prec.weights)} × {_g(float(bw) / (2 * prec.weights))}",
-                              SRC_ZERO3_BUF))
-            terms.append(Term("gradients", "ZeRO-3 unsharded layer gradient", float(bg), "bytes_g × layer params/GPU",
-                              f"{_g(prec.gradients)} × {_g(float(bg) / float(prec.gradients))}", SRC_ZERO3_BUF))
-    # activations (× the stack's fitted activation_factor, when it is not 1)
+    return terms
+
+
+def _zero3_terms(model: ModelSpec, par: Parallel, prec: BytesPerParam, shard, e: dict) -> list[Term]:
+    """ZeRO-3's transient buffers: the gathered layers and the unsharded gradient (or DeepSpeed's)."""
+    if not float(e["zero3_buffer_bytes"]):
+        return []
+    bw, bg = _zero3_buffers(model, par, prec, shard, True)
+    if prec.convention == "deepspeed":
+        big = float(largest_layer_params(model, par))
+        return [Term("weights", "ZeRO-3 largest-layer buffer (weights)", float(bw), "2 × largest_layer",
+                     f"2 × {_g(big)}", SRC_DS3),
+                Term("gradients", "ZeRO-3 largest-layer buffer (gradients)", float(bg), "2 × largest_layer",
+                     f"2 × {_g(big)}", SRC_DS3)]
+    return [Term("weights", "ZeRO-3 gathered layers (current + prefetch)", float(bw),
+                 "2 × bytes_w × layer params/GPU", f"2 × {_g(prec.weights)} × {_g(float(bw) / (2 * prec.weights))}",
+                 SRC_ZERO3_BUF),
+            Term("gradients", "ZeRO-3 unsharded layer gradient", float(bg), "bytes_g × layer params/GPU",
+                 f"{_g(prec.gradients)} × {_g(float(bg) / float(prec.gradients))}", SRC_ZERO3_BUF)]
+
+
+def _activation_terms(model: ModelSpec, par: Parallel, settings: Settings, e: dict, nd: int, nm: int) -> list[Term]:
+    """The stage's activations (× the stack's fitted activation_factor, when it is not 1): each
+    kept tensor of its layers, the recompute working set, the end stages' terms, the backward's."""
+    terms: list[Term] = []
     mem = settings.stack.memory
     fac = float(mem.activation_factor)
     fdesc = " × activation_factor" if fac != 1 else ""
     fval = f" × {fac:g} (stack {settings.stack.name})" if fac != 1 else ""
-    fl = float(e["in_flight"])
-    rec = int(par.recompute)
-    for kind, n, moe_layer in (("dense", nd, False), ("MoE", nm, True)):
-        if not n:
-            continue
-        tt = stack_activation_terms(model, moe_layer, settings)
-        kept = [x for x in tt if (rec == 0 and not x.only_selective) or (rec == 1 and x.selective)] if rec < 2 \
-            else [checkpoint_term(model)]
-        dual = int(par.schedule) == DUALPIPE and int(par.pp) > 1
-        n_eff = n / 2.0 if dual else n
-        for x in kept:
-            per = float(term_bytes(x, par))
-            terms.append(Term("activations", f"{kind} layer: {x.name}", per * n_eff * fl * fac,
-                              _act_formula(x) + " × layers × in-flight" + fdesc,
-                              f"{_g(per)} B/layer × {_g(n_eff)} × {_g(fl)}" + fval, x.source))
+    terms += _layer_act_terms(model, par, settings, float(e["in_flight"]), nd, nm, fac, fdesc, fval)
     if float(e["act_recompute_bytes"]):
         terms.append(Term("activations", "recompute working set (one layer rematerialised in backward)",
                           float(e["act_recompute_bytes"]) * fac, "one layer's activations without recompute − kept" + fdesc,
@@ -186,26 +198,54 @@ def memory_terms(model: ModelSpec | None, hw: Hardware, par: Parallel, settings:
                           f"{_g(mem.working_layers)} × {_g(float(e['act_working_bytes']) / mem.working_layers)} "
                           f"(stack {settings.stack.name})",
                           "fitted per stack (docs/stacks.md): gradient and upcast temporaries of the layer in backward"))
+    return terms
+
+
+def _layer_act_terms(model: ModelSpec, par: Parallel, settings: Settings, fl: float, nd: int, nm: int, fac: float,
+                     fdesc: str, fval: str) -> list[Term]:
+    """Each tensor the stage's dense and MoE layers keep, × layers × micro-batches in flight."""
+    terms: list[Term] = []
+    rec = int(par.recompute)
+    for kind, n, moe_layer in (("dense", nd, False), ("MoE", nm, True)):
+        if not n:
+            continue
+        tt = stack_activation_terms(model, moe_layer, settings)
+        kept = [x for x in tt if (rec == 0 and not x.only_selective) or (rec == 1 and x.selective)] if rec < 2 \
+            else [checkpoint_term(model)]
+        dual = int(par.schedule) == DUALPIPE and int(par.pp) > 1
+        n_eff = n / 2.0 if dual else n
+        for x in kept:
+            per = float(term_bytes(x, par))
+            terms.append(Term("activations", f"{kind} layer: {x.name}", per * n_eff * fl * fac,
+                              _act_formula(x) + " × layers × in-flight" + fdesc,
+                              f"{_g(per)} B/layer × {_g(n_eff)} × {_g(fl)}" + fval, x.source))
+    return terms
+
+
+def _buffer_terms(par: Parallel, settings: Settings, prec: BytesPerParam, e: dict) -> list[Term]:
+    """The reduction buckets (and DDP's gradient copy) and the optimizer step's working buffers."""
+    terms: list[Term] = []
+    mem = settings.stack.memory
     buf = float(e["buffers_bytes"])
-    if buf:
-        n = int(par.dp) * int(par.cp)
-        local = float(optimized_params(float(e["optimizer_bytes"]), prec))
-        opt_step = float(optimizer_step_bytes(mem, float(e["optimizer_bytes"]), prec))
-        bucket = float(mem.grad_bucket_bytes) if n > 1 else 0.0
-        if bucket:
-            terms.append(Term("buffers", "gradient-reduction bucket", bucket,
-                              "memory.grad_bucket_bytes (dp·cp > 1)", f"{_g(mem.grad_bucket_bytes)} (dp·cp = {n})",
-                              SRC_BUCKET))
-        if mem.ddp_bucket_copy and n > 1:
-            terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - bucket - opt_step,
-                              "2 B × Ψ_gpu (dp·cp > 1)", f"2 × {_g(e['params_per_gpu'])}", SRC_DDP))
-        if opt_step:
-            terms.append(Term("buffers", "optimizer step's working buffers", opt_step,
-                              "memory.optimizer_step_bytes_per_param × parameters this GPU optimises",
-                              f"{_g(mem.optimizer_step_bytes_per_param)} × {_g(local)} (stack {settings.stack.name})",
-                              "fitted per stack (docs/stacks.md); torch/optim/adam.py _multi_tensor_adam: fp32 sqrt(v)"))
-    allocated = sum(t.bytes for t in terms if t.component in ("weights", "gradients", "optimizer", "activations", "buffers"))
-    return terms + runtime_terms(allocated, settings, int(e["communicators"]), res)
+    if not buf:
+        return terms
+    n = int(par.dp) * int(par.cp)
+    local = float(optimized_params(float(e["optimizer_bytes"]), prec))
+    opt_step = float(optimizer_step_bytes(mem, float(e["optimizer_bytes"]), prec))
+    bucket = float(mem.grad_bucket_bytes) if n > 1 else 0.0
+    if bucket:
+        terms.append(Term("buffers", "gradient-reduction bucket", bucket,
+                          "memory.grad_bucket_bytes (dp·cp > 1)", f"{_g(mem.grad_bucket_bytes)} (dp·cp = {n})",
+                          SRC_BUCKET))
+    if mem.ddp_bucket_copy and n > 1:
+        terms.append(Term("buffers", "DDP buckets: 16-bit copy of every gradient", buf - bucket - opt_step,
+                          "2 B × Ψ_gpu (dp·cp > 1)", f"2 × {_g(e['params_per_gpu'])}", SRC_DDP))
+    if opt_step:
+        terms.append(Term("buffers", "optimizer step's working buffers", opt_step,
+                          "memory.optimizer_step_bytes_per_param × parameters this GPU optimises",
+                          f"{_g(mem.optimizer_step_bytes_per_param)} × {_g(local)} (stack {settings.stack.name})",
+                          "fitted per stack (docs/stacks.md); torch/optim/adam.py _multi_tensor_adam: fp32 sqrt(v)"))
+    return terms
 
 
 def runtime_terms(allocated: float, settings: Settings, n_comm: int, reserve) -> list[Term]:

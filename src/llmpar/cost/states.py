@@ -1,12 +1,11 @@
-"""Model states per GPU: bytes per parameter, TP/PP/EP shards, ZeRO divisors (docs/memory.md).
+"""Model states per GPU: bytes per parameter, offload, ZeRO divisors (docs/memory.md).
 
-Split out of cost/memory.py (one concept per module). Sources:
+Split out of cost/memory.py (one concept per module); the TP/PP/EP shards (parameters per GPU
+before ZeRO) are in cost/shards.py. Sources:
 
 * Rajbhandari et al. 2019, "ZeRO", arXiv:1910.02054, §3.1 (2 + 2 + K bytes per parameter,
   K = 12 for mixed-precision Adam) and §5 (P_os, P_os+g, P_os+g+p), Fig. 1, Table 1.
-* Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 (column/row-parallel matrices,
-  vocab-parallel embedding); Narayanan et al. 2021, arXiv:2104.04473, §2.2-2.3; Megatron
-  conventions: NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py.
+* Megatron conventions: NVIDIA/Megatron-LM megatron/training/theoretical_memory_usage.py.
 * DeepSpeed: stage_1_and_2.py estimate_zero2_model_states_mem_needs and stage3.py
   estimate_zero3_model_states_mem_needs (non-offload branches).
 * fp8: NVIDIA Transformer Engine (bf16 primary weights + cached fp8 copy and transpose).
@@ -21,17 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from llmpar.cost import params as P
 from llmpar.cost.arrays import scalar_out as _out
-from llmpar.cost.params import _linear, _mlp_bias, _out_bias
+from llmpar.cost.shards import LayerShard, largest_layer_params
 from llmpar.errors import UserError
 from llmpar.parallel import Parallel, Settings
 from llmpar.layout import optimizer_offload_violations, param_offload_violations  # noqa: F401 (re-exported: the rules live in layout.py)
 from llmpar.specs.model import ModelSpec
 
 SRC_ZERO = "Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054) §3.1, §5, Fig. 1"
-SRC_MEGATRON_TP = "Shoeybi et al. 2019 (Megatron-LM, arXiv:1909.08053) §3"
-SRC_MEGATRON_PP = "Narayanan et al. 2021 (arXiv:2104.04473) §2.2; Megatron-LM theoretical_memory_usage.py"
 SRC_MEGATRON_CONV = "Megatron-LM megatron/training/theoretical_memory_usage.py (18 B/param; 6 + 12/d with the distributed optimizer)"
 SRC_DS2 = "DeepSpeed stage_1_and_2.py estimate_zero2_model_states_mem_needs: 2Ψ + 18Ψ/N"
 SRC_DS3 = "DeepSpeed stage3.py estimate_zero3_model_states_mem_needs: 4·largest_layer + 18Ψ/N"
@@ -231,122 +227,6 @@ def check_convention(settings: Settings, zero: int) -> None:
         if settings.optimizer not in ("adam", "adamw"):
             raise UserError(f"--convention deepspeed assumes Adam (its estimators count 12 B of optimizer state), "
                             f"not --optimizer {settings.optimizer}")
-
-
-# ================================================================= parameters per GPU (sharding)
-
-def _tp_replicated_attention(model: ModelSpec) -> int:
-    """Attention parameters that Megatron replicates over TP ranks instead of splitting.
-
-    Row-parallel output bias (added after the all-reduce, Shoeybi 2019 §3); MLA's down-projections
-    W_DQ, W_DKV(+W_KR) and their norms (Megatron-Core MLA builds them as duplicated linears).
-    Norms of width h are counted separately (norm_params_per_layer).
-    """
-    h = model.hidden
-    rep = h if _out_bias(model) else 0
-    if model.mla is not None:
-        mla = model.mla
-        if mla.q_lora_rank is not None:
-            rep += _linear(h, mla.q_lora_rank, model.linear_bias or model.qkv_bias) + P.norm_params(model, mla.q_lora_rank)
-        rep += _linear(h, mla.kv_lora_rank + mla.qk_rope_head_dim, model.linear_bias or model.qkv_bias)
-        rep += P.norm_params(model, mla.kv_lora_rank)
-    return rep
-
-
-def _row_bias(model: ModelSpec) -> int:
-    """The row-parallel (second/down) FFN bias, replicated over TP; 0 without FFN biases."""
-    return model.hidden if _mlp_bias(model) else 0
-
-
-@dataclass(frozen=True)
-class LayerShard:
-    """Parameters of one transformer layer held by one GPU after TP/EP (before ZeRO).
-
-    ``dense``/``moe``: non-expert parameters of a dense / MoE layer; ``experts``: routed-expert
-    parameters of a MoE layer (sharded by ep x expert-TP etp); ``*_linear``: the part in linear
-    layers (for the fp8 weight cache). Values may be arrays (one per candidate tp/ep).
-    """
-
-    dense: Any
-    moe: Any
-    experts: Any
-    dense_linear: Any
-    moe_linear: Any
-    experts_linear: Any
-
-
-def layer_shard(model: ModelSpec, par: Parallel) -> LayerShard:
-    """Megatron sharding of one layer (Shoeybi 2019 §3): QKV/FC1 column-parallel and proj/FC2
-    row-parallel split by t with their column biases; norms, row biases and MLA down-projections
-    replicated. MoE: routed experts split over ep ranks and expert-TP etp (= t unless MoE parallel
-    folding sets it: Liu et al. 2025, arXiv:2504.14960 §3); shared experts like a dense FFN;
-    router replicated."""
-    t = np.asarray(par.tp, dtype=float)
-    ep = np.asarray(par.ep, dtype=float)
-    et = np.asarray(par.expert_tp, dtype=float)
-    attn = P.attention_params(model)
-    attn_rep = _tp_replicated_attention(model)
-    norms = P.norm_params_per_layer(model)
-    attn_gpu = (attn - attn_rep) / t + attn_rep
-    mlp = P.dense_mlp_params(model)
-    mlp_gpu = (mlp - _row_bias(model)) / t + _row_bias(model)
-    dense = attn_gpu + mlp_gpu + norms
-    moe = np.zeros_like(t)
-    experts = np.zeros_like(t)
-    moe_lin = np.zeros_like(t)
-    exp_lin = np.zeros_like(t)
-    if model.moe:
-        shared = P.shared_expert_params(model)
-        shared_rep = model.moe.shared_experts * _row_bias(model)
-        shared_gpu = (shared - shared_rep) / t + shared_rep
-        router = P.router_params(model)
-        moe = attn_gpu + shared_gpu + router + norms
-        one = P.expert_params(model)
-        experts = model.moe.experts * ((one - _row_bias(model)) / et + _row_bias(model)) / ep
-        moe_lin = attn_gpu + shared_gpu
-        exp_lin = experts
-    return LayerShard(
-        dense=_out(dense), moe=_out(moe), experts=_out(experts),
-        dense_linear=_out(attn_gpu + mlp_gpu), moe_linear=_out(moe_lin), experts_linear=_out(exp_lin),
-    )
-
-
-def _word_embedding(model: ModelSpec) -> int:
-    """V x h word embedding (the vocab-parallel part); the rest of embedding_params are positions."""
-    return model.vocab * model.hidden
-
-
-def embedding_shard(model: ModelSpec, par: Parallel):
-    """First stage: vocab-parallel word embedding V·h/t (Shoeybi 2019 §3) + learned positions (replicated)."""
-    word = _word_embedding(model)
-    pos = P.embedding_params(model) - word
-    return _out(word / np.asarray(par.tp, dtype=float) + pos)
-
-
-def head_shard(model: ModelSpec, par: Parallel):
-    """Last stage: LM head V·h/t (vocab-parallel) + final norm; tied embeddings get a copy of the
-    word embedding on the last stage when pp > 1 (Megatron keeps one there and all-reduces its
-    gradient with the first stage), and are counted once when pp = 1."""
-    t = np.asarray(par.tp, dtype=float)
-    p = np.asarray(par.pp)
-    head = P.head_params(model)
-    tied_copy = np.where((p > 1) & bool(model.tied_embeddings), _word_embedding(model), 0)
-    return _out((head + tied_copy) / t + P.final_norm_params(model))
-
-
-def largest_layer_params(model: ModelSpec, par: Parallel):
-    """DeepSpeed's ``largest_layer_params``: the largest single module's own parameters (the
-    word embedding or LM head for every shipped model), ÷ t for a TP shard."""
-    h = model.hidden
-    cands = [_word_embedding(model), h * model.ffn_hidden, model.heads * model.d_head * h]
-    if model.moe:
-        cands.append(h * model.moe.expert_ffn_hidden)
-    if model.mla is not None:
-        mla = model.mla
-        cands.append(model.heads * mla.v_head_dim * h)
-        cands.append((mla.q_lora_rank or h) * model.heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim))
-    return _out(max(cands) / np.asarray(par.tp, dtype=float))
-
 
 
 # ============================================================================ model states

@@ -2,7 +2,7 @@
 
 The published runs are data (``validation/*.yaml``, shipped as ``llmpar/data/validation`` and found
 through :func:`llmpar.specs.registry.data_dir`). Each file is read by
-:func:`llmpar.calibrate.runs_io.read_runs` and evaluated by :mod:`llmpar.calibrate.runs`
+:func:`llmpar.calibrate.runs_io.read_runs` (validation/sources.py: names, paths, headers) and evaluated by :mod:`llmpar.calibrate.runs`
 (``prepare`` / ``predict`` / ``measured_step_time``): the same ``cost/step`` code `llmpar step` and
 the planner use, with the file's stack (or the one asked for), its hardware and the row's layout; a
 knob the row leaves out (micro-batch, virtual stages, ZeRO stage, recompute) is searched and the
@@ -18,14 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from llmpar.errors import UserError, suggest
 from llmpar.evidence import evidence_class
 from llmpar.validation.common import MEMORY_METRICS, SPEED_METRICS, validation_dir  # noqa: F401 (re-exported)
+from llmpar.validation.sources import header_text, read_source, resolve_source, source_names
 
 DEFAULT_STACK = "megatron-core"
 #: metric -> (what, unit of ``published`` / ``predicted`` in the JSON)
@@ -56,21 +55,6 @@ FITS_CONVENTION = ("published status (ok = the run completed; oom = out of memor
 CONFIG_KEYS = ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "recompute", "micro_batch",
                "global_batch", "microbatches", "seq", "virtual_stages", "schedule", "sp", "dtype")
 SEARCHABLE = ("micro_batch", "virtual_stages", "zero", "recompute")
-
-
-# ------------------------------------------------------------------------------ the sources
-
-def source_names() -> list[str]:
-    """The shipped sources (file stems of ``validation/*.yaml``)."""
-    return sorted(p.stem for p in validation_dir().glob("*.yaml"))
-
-
-def _resolve_source(name: str) -> Path:
-    names = source_names()
-    key = name.strip().removesuffix(".yaml").removesuffix(".yml")
-    if key not in names:
-        raise UserError(f"unknown validation source {name!r}{suggest(key, names)}; one of: {', '.join(names)}")
-    return validation_dir() / f"{key}.yaml"
 
 
 @dataclass
@@ -114,32 +98,6 @@ class ValidationResult:
 
 
 # ------------------------------------------------------------------------------ evaluation
-
-_HEADER_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
-
-
-def _header_text(path: Path) -> dict[str, Any]:
-    """The file's descriptive header (about, left_out), which the runs reader does not keep: the
-    YAML above the top-level ``runs:`` key (the whole file if there is none); parsed once per
-    process while the file is unchanged (a copy goes out)."""
-    st = Path(path).stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _HEADER_CACHE:
-        _HEADER_CACHE[key] = _parse_header(Path(path))
-    return dict(_HEADER_CACHE[key])
-
-
-def _parse_header(path: Path) -> dict[str, Any]:
-    import yaml
-
-    text = path.read_text(encoding="utf-8")
-    cut = text.find("\nruns:")
-    try:
-        data = yaml.safe_load(text[:cut] if cut >= 0 else text)
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
 
 def _stack_for(file_stack: str | None, override: Any) -> tuple[Any, list[str]]:
     from llmpar.specs import load_stack
@@ -199,52 +157,21 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
             "median_abs_error": float(np.median(e))}
 
 
-_READ_CACHE: dict[tuple[str, int, int], Any] = {}
-
-
-def _read_source(path):
-    """read_runs([path]), parsed once per process while the file is unchanged: validate reads a
-    fitted source once as shipped and again per cross-validation fold (the playbook's 1,127-run
-    YAML takes about a second to parse). Each caller gets its own lists and layout dicts (the
-    other fields of a MeasuredRun are immutable values), so no caller's change reaches another."""
-    import dataclasses
-
-    from llmpar.calibrate.runs_io import RunsRead, read_runs
-
-    st = Path(path).stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _READ_CACHE:
-        if len(_READ_CACHE) > 64:
-            _READ_CACHE.clear()
-        _READ_CACHE[key] = read_runs([path])
-    r = _READ_CACHE[key]
-    return RunsRead(runs=[dataclasses.replace(m, layout=dict(m.layout)) for m in r.runs], notes=list(r.notes),
-                    models=dict(r.models), files=[dict(f) for f in r.files])
-
-
 def evaluate_source(name: str, stack: Any = None, limit: int | None = None, configurations: set | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
     """One shipped source through calibrate/runs.py; (its header, its rows). ``configurations``:
     only the runs of these (model, GPUs, hardware) configurations (calibrate.runs.configurations),
     as a cross-validation fold evaluates its held-out ones."""
     from llmpar.calibrate.runs import comparable_peak, configurations as run_configurations, measured_step_time, predict, prepare
-    from llmpar.cost.flops import flops_utilization, per_gpu_rate
-    from llmpar.specs import load_hardware
 
-    path = _resolve_source(name)
-    read = _read_source(path)
-    head = {**_header_text(path), **(read.files[0] if read.files else {})}
+    path = resolve_source(name)
+    read = read_source(path)
+    head = {**header_text(path), **(read.files[0] if read.files else {})}
     runs_in = read.runs[:limit] if limit else read.runs
     if configurations is not None:
         runs_in = [r for r, c in zip(runs_in, run_configurations(runs_in)) if c in configurations]
     stk, notes = _stack_for(head.get("stack"), stack)
-    flops_conv = str(head.get("flops_convention", "full"))
-    src = SourceResult(
-        name=path.stem, citation=str(head.get("source") or path.stem), url=head.get("url"),
-        about=" ".join(str(head.get("about", "")).split()), hardware=head.get("hardware"), metric=head.get("metric"),
-        convention=str(head.get("convention", "")), flops_convention=flops_conv, file_stack=head.get("stack"),
-        stack=stk.name, stack_fitted_on=list(stk.fitted_on), stack_calibration=stk.calibration,
-        runs=len(runs_in), notes=notes, left_out=head.get("left_out"))
+    src = _source_result(path, head, stk, notes, len(runs_in))
     runs, groups = prepare(runs_in, models=read.models, zero_stages=stk.zero_stages, schedules=stk.schedules,
                            pp_zero_stages=stk.pp_zero_stages)
     pred = predict(runs, groups, stk)
@@ -255,23 +182,8 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None, conf
     rows: list[dict[str, Any]] = []
     group_of = {int(i): g for g in groups for i in np.unique(g.index)}
     for i, r in enumerate(runs):
-        pick = pred.pick[i]
-        lay = r.layout
-        gpus = int(pred.gpus[i])
-        config = {"model": r.model, "hardware": r.hardware, "gpus": gpus,
-                  **{k: int(lay.get(k, 1)) for k in ("tp", "pp")}, "dp": int(gpus // (int(lay.get("tp", 1))
-                                                                                 * int(lay.get("pp", 1))
-                                                                                 * int(lay.get("cp", 1)))),
-                  "cp": int(lay.get("cp", 1)), "ep": int(lay.get("ep", 1)),
-                  "etp": int(lay.get("etp") or lay.get("tp", 1)),
-                  "zero": pick["zero"], "recompute": pick["recompute"], "micro_batch": pick["micro_batch"],
-                  "global_batch": int(round(pred.tokens_per_step[i] / int(lay["seq"]))),
-                  "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
-                  "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
-                  "recompute_layers": pick["recompute_layers"], "offload_layers": pick.get("offload_layers", 0),
-                  "dtype": str(lay.get("dtype", "bf16")), "optimizer": str(lay.get("optimizer", "adam")),
-                  # settings the row states (null: the stack's)
-                  **{k: lay.get(k) for k in ("grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")}}
+        config = _row_config(r, pred, i)
+        gpus = config["gpus"]
         base = {"source": src.name, "row": r.row or r.source.rsplit(":", 1)[-1],
                 "location": f"{path.name}:{r.source.rsplit(':', 1)[-1]}", "stack": stk.name, "status": r.status,
                 "config": config, "searched": _searched(r, stk), "fits": bool(pred.fits[i]),
@@ -279,33 +191,7 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None, conf
                                                       config["dtype"], gpus, config["seq"]))}
         metric = _speed_metric(r) if r.status == "ok" else None
         if metric is not None and math.isfinite(t_meas[i]):
-            t = float(pred.step_time_s[i])
-            flops = {"full": pred.model_flops[i], "causal": pred.causal_flops[i],
-                     "hardware": pred.hardware_flops[i]}[r.convention]
-            if metric == "step_time_s":
-                predicted = t
-            elif metric == "tokens_per_s_per_gpu":
-                predicted = float(per_gpu_rate(pred.tokens_per_step[i], t, gpus))
-            elif metric == "tflops_per_gpu":
-                predicted = float(per_gpu_rate(flops, t, gpus) / 1e12)
-            else:
-                key = (str(r.hardware), r.mfu_peak_dtype)
-                if key not in peaks:
-                    peaks[key] = float(load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype))
-                predicted = float(flops_utilization(flops, t, gpus, peaks[key]))
-            published = float(getattr(r, metric))
-            own_peak = (str(r.hardware), config["dtype"])
-            if own_peak not in peaks:
-                peaks[own_peak] = float(load_hardware(r.hardware).gpu.peak(config["dtype"]))
-            rows.append({**base, "metric": metric, "unit": METRICS[metric][1], "published": published,
-                         "predicted": predicted, "error": predicted / published - 1.0,
-                         "convention": _convention(metric, r.convention, r.mfu_peak_dtype),
-                         # the run's measured MFU as `llmpar step` states one (model FLOPs, attention in
-                         # full, against the peak of the run's dtype) and its tokens per GPU per step:
-                         # what the planner's plausibility checks compare with (llmpar.evidence)
-                         "measured_mfu": float(flops_utilization(pred.model_flops[i], t_meas[i], gpus,
-                                                                 peaks[own_peak])),
-                         "tokens_per_gpu_per_step": float(pred.tokens_per_step[i] / gpus)})
+            rows.append(_speed_row(base, r, pred, i, metric, t_meas[i], peaks))
         if r.status == "ok":
             for metric in MEMORY_METRICS:
                 published = getattr(r, metric)
@@ -322,6 +208,73 @@ def evaluate_source(name: str, stack: Any = None, limit: int | None = None, conf
                          "predicted": "fits" if pred.fits[i] else "oom", "error": None,
                          "convention": FITS_CONVENTION})
     return src, rows
+
+
+def _source_result(path, head: dict[str, Any], stk, notes: list[str], runs: int) -> SourceResult:
+    """The source's header as read from its file, and the stack it is evaluated with."""
+    flops_conv = str(head.get("flops_convention", "full"))
+    return SourceResult(
+        name=path.stem, citation=str(head.get("source") or path.stem), url=head.get("url"),
+        about=" ".join(str(head.get("about", "")).split()), hardware=head.get("hardware"), metric=head.get("metric"),
+        convention=str(head.get("convention", "")), flops_convention=flops_conv, file_stack=head.get("stack"),
+        stack=stk.name, stack_fitted_on=list(stk.fitted_on), stack_calibration=stk.calibration,
+        runs=runs, notes=notes, left_out=head.get("left_out"))
+
+
+def _row_config(r, pred, i: int) -> dict[str, Any]:
+    """The layout and settings run ``i`` was evaluated with (searched knobs as picked)."""
+    pick = pred.pick[i]
+    lay = r.layout
+    gpus = int(pred.gpus[i])
+    return {"model": r.model, "hardware": r.hardware, "gpus": gpus,
+            **{k: int(lay.get(k, 1)) for k in ("tp", "pp")}, "dp": int(gpus // (int(lay.get("tp", 1))
+                                                                           * int(lay.get("pp", 1))
+                                                                           * int(lay.get("cp", 1)))),
+            "cp": int(lay.get("cp", 1)), "ep": int(lay.get("ep", 1)),
+            "etp": int(lay.get("etp") or lay.get("tp", 1)),
+            "zero": pick["zero"], "recompute": pick["recompute"], "micro_batch": pick["micro_batch"],
+            "global_batch": int(round(pred.tokens_per_step[i] / int(lay["seq"]))),
+            "microbatches": pick["microbatches"], "seq": int(lay["seq"]),
+            "virtual_stages": pick["virtual_stages"], "schedule": pick["schedule"], "sp": pick["sp"],
+            "recompute_layers": pick["recompute_layers"], "offload_layers": pick.get("offload_layers", 0),
+            "dtype": str(lay.get("dtype", "bf16")), "optimizer": str(lay.get("optimizer", "adam")),
+            # settings the row states (null: the stack's)
+            **{k: lay.get(k) for k in ("grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")}}
+
+
+def _speed_row(base: dict[str, Any], r, pred, i: int, metric: str, t_measured, peaks: dict) -> dict[str, Any]:
+    """Run ``i``'s speed row: the prediction in the run's own metric, its error, its measured MFU."""
+    from llmpar.cost.flops import flops_utilization, per_gpu_rate
+    from llmpar.specs import load_hardware
+
+    gpus = base["config"]["gpus"]
+    t = float(pred.step_time_s[i])
+    flops = {"full": pred.model_flops[i], "causal": pred.causal_flops[i],
+             "hardware": pred.hardware_flops[i]}[r.convention]
+    if metric == "step_time_s":
+        predicted = t
+    elif metric == "tokens_per_s_per_gpu":
+        predicted = float(per_gpu_rate(pred.tokens_per_step[i], t, gpus))
+    elif metric == "tflops_per_gpu":
+        predicted = float(per_gpu_rate(flops, t, gpus) / 1e12)
+    else:
+        key = (str(r.hardware), r.mfu_peak_dtype)
+        if key not in peaks:
+            peaks[key] = float(load_hardware(r.hardware).gpu.peak(r.mfu_peak_dtype))
+        predicted = float(flops_utilization(flops, t, gpus, peaks[key]))
+    published = float(getattr(r, metric))
+    own_peak = (str(r.hardware), base["config"]["dtype"])
+    if own_peak not in peaks:
+        peaks[own_peak] = float(load_hardware(r.hardware).gpu.peak(base["config"]["dtype"]))
+    return {**base, "metric": metric, "unit": METRICS[metric][1], "published": published,
+            "predicted": predicted, "error": predicted / published - 1.0,
+            "convention": _convention(metric, r.convention, r.mfu_peak_dtype),
+            # the run's measured MFU as `llmpar step` states one (model FLOPs, attention in
+            # full, against the peak of the run's dtype) and its tokens per GPU per step:
+            # what the planner's plausibility checks compare with (llmpar.evidence)
+            "measured_mfu": float(flops_utilization(pred.model_flops[i], t_measured, gpus,
+                                                    peaks[own_peak])),
+            "tokens_per_gpu_per_step": float(pred.tokens_per_step[i] / gpus)}
 
 
 def agrees(row: dict[str, Any]) -> bool:
@@ -378,7 +331,7 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
         names = source_names()
     else:
         # a source named twice is evaluated once (reliability review, item 29: its rows counted twice)
-        names = list(dict.fromkeys(_resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
+        names = list(dict.fromkeys(resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
     rows: list[dict[str, Any]] = []
     sources: list[SourceResult] = []
     for n, name in enumerate(names):
