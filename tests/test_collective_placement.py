@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmpar.cost import collective_algos as CA
+from llmpar.cost import collective_params as CP
 from llmpar.cost import collectives as C
 from llmpar.cost.comm import dp_step
 from llmpar.cost.topology import collective_group, dims_placement, placement_table
@@ -123,7 +125,7 @@ def _shape(draw):
 @settings(max_examples=60, deadline=None)
 @given(_shape(), st.floats(1.0, 2.0**36))
 def test_ring_all_reduce_is_reduce_scatter_plus_all_gather(shape, S):
-    """The exact relation the model implements, per protocol p (cost/collectives._table):
+    """The exact relation the model implements, per protocol p (cost/collective_algos.algorithm_table):
 
     bandwidth: ring AR moves x = 2(P-1)/P per rank, RS and AG (P-1)/P each, over the same tiers
     and betas, and every term is linear in x: bw_AR(p) = bw_RS(p) + bw_AG(p).
@@ -133,14 +135,14 @@ def test_ring_all_reduce_is_reduce_scatter_plus_all_gather(shape, S):
     Simple and n > 1 else 1). Hence T_AR(p) = T_RS(p) + T_AG(p) - base(p) (+ the plateau term).
     """
     hw, P, k = shape
-    ar = C._table(hw, "all_reduce", S, P, k, only=("ring",))["ring"]
-    rs = C._table(hw, "reduce_scatter", S, P, k, only=("ring",))["ring"]
-    ag = C._table(hw, "all_gather", S, P, k, only=("ring",))["ring"]
+    ar = CA.algorithm_table(hw, "all_reduce", S, P, k, only=("ring",))["ring"]
+    rs = CA.algorithm_table(hw, "reduce_scatter", S, P, k, only=("ring",))["ring"]
+    ag = CA.algorithm_table(hw, "all_gather", S, P, k, only=("ring",))["ring"]
     n = -(-P // k)
     for p in range(3):
         assert float(ar.bw_time[p]) == pytest.approx(float(rs.bw_time[p]) + float(ag.bw_time[p]), rel=1e-12)
-        plateau = C.RING_PLATEAU if (p == 2 and n > 1) else 1.0
-        base = C.BASE_LATENCY_US["ring"][p] * 1e-6
+        plateau = CP.RING_PLATEAU if (p == 2 and n > 1) else 1.0
+        base = CP.BASE_LATENCY_US["ring"][p] * 1e-6
         assert float(ar.latency[p]) == pytest.approx((float(rs.latency[p]) + float(ag.latency[p]) - base) * plateau,
                                                      rel=1e-12)
 
@@ -153,7 +155,7 @@ def test_busbw_is_algbw_times_factor(shape, coll, S):
     for r in rep.rows:
         if r.available:
             assert r.algbw_GBps == pytest.approx(S / r.time_s / 1e9, rel=1e-12)
-            assert r.busbw_GBps == pytest.approx(r.algbw_GBps * C.bus_factor(coll, P), rel=1e-12)
+            assert r.busbw_GBps == pytest.approx(r.algbw_GBps * CP.bus_factor(coll, P), rel=1e-12)
     t = C.collective_time(hw, coll, S, P, k)
     assert C.busbw(coll, S, t, P) == pytest.approx(rep.chosen_row.busbw_GBps * 1e9, rel=1e-12)
 

@@ -13,9 +13,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmpar.cost.collectives import (
-    bus_factor, collective_report, collective_time, normalize_algorithm, normalize_collective,
-)
+from llmpar.cost.collective_params import bus_factor, normalize_algorithm
+from llmpar.cost.collectives import collective_report, collective_time, normalize_collective
 from llmpar.errors import UserError
 from llmpar.specs.registry import load_hardware
 

@@ -9,6 +9,7 @@ import yaml
 
 from conftest import SHARED
 from llmpar.cost import flops as fl
+from llmpar.cost import flops_papers as fp
 from llmpar.cost import params as pa
 from llmpar.parallel import Parallel
 from llmpar.specs.model import ModelSpec
@@ -86,18 +87,18 @@ def test_matmul_params_match_exact_parameter_counts():
     # N of 6N, derived from the FLOPs formulas, equals params.py's independent count minus what
     # is not a matmul: embedding lookup, norms, biases, MLA's inner norms, router bias; plus the
     # LM head when tied. Llama-2-7B: 6,738,415,616 − 131,072,000 − 266,240 = 6,607,077,376.
-    assert fl.matmul_params_per_token(load_model("llama-2-7b")) == 6_607_077_376
+    assert fp.matmul_params_per_token(load_model("llama-2-7b")) == 6_607_077_376
     # GPT-3 175B: biases 9h per layer (3h QKV, h proj, 4h + h FFN), tied head V·h added back.
     g = load_model("gpt3-175b")
     b = pa.breakdown(g)
     h = g.hidden
-    assert fl.matmul_params_per_token(g) == (b["total"] - b["embedding"] - b["norms"] - 96 * 9 * h
+    assert fp.matmul_params_per_token(g) == (b["total"] - b["embedding"] - b["norms"] - 96 * 9 * h
                                               + g.vocab * h)
     # DeepSeek-V3 (activated): active − embedding − block/final norms − MLA norms (1536 + 512 per
     # layer) − router bias (256 per MoE layer, 58 layers) = 36,624,596,992.
     d = load_model("deepseek-v3")
     bd = pa.breakdown(d)
-    assert fl.matmul_params_per_token(d) == (bd["active"] - bd["embedding"] - bd["norms"]
+    assert fp.matmul_params_per_token(d) == (bd["active"] - bd["embedding"] - bd["norms"]
                                               - 61 * (1536 + 512) - 58 * 256) == 36_624_596_992
 
 
@@ -105,9 +106,9 @@ def test_palm_formula_equals_component_count():
     # PaLM App. B: 6N + 12·L·h·s per token (MHA/GQA with a·d = h) = 3 x forward / s.
     for name, s in (("llama-2-7b", 4096), ("mixtral-8x7b", 4096), ("deepseek-v3", 4096)):
         m = load_model(name)
-        assert fl.palm_flops_per_token(m, s) == pytest.approx(3 * fl.forward_flops_per_sequence(m, s) / s, rel=1e-12)
+        assert fp.palm_flops_per_token(m, s) == pytest.approx(3 * fl.forward_flops_per_sequence(m, s) / s, rel=1e-12)
     m = load_model("llama-2-7b")
-    assert fl.palm_flops_per_token(m, 4096) == pytest.approx(6 * 6_607_077_376 + 12 * 32 * 4096 * 4096)
+    assert fp.palm_flops_per_token(m, 4096) == pytest.approx(6 * 6_607_077_376 + 12 * 32 * 4096 * 4096)
 
 
 def test_causal_block_fraction():
@@ -193,14 +194,14 @@ def test_narayanan_eq3_gpt3_175b_full_recompute():
     m = load_model("gpt3-175b")
     par = Parallel(tp=8, pp=16, dp=12, micro_batch=1, microbatches=128, seq=2048, recompute=FULL)
     assert par.global_batch == 1536
-    eq3 = fl.narayanan_eq3_flops(1536, 2048, 96, 12288, m.vocab)
+    eq3 = fp.narayanan_eq3_flops(1536, 2048, 96, 12288, m.vocab)
     assert fl.hardware_flops_per_step(m, par) == pytest.approx(eq3, rel=1e-12)
     # 96·1536·2048·96·12288² = 4.3775e18; x (1 + 2048/73728 + 50257/(16·96·12288))
     # = x (1 + 0.027778 + 0.002663) = x 1.030440 -> 4.5108e18 FLOPs per iteration
     assert eq3 == pytest.approx(4.5108e18, rel=1e-4)
     # model FLOPs are eq. 7 (3 forwards), 3/4 of the layer part plus the head
     assert fl.model_flops_per_step(m, par) == pytest.approx(
-        fl.korthikanti_eq7_flops(1536, 2048, 96, 12288, m.vocab), rel=1e-12)
+        fp.korthikanti_eq7_flops(1536, 2048, 96, 12288, m.vocab), rel=1e-12)
 
 
 def test_selective_recompute_vs_eq8():
@@ -211,7 +212,7 @@ def test_selective_recompute_vs_eq8():
     B, s, L, h, V = 4, 2048, 48, 6144, 51200
     extra = fl.hardware_flops_per_step(m, par) - fl.model_flops_per_step(m, par)
     assert extra == pytest.approx(4 * B * s**2 * L * h, rel=1e-12)
-    assert fl.korthikanti_eq8_flops(B, s, L, h, V) - fl.korthikanti_eq7_flops(B, s, L, h, V) == pytest.approx(3 * extra)
+    assert fp.korthikanti_eq8_flops(B, s, L, h, V) - fp.korthikanti_eq7_flops(B, s, L, h, V) == pytest.approx(3 * extra)
 
 
 def test_step_flops_array_polymorphic():
@@ -260,10 +261,10 @@ def test_korthikanti_table5_mfu_hfu(row):
     assert par.gpus == gpus
     B, L, h, V = cfg["global_batch_size"], m.layers, m.hidden, m.vocab
     model_flops = fl.model_flops_per_step(m, par)
-    assert model_flops == pytest.approx(fl.korthikanti_eq7_flops(B, 2048, L, h, V), rel=1e-12)
+    assert model_flops == pytest.approx(fp.korthikanti_eq7_flops(B, 2048, L, h, V), rel=1e-12)
     t = pub["iteration_time_s_present_work"]
     for flops, published in ((model_flops, pub["mfu_pct_present_work"]),
-                             (fl.korthikanti_eq8_flops(B, 2048, L, h, V), pub["hfu_pct_present_work"])):
+                             (fp.korthikanti_eq8_flops(B, 2048, L, h, V), pub["hfu_pct_present_work"])):
         hi = 100 * fl.flops_utilization(flops, t - 0.005, gpus, 312e12)
         lo = 100 * fl.flops_utilization(flops, t + 0.005, gpus, 312e12)
         assert lo - 0.05 <= published <= hi + 0.05, (pub["model"], lo, hi, published)

@@ -83,7 +83,8 @@ def load_model_13b():
     ("aws-p5", 400, 65.2, 482.3, 437.0),
 ])
 def test_cloud_fabric_profiles(name, per_gpu_gbit, latency_8b_us, busbw_1gib, measured_1gib):
-    from llmpar.cost.collectives import bus_factor, collective_time
+    from llmpar.cost.collective_params import bus_factor
+    from llmpar.cost.collectives import collective_time
 
     hw = load_hardware(name)
     tier = hw.tiers[-1]

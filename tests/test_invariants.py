@@ -34,6 +34,7 @@ from llmpar.cost import memory as M
 from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
 from llmpar.cost import pipeline as PL
+from llmpar.cost import pipeline_sim as SIM
 from llmpar.cost import states as ST
 from llmpar.cost.step import BREAKDOWN_KEYS, step_time
 from llmpar.errors import CheckFailed, UserError
@@ -445,7 +446,7 @@ def test_bubble_closed_form_equals_simulation(pipe):
     assume(p * m * v <= 400)
     res = build(SCHEDULES[sched], p, m, v if sched == INTERLEAVED else None, None)
     assert res["timeline"]["idle_fraction"] == pytest.approx(res["bubble_fraction_of_step"], rel=1e-9, abs=1e-12)
-    tl = PL.timeline(sched, p, m, v)
+    tl = SIM.timeline(sched, p, m, v)
     assert tl.idle_fraction == pytest.approx(float(PL.bubble_fraction_of_step(sched, p, m, v)), rel=1e-9, abs=1e-12)
 
 
@@ -460,7 +461,7 @@ def test_pipeline_time_equals_simulation_with_any_chunk_times(pipe, f, b, w):
     a max() missing from ZB-H1 when W > F)."""
     sched, p, m, _ = pipe
     assume(p * m <= 300)
-    tl = PL.timeline(sched, p, m, 1, t_f=f, t_b=b, t_w=w)
+    tl = SIM.timeline(sched, p, m, 1, t_f=f, t_b=b, t_w=w)
     total, _ = PL.pipeline_time(f, b + w, p, m, sched, 1, t_w=w)
     assert tl.total == pytest.approx(total, rel=1e-9)
 

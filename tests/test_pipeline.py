@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from llmpar.cost import pipeline as pl
+from llmpar.cost import pipeline_sim as sim
 from llmpar.parallel import SCHEDULES
 
 G, F1B, IL, ZB, DP = (SCHEDULES.index(s) for s in ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
@@ -160,7 +161,7 @@ def test_feasibility_and_checks():
 def test_timeline_idle_equals_formula(s, p, m, v):
     # Unit times F = 1, backward 2 (ZB-H1: B = 1, W = 1). GPipe/1F1B: the flush lasts
     # (m+p−1)·3 and each stage is busy 3m, so idle = (p−1)/(m+p−1).
-    t = pl.timeline(s, p, m, v)
+    t = sim.timeline(s, p, m, v)
     assert t.idle_fraction == pytest.approx(pl.bubble_fraction_of_step(s, p, m, v))
     # every stage runs each (micro-batch, chunk) forward and backward exactly once
     for row in t.stages:
@@ -173,7 +174,7 @@ def test_timeline_idle_equals_formula(s, p, m, v):
 def test_timeline_1f1b_shape():
     # p = 4, m = 8, 1F1B: stage 0 runs 3 warm-up forwards then F3 at t = 3; B0 comes back after
     # F0 went through 4 stages (t = 4) and B0 through stages 3, 2, 1 (2 each): starts at 4 + 6 = 10.
-    t = pl.timeline(F1B, 4, 8)
+    t = sim.timeline(F1B, 4, 8)
     row0 = t.stages[0]
     assert [(x.kind, x.microbatch) for x in row0[:5]] == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0)]
     assert row0[4].start == 10.0
@@ -184,11 +185,11 @@ def test_timeline_1f1b_shape():
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 20), (16, 32)])
 def test_dualpipe_timeline_idle_equals_table_2(p, m):
-    # deepseek-ai/DualPipe's own op order, simulated (cost.pipeline._order_dualpipe): with unit
+    # deepseek-ai/DualPipe's own op order, simulated (cost.pipeline_sim._order_dualpipe): with unit
     # times (F = B_input = W = 1, F&B = F + B_full = 3) every device is busy m(F + B_full) = 3m and
     # idle (p/2 - 1)(F&B + B_full - 3W) = (p/2 - 1)(3 + 2 - 3) = p - 2 (DeepSeek-V3 Table 2):
     # p = 8, m = 16 lasts 48 + 6 = 54 units, idle 6/54 = 0.1111.
-    t = pl.timeline(DP, p, m)
+    t = sim.timeline(DP, p, m)
     assert t.total == 3 * m + (p - 2)
     assert t.idle_fraction == pytest.approx(pl.bubble_fraction_of_step(DP, p, m))
     for i, row in enumerate(t.stages):
@@ -209,7 +210,7 @@ def test_dualpipe_timeline_start_by_hand():
     # direction 0 (F0 F1), step 2 one forward pair (F2 of direction 0, F4 = the first micro-batch
     # of direction 1, which enters at device 3 and reaches device 0, its stage 3, at t = 3), then
     # step 3's zero-bubble B4 (input gradient, 1 unit), W4, F5.
-    t = pl.timeline(DP, 4, 8)
+    t = sim.timeline(DP, 4, 8)
     row0 = [(x.kind, x.microbatch) for x in t.stages[0][:7]]
     assert row0 == [("F", 0), ("F", 1), ("F", 2), ("F", 4), ("B", 4), ("W", 4), ("F", 5)]
     assert t.stages[0][3].start == 3.0
@@ -227,7 +228,7 @@ def test_dualpipe_pipeline_time_equals_simulation(tf, tb, tw):
     # By hand for p = 8, m = 16, (F, B, W) = (1, 1.2, 0.8): B_full = 2, F&B = 3,
     # 16·3 + 3·max(3 + 2 - 2.4, 2) = 48 + 7.8 = 55.8; (1, 0.8, 0.8): 16·2.6 + 3·max(1.8, 2) = 47.6.
     p, m = 8, 16
-    t = pl.timeline(DP, p, m, 1, tf, tb, tw)
+    t = sim.timeline(DP, p, m, 1, tf, tb, tw)
     total, _ = pl.pipeline_time(tf, tb + tw, p, m, DP, t_w=tw)
     assert float(total) == pytest.approx(t.total)
     if (tf, tb, tw) == (1.0, 1.2, 0.8):
@@ -235,7 +236,7 @@ def test_dualpipe_pipeline_time_equals_simulation(tf, tb, tw):
     if (tf, tb, tw) == (1.0, 0.8, 0.8):
         assert t.total == pytest.approx(47.6)
     # a split far from W = B_input: the simulation idles 0.25 more per device pair (documented)
-    t = pl.timeline(DP, 4, 8, 1, 1.0, 0.5, 0.25)
+    t = sim.timeline(DP, 4, 8, 1, 1.0, 0.5, 0.25)
     total, _ = pl.pipeline_time(1.0, 0.75, 4, 8, DP, t_w=0.25)
     assert t.total == pytest.approx(float(total) + 0.25)
 
@@ -261,7 +262,7 @@ if given is not None:
             tw = tb
         else:
             m, v = k * 2 + p % 3, 1
-        t = pl.timeline(s, p, m, v, tf, tb, tw)
+        t = sim.timeline(s, p, m, v, tf, tb, tw)
         total, _ = pl.pipeline_time(tf * v, (tb + tw) * v, p, m, s, v, t_w=tw * v)
         assert total == pytest.approx(t.total)
 
@@ -271,7 +272,8 @@ def test_dualpipe_paired_share_is_the_orders_count():
     # DualPipe.step's own order (_order_dualpipe; a middle device's first main step is drawn as a
     # pair but the code runs it unoverlapped), against the closed form m - 3p/2 + 1 (p >= 4) / m - 3
     # (p = 2). DeepSeek-V3's p = 16, m = 120: 97 of 120 (23 forwards and 23 backwards run alone).
-    from llmpar.cost.pipeline import _order_dualpipe, dualpipe_paired_share
+    from llmpar.cost.pipeline import dualpipe_paired_share
+    from llmpar.cost.pipeline_sim import _order_dualpipe
 
     for p in (2, 4, 6, 8, 16):
         for m in range(2 * p, 6 * p + 1, 2):

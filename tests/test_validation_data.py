@@ -199,7 +199,7 @@ def test_the_two_a100_papers_disagree_on_the_same_layouts():
     whose exposed fp16 all-reduce is < 1 % of those steps) is the only layout difference; the rest
     is the year of software between the papers. A model with one set of constants is off by about
     half the gap on each side of each pair."""
-    from llmpar.cost.flops import narayanan_eq3_flops
+    from llmpar.cost.flops_papers import narayanan_eq3_flops
 
     def rows(name):
         return {r["row"]: r for r in yaml.safe_load((data_dir("validation") / f"{name}.yaml").read_text())["runs"]}

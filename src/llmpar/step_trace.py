@@ -6,7 +6,7 @@ The trace is the Trace Event Format's JSON object form ({"traceEvents": [...]}, 
 chrome://tracing read). One track per pipeline stage (pid 0, tid = stage):
 
 * every forward and backward chunk of every micro-batch, where the schedule puts it: the same
-  simulation `llmpar bubble` draws (:func:`llmpar.cost.pipeline.timeline`), with the step's own
+  simulation `llmpar bubble` draws (:func:`llmpar.cost.pipeline_sim.timeline`), with the step's own
   per-stage chunk times (``detail.stage_forward_s``/``stage_backward_s`` ÷ virtual stages, plus
   the activation offload copies where there are any); its length is the closed form the step uses
   (``cost.pipeline.pipeline_time``, equal to the simulation: tests/test_invariants.py);
@@ -30,7 +30,7 @@ US = 1e6
 
 def chrome_trace(result) -> dict[str, Any]:
     """The trace of a :class:`llmpar.results.StepResult` (its ``model_dump()`` or the object)."""
-    from llmpar.cost.pipeline import timeline
+    from llmpar.cost.pipeline_sim import timeline
     from llmpar.parallel import SCHEDULES
 
     d = result if isinstance(result, dict) else result.model_dump()

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from llmpar.calibrate.placement import error_summary, place, predict
-from llmpar.cost.collectives import bus_factor, collective_report
+from llmpar.cost.collective_params import bus_factor
+from llmpar.cost.collectives import collective_report
 from llmpar.errors import UserError
 
 STATISTICS = ("median_abs_error_ge_1MB", "max_abs_error_ge_1MB", "median_abs_error_ge_64MB", "max_abs_error_ge_64MB")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llmpar.cost.collectives import PROTO_BW, algorithms_for, tier_params
+from llmpar.cost.collective_params import PROTO_BW, algorithms_for, tier_params
 
 FIT_FIELDS = ("latency", "ll128_latency", "simple_latency", "efficiency", "ll_efficiency", "ll128_efficiency")
 INR_FIELDS = ("inr_latency", "inr_efficiency")

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmpar.cost.collectives import GATHERED, bus_factor
+from llmpar.cost.collective_params import GATHERED, bus_factor
 from llmpar.cost.collectives import normalize_collective as _normalize
 
 __all__ = ["GATHERED", "PROGRAMS", "TYPE_BYTES", "Device", "Measurement", "ParsedLog", "Row", "Section",
@@ -59,7 +59,7 @@ def normalize_collective(name: str) -> str:
 
 
 def busbw_factor(collective: str, ranks):
-    """busbw / algbw as nccl-tests defines it: :func:`llmpar.cost.collectives.bus_factor`."""
+    """busbw / algbw as nccl-tests defines it: :func:`llmpar.cost.collective_params.bus_factor`."""
     return bus_factor(collective, ranks)
 
 

@@ -104,7 +104,7 @@ def place(log, hw, algorithm: str | None = None) -> Placement:
     intra = next((t for t in inner if t.domain_size is None or k <= t.domain_size), inner[-1])
     tier = hw.tiers[-1] if domains > 1 else intra
     if algorithm is not None:   # "" is a typo, refused by normalize_algorithm, not "none given"
-        from llmpar.cost.collectives import normalize_algorithm
+        from llmpar.cost.collective_params import normalize_algorithm
 
         algorithm = normalize_algorithm(algorithm, log.collective)
     sizes, times, more = _samples(log)

@@ -14,7 +14,7 @@ from llmpar.parallel import SCHEDULES
 
 _STYLE = {"F": "bold white on blue", "B": "bold black on green", "W": "black on yellow"}
 _MAX_DRAW_COLUMNS = 2000
-# The schedule is simulated (cost.pipeline.timeline: a list-scheduling pass per stage, roughly
+# The schedule is simulated (cost.pipeline_sim.timeline: a list-scheduling pass per stage, roughly
 # quadratic in pp) only where the result is small: p*m*v <= 4096 slots per step and p <= 128
 # (about 0.1 s). Beyond that the ratios are the closed forms alone, and a drawing would be wider
 # than _MAX_DRAW_COLUMNS anyway (issue 9, item 7: 2000 x 2000 took 53 s and 3.4 GB).
@@ -36,6 +36,7 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
           layers: int | None) -> dict:
     """The result of `llmpar bubble` as a dict (no printing)."""
     from llmpar.cost import pipeline as pl
+    from llmpar.cost.pipeline_sim import timeline
 
     from llmpar.parallel import MAX_BATCH, MAX_GPUS, positive_int
 
@@ -94,7 +95,7 @@ def build(schedule: str | None, pp: int, microbatches: int, virtual_stages: int 
     slots = pp * microbatches * v
     tl = None
     if slots <= _MAX_SIM_SLOTS and pp <= _MAX_SIM_STAGES:
-        tl = pl.timeline(code, pp, microbatches, v)
+        tl = timeline(code, pp, microbatches, v)
     else:
         notes.append(f"schedule not simulated (p*m*v = {slots:,} slots; llmpar simulates up to "
                      f"{_MAX_SIM_SLOTS:,} slots and {_MAX_SIM_STAGES} stages): the ratios are the closed forms")

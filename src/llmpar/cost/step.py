@@ -29,6 +29,10 @@ The model (docs/time-model.md gives each formula with its source):
 6. The stack's fixed costs per step and per micro-batch.
 
 step = m(t_f + t_b) + bubble + dp_exposed + optimizer + fixed, and the breakdown's terms add up to it.
+
+This module composes; the parts live beside it: one layer's compute pieces in cost/step_layer.py,
+its collectives, the ends and the critical stage in cost/step_stage.py, the data-parallel terms in
+cost/step_dp.py.
 """
 
 from __future__ import annotations
@@ -38,16 +42,18 @@ from types import SimpleNamespace
 import numpy as np
 
 from llmpar.cost import comm, compute, flops, memory, pipeline
-from llmpar.cost import params as P
-from llmpar.cost.states import DTYPE_BYTES, FP8_TILE_BYTES
+from llmpar.cost.states import DTYPE_BYTES
+from llmpar.cost.step_dp import adapter_dp_params, dp_exposed, frozen_gathers, stage_dp_params
+from llmpar.cost.step_layer import (
+    REC_FULL, REC_SELECTIVE, adapter_time, dequant_time, layer_parts, mix_layers, module_elementwise_time,
+    split_layer_gemms,
+)
+from llmpar.cost.step_stage import critical_stage, layer_comm, stage_ends
 from llmpar.cost.topology import dims_placement
-from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
+from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import per_gen
-
-REC_NONE, REC_SELECTIVE, REC_FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
-DUALPIPE = SCHEDULES.index("dualpipe")
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer", "fixed")
 COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
@@ -63,63 +69,6 @@ COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
 # main grad (read grad_dtype bytes, write 4) is added from settings.grad_dtype.
 _OPT_TRAFFIC = {k: 4 + 8 + u + 6 for k, u in {"adam": 28.0, "adamw": 28.0, "sgd": 20.0, "adam-8bit": 16.0,
                                                 "adam-bf16": 20.0}.items()}
-
-
-def _layer_gemms(model: ModelSpec, par: Parallel, moe: bool, causal):
-    """(attention-core GEMMs, linear GEMMs) of one layer and micro-batch after the TP/CP/EP split
-    (cost/flops.py ``layer_gemms``)."""
-    gemms = flops.layer_gemms(model, par.micro_batch, par.seq, par.tp, par.cp, moe=moe, ep=par.ep,
-                              etp=par.expert_tp, causal=causal)
-    core = [g for g in gemms if g[0] in flops.ATTENTION_CORE]
-    return core, [g for g in gemms if g[0] not in flops.ATTENTION_CORE]
-
-
-def _layer_parts(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, moe: bool):
-    """Per layer, per micro-batch, one GPU: forward time of the linear GEMMs, forward and backward
-    time of the attention core, and the FP8 cast bytes forward and backward (cost/compute.py)."""
-    stack = settings.stack
-    att = stack.kernels.attention
-    skip = att.causal_skip and settings.attention == "flash"
-    causal = flops.causal_block_fraction(par.seq) if skip else flops.CAUSAL_FULL
-    core, linear = _layer_gemms(model, par, moe, causal)
-    g_lin, cast_f, cast_b = compute.linear_gemms_time(hw, stack, settings.dtype, linear)
-    core_f, core_b = compute.attention_core_time(hw, stack, settings.dtype, core)
-    # what selective recompute re-runs under the stack's policy (flops.selective_fractions): the
-    # attention core (core_sel), or torchtitan's every second matmul (g_sel; op = 1: the layer's
-    # element-wise ops re-run too)
-    policy = settings.selective_policy
-    frac = flops.selective_fractions(model, moe, policy, settings.attention)
-    # op = 1: torchtitan's op-level SAC re-runs the layer's element-wise ops as well (recompute
-    # modules price theirs apart: _module_elementwise_time)
-    op = 0.0 if isinstance(policy, tuple) or set(frac) == set(flops.ATTENTION_CORE) else 1.0
-    rerun = [(n, m, nn, k, c * frac[n]) for n, m, nn, k, c in linear if frac.get(n, 0.0)]
-    g_sel = compute.linear_gemms_time(hw, stack, settings.dtype, rerun)[0] if rerun else 0.0
-    core_sel = core_f * frac.get(flops.ATTENTION_CORE[0], 0.0)
-    return g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op
-
-
-def _module_elementwise_time(model, hw, par, settings, frac_moe):
-    """Element-wise work the recompute modules of ``settings.selective_policy`` redo per layer and
-    micro-batch: each tensor a module dropped (norm outputs, the MLA up-projections' RoPE, the
-    SwiGLU outputs; cost/activations.py ``module`` tags, the attention core's own aside) is
-    rebuilt by reading an input about its size and writing it again: 2 x its bytes through HBM
-    (an estimate; a SwiGLU reads two inputs). The GEMMs they re-run are in g_sel."""
-    from llmpar.cost import activations as A
-
-    drop = A.dropped_modules(settings.selective_policy) - {"core_attn"}
-
-    def dropped(moe_layer):
-        return sum(np.asarray(A.term_bytes(t, par), dtype=float)
-                   for t in A.stack_activation_terms(model, moe_layer, settings) if t.module in drop)
-
-    b_dense = dropped(False)
-    b_moe = dropped(True) if model.moe is not None else b_dense
-    return compute.memory_bound_time(hw, 2.0 * ((1.0 - frac_moe) * b_dense + frac_moe * b_moe))
-
-
-def _mix(frac_moe, dense, moe):
-    """Per-layer average of dense and MoE layer quantities by their share of the layers."""
-    return tuple((1 - frac_moe) * d + frac_moe * m for d, m in zip(dense, moe))
 
 
 def stack_hardware(hw: Hardware, net) -> Hardware:
@@ -151,36 +100,6 @@ def stack_hardware(hw: Hardware, net) -> Hardware:
     return out
 
 
-def _adapter_time(model, hw, par, settings, e, frac_moe):
-    """(forward, backward) time of one layer's LoRA adapter paths, one micro-batch
-    (cost/finetune.py): FLOPs at the peak (backward 2x) plus bytes at HBM bandwidth."""
-    from llmpar.cost import finetune as FT
-
-    T = np.asarray(par.micro_batch, dtype=float) * np.asarray(par.seq, dtype=float)
-    r, tg = settings.lora_rank, settings.lora_targets
-
-    def mix(fn, **kw):
-        return ((1.0 - frac_moe) * fn(model, False, tg, r, **kw)
-                + frac_moe * (fn(model, True, tg, r, **kw) if model.moe else 0.0))
-
-    t_fl = T * mix(FT.adapter_flops_per_token) / hw.gpu.peak(settings.dtype)
-    fwd = t_fl + compute.memory_bound_time(hw, T * mix(FT.adapter_bytes_per_token, e=e))
-    bwd = 2.0 * t_fl + compute.memory_bound_time(hw, T * mix(FT.adapter_bytes_per_token, e=e, backward=True))
-    return fwd, bwd
-
-
-def _dequant_time(model, hw, settings, frac_moe):
-    """QLoRA: one pass of dequantising a layer's NF4 linear weights to 16 bits (0 under LoRA)."""
-    if settings.finetune != "qlora":
-        return 0.0
-    from llmpar.cost import finetune as FT
-
-    lin = sum(i * o * c for _, i, o, c in FT.linear_shapes(model, False))
-    if model.moe:
-        lin = (1.0 - frac_moe) * lin + frac_moe * sum(i * o * c for _, i, o, c in FT.linear_shapes(model, True))
-    return compute.memory_bound_time(hw, lin * (FT.NF4_BYTES + 2.0))
-
-
 def _layer_compute(model, hw, par, settings, e):
     """One layer, one micro-batch, one GPU of the critical stage: GEMMs (averaged over dense and
     MoE layers by their share), the attention core, element-wise traffic, FP8 casts, launch cost;
@@ -188,9 +107,9 @@ def _layer_compute(model, hw, par, settings, e):
     stack = settings.stack
     b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
     frac_moe = model.moe_layers / model.layers
-    dense = _layer_parts(model, hw, par, settings, moe=False)
-    moe_parts = _layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
-    g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op = _mix(frac_moe, dense, moe_parts)
+    dense = layer_parts(model, hw, par, settings, moe=False)
+    moe_parts = layer_parts(model, hw, par, settings, moe=True) if model.moe is not None else dense
+    g_lin, core_f, core_b, cast_f, cast_b, g_sel, core_sel, op = mix_layers(frac_moe, dense, moe_parts)
     traffic = stack.kernels.elementwise_traffic
     etp = par.expert_tp
     elem = traffic * compute.layer_elementwise_bytes(model, b, s, tp, par.sp, cp, settings.attention, e, etp)
@@ -218,8 +137,8 @@ def _layer_compute(model, hw, par, settings, e):
         # at the peak, their bytes at HBM bandwidth; backward twice the forward); QLoRA dequantises
         # each NF4 weight to 16 bits before its forward GEMM and again before its backward one
         # (bitsandbytes MatMul4Bit): reads 0.516 B and writes 2 B per linear weight and pass
-        ad_f, ad_b = _adapter_time(model, hw, par, settings, e, frac_moe)
-        deq = _dequant_time(model, hw, settings, frac_moe)
+        ad_f, ad_b = adapter_time(model, hw, par, settings, e, frac_moe)
+        deq = dequant_time(model, hw, settings, frac_moe)
         fwd = fwd + ad_f + deq
         bwd = bwd - g_lin + ad_b + deq
     rec = np.asarray(par.recompute)
@@ -230,7 +149,7 @@ def _layer_compute(model, hw, par, settings, e):
     # core_attn is one, and the element-wise ops that rebuild the tensors they dropped
     policy = settings.selective_policy
     core_in = 0.0 if isinstance(policy, tuple) and "core_attn" not in policy else 1.0
-    t_mod = _module_elementwise_time(model, hw, par, settings, frac_moe) if isinstance(policy, tuple) else 0.0
+    t_mod = module_elementwise_time(model, hw, par, settings, frac_moe) if isinstance(policy, tuple) else 0.0
     sel_t = core_sel + core_in * (1.0 - op) * t_scores + g_sel + op * (t_elem + launch / 3.0) + t_mod
     # full: the forward again, on the share of the stage's layers it covers (recompute_layers)
     rec_full = pipeline.full_recompute_fraction(model.layers, par.pp, par.virtual_stages, par.recompute_layers)
@@ -251,153 +170,14 @@ def _bf16_layer_extra(model, hw, par, settings, frac_moe, g_lin, t_cast_f, t_cas
         return 0.0, 0.0, 0.0
 
     def bf16_linear(moe):   # the linear GEMMs do not depend on the causal mask
-        linear = _layer_gemms(model, par, moe, flops.CAUSAL_FULL)[1]
+        linear = split_layer_gemms(model, par, moe, flops.CAUSAL_FULL)[1]
         return compute.linear_gemms_time(hw, settings.stack, "bf16", linear)[0]
 
     dense = bf16_linear(False)
-    (g16,) = _mix(frac_moe, (dense,), (bf16_linear(True) if model.moe is not None else dense,))
+    (g16,) = mix_layers(frac_moe, (dense,), (bf16_linear(True) if model.moe is not None else dense,))
     d = g16 - g_lin
     f = d - t_cast_f
     return f, 2.0 * d - t_cast_b, np.where(rec == REC_FULL, rec_full * f, 0.0)
-
-
-def _layer_comm(model, hw, par, settings, place, e, L):
-    """TP, CP and EP collectives of one layer and micro-batch, less what hides behind compute."""
-    ov = settings.stack.overlap
-    # FP8 all-gathers in TP (stack kernels.fp8.tp_all_gather_fp8: torchao's Float8 TP styles)
-    ag_e = 1.0 if settings.dtype == "fp8" and settings.stack.kernels.fp8.tp_all_gather_fp8 else e
-    tp_f, tp_b, tp_bytes_f, tp_bytes_b = comm.tp_layer(hw, model, par, place, e, ag_e)
-    if model.moe is not None:   # MoE layers: the MLP's collectives in the expert-TP group (comm.tp_layer)
-        mix = comm.tp_layer(hw, model, par, place, e, ag_e, moe=True)
-        tp_f, tp_b, tp_bytes_f, tp_bytes_b = _mix(L.frac_moe, (tp_f, tp_b, tp_bytes_f, tp_bytes_b), mix)
-    tp_rec = np.where(L.rec == REC_FULL, L.rec_full * tp_f, 0.0)
-    # TP overlap: a fraction of the GEMM time the collectives feed can hide them (chunked GEMM +
-    # collective pipelining: Wang et al. 2023; Transformer Engine userbuffers). It needs the TP
-    # group inside one NVLink domain (userbuffers are NVLink peer memory): none across nodes; and a
-    # GPU generation the stack achieves it on (Settings.tp_overlap_on: userbuffers' fast path needs
-    # CUDA multicast, compute capability 9.0+; Transformer Engine examples/pytorch/comm_gemm_overlap
-    # README at d0067d0d).
-    tp_size, tp_k = place["tp"]
-    f_tp = settings.tp_overlap_on(hw.gpu.generation) * np.where(tp_k >= tp_size, 1.0, 0.0)
-    tp_f = tp_f - f_tp * np.minimum(tp_f, L.g_lin)
-    tp_b = tp_b - f_tp * np.minimum(tp_b, 2.0 * L.g_lin)
-    tp_rec = tp_rec - f_tp * np.minimum(tp_rec, L.g_lin)
-    # CP: the K/V exchange runs behind the attention core (ring attention: Liu et al. 2023), the
-    # stack's overlap.cp of it; the excess stays exposed.
-    cp = par.cp
-    cp_f, cp_b, cp_bytes_f, cp_bytes_b = comm.cp_layer(hw, model, par, place, e)
-    cp_f = np.where(cp > 1, cp_f - ov.cp * np.minimum(cp_f, L.core_f), 0.0)
-    cp_b = np.where(cp > 1, cp_b - ov.cp * np.minimum(cp_b, L.core_b), 0.0)
-    # EP: an all-to-all hides behind the compute of a chunk of the other direction paired with it:
-    # DualPipe's F&B pairs (DeepSeek-V3 report §3.2.1), always; Megatron-Core's
-    # --overlap-moe-expert-parallel-comm (combined 1F1B), the stack's overlap.ep or --ep-overlap of
-    # it. Only the paired share of the chunks can (pipeline.ep_paired_share): the warm-up and
-    # cool-down chunks run alone, their all-to-alls exposed.
-    # The dispatcher (stack kernels.ep_dispatcher) sets the bytes and where they flow; FP8 dispatch
-    # (kernels.fp8.dispatch_fp8, --dtype fp8): 1 B per element + one fp32 scale per 128 (DeepSeek-V3 §3.3.2-3)
-    kern = settings.stack.kernels
-    d_e = FP8_TILE_BYTES if settings.dtype == "fp8" and kern.fp8.dispatch_fp8 else e
-    ep_f, ep_b, ep_bytes_f, ep_bytes_b = comm.ep_moe_layer(hw, model, par, place, e, settings.ep_dispatcher, d_e)
-    paired = pipeline.ep_paired_share(par.schedule, par.pp, par.microbatches, par.virtual_stages)
-    hide = paired * np.where(np.asarray(par.schedule) == DUALPIPE, 1.0, settings.ep_overlap)
-    # Hidden all-to-alls are not free: their kernels hold overlap.ep_sms of the gpu.sms SMs while
-    # they run, so the compute under them runs that much slower. Compute W under comm C at rate
-    # 1 - f takes C + (W - (1 - f) C) = W + f C: the cost is f x the hidden time (DeepSeek-V3
-    # §3.2.2: 20 of the H800's 132 SMs for dispatch and combine; Megatron-Core gives DeepEP 20 by
-    # default, token_dispatcher.py MoEFlexTokenDispatcher). Priced for the DeepEP-style dispatcher
-    # only: the SMs NCCL's flat all-to-all takes (its channels) are not published per call.
-    sms = hw.gpu.sms
-    f_sm = settings.stack.overlap.ep_sms / sms if sms and settings.ep_dispatcher == "deepep" else 0.0
-    hid_f = hide * np.minimum(ep_f, L.fwd)
-    hid_b = hide * np.minimum(ep_b, L.bwd)
-    ep_f = L.frac_moe * (ep_f - hid_f + f_sm * hid_f)
-    ep_b = L.frac_moe * (ep_b - hid_b + f_sm * hid_b)
-    # recompute that re-runs a MoE layer's forward re-runs its dispatch and combine too, in the
-    # backward (full recompute on its share of the layers; Megatron-Core's ``moe`` recompute module):
-    # the forward's exposed all-to-all time once more, and its bytes
-    ep_again = 0.0
-    if model.moe is not None:      # (a dense model sends nothing: skipped for the planner's speed)
-        policy = settings.selective_policy
-        moe_mod = isinstance(policy, tuple) and "moe" in policy
-        ep_again = np.where(L.rec == REC_FULL, L.rec_full, np.where((L.rec == REC_SELECTIVE) & moe_mod, 1.0, 0.0))
-        ep_b = ep_b + ep_again * ep_f
-    return SimpleNamespace(tp_f=tp_f, tp_b=tp_b, tp_rec=tp_rec, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b,
-                           tp_bytes=tp_bytes_f + tp_bytes_b + np.where(L.rec == REC_FULL, L.rec_full * tp_bytes_f, 0.0),
-                           cp_bytes=cp_bytes_f + cp_bytes_b,
-                           ep_bytes=L.frac_moe * (ep_bytes_f + ep_bytes_b + ep_again * ep_bytes_f))
-
-
-def _ends(model, hw, par, settings, e):
-    """LM head + loss (last stage) and embedding (first stage), per micro-batch."""
-    b, s, tp, cp = par.micro_batch, par.seq, par.tp, par.cp
-    head_g, hcast_f, hcast_b = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
-                                                         flops.head_gemms(model, b, s, tp, cp))
-    logits = b * s / cp * model.vocab / tp * 4.0           # fp32 logits, vocab-parallel
-    head_f = head_g + compute.memory_bound_time(hw, 3.0 * logits + hcast_f)   # write, softmax read+write
-    # a frozen head (LoRA / QLoRA) computes its input gradient only: one GEMM, not two
-    head_b = (1.0 if settings.finetune != "full" else 2.0) * head_g + compute.memory_bound_time(hw, 2.0 * logits + hcast_b)
-    # an MTP module's projection M: [h; h] (2h) -> h, column-parallel, then the shared head again
-    proj_g = 0.0
-    if model.mtp_layers:
-        proj_g, _, _ = compute.linear_gemms_time(hw, settings.stack, settings.dtype,
-                                                 flops.mtp_projection_gemms(model, b, s, tp, cp))
-    return SimpleNamespace(
-        head_f=head_f, head_b=head_b, mtp_f=head_f + proj_g, mtp_b=head_b + 2.0 * proj_g,
-        emb=compute.memory_bound_time(hw, 2.0 * b * s / cp * model.hidden * e))  # gather + write
-
-
-def _critical_stage(model, hw, par, settings, place, e, L, C, E):
-    """The slowest of first / middle / last stage (under DualPipe: of the devices, each holding two
-    stages), and its per-micro-batch forward and backward times with the stage-boundary sends
-    (module doc, step 2). ``has_head`` / ``has_emb``: the share of the head / embedding the critical
-    stage runs per micro-batch (0 or 1; 1/2 on DualPipe's device 0)."""
-    # the split covers the L blocks and the D multi-token-prediction modules' blocks, which sit on
-    # the last stage (cost/memory.py _stage_eval, the same convention)
-    D = float(model.mtp_layers)
-    slots = model.layers + model.mtp_layers
-    n_first = pipeline.first_stage_layers(slots, par.pp)
-    n_mid = pipeline.stage_layers(slots, par.pp)
-    n_last = pipeline.last_stage_layers(slots, par.pp)
-    per_layer = L.fwd + L.bwd + L.rec_t + C.tp_f + C.tp_b + C.tp_rec + C.cp_f + C.cp_b + C.ep_f + C.ep_b
-    single = np.asarray(par.pp) == 1
-    # multi-token prediction (DeepSeek-V3 §2.2): besides its block, each of the D modules runs its
-    # 2h->h projection and the shared head once more on the last stage (E.mtp_f / E.mtp_b)
-    ends = E.head_f + E.head_b + D * (E.mtp_f + E.mtp_b)
-    # FP8 recipes that keep the first / last layers in BF16 (kernels.fp8.bf16_layers_at_start/_end):
-    # those layers' extra time lands on the end stages (_bf16_layer_extra, bf16_boundary_layers)
-    bf_first, bf_last = pipeline.bf16_boundary_layers(model.layers, par.pp, *pipeline.fp8_bf16_layers(settings))
-    bf_layer = L.bf_f + L.bf_b + L.bf_rec
-    t_first = n_first * per_layer + 3 * E.emb + np.where(single, ends, 0.0) + bf_first * bf_layer
-    t_mid = n_mid * per_layer
-    t_last = n_last * per_layer + ends + bf_last * bf_layer
-    last_wins = (t_last >= t_mid) & (t_last >= t_first)
-    layers = np.where(last_wins, n_last, np.where(t_mid >= t_first, n_mid, n_first))
-    has_head = np.where(single, 1.0, np.where(last_wins, 1.0, 0.0))
-    has_emb = np.where(single | ((t_first > t_mid) & (t_first > t_last)), 1.0, 0.0)
-    bf_n = np.where(last_wins & ~single, bf_last, np.where(has_emb > 0, bf_first, 0.0))
-    # DualPipe (DeepSeek-V3 §3.2.1, Fig. 5): device i holds stages i and p-1-i and runs m/2
-    # micro-batches through each, so it paces the step at (t_i + t_{p-1-i}) / 2 per micro-batch;
-    # device 0 pairs the two end stages (embedding and head), the others two full middle stages
-    dual = (np.asarray(par.schedule) == DUALPIPE) & ~single
-    if np.any(dual):
-        pair_wins = dual & ((t_first + t_last) / 2.0 > t_mid)
-        layers = np.where(dual, np.where(pair_wins, (n_first + n_last) / 2.0, n_mid), layers)
-        has_head = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_head)
-        has_emb = np.where(dual, np.where(pair_wins, 0.5, 0.0), has_emb)
-        bf_n = np.where(dual, np.where(pair_wins, (bf_first + bf_last) / 2.0, 0.0), bf_n)
-    pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
-    # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
-    # hides the stack's overlap.pp of it behind the next micro-batch's compute.
-    pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - settings.stack.overlap.pp)
-    heads_f = has_head * (E.head_f + D * E.mtp_f)
-    heads_b = has_head * (E.head_b + D * E.mtp_b)
-    bf_f, bf_b, bf_rec = bf_n * L.bf_f, bf_n * L.bf_b, bf_n * L.bf_rec
-    t_f = layers * (L.fwd + C.tp_f + C.cp_f + C.ep_f) + heads_f + has_emb * E.emb + pp_f + bf_f
-    t_b = (layers * (L.bwd + L.rec_t + C.tp_b + C.tp_rec + C.cp_b + C.ep_b)
-           + heads_b + has_emb * 2 * E.emb + pp_b + bf_b + bf_rec)
-    return SimpleNamespace(bf_f=bf_f, bf_b=bf_b, bf_rec=bf_rec, bf_on_mid=np.where(single, bf_first, 0), layers=layers, n_mid=n_mid, single=single, has_head=has_head, has_emb=has_emb,
-                           heads_f=heads_f, heads_b=heads_b,
-                           pp_one=pp_one, pp_bytes=pp_bytes, pp_f=pp_f, pp_b=pp_b, t_f=t_f, t_b=t_b)
 
 
 def _offload(model, hw, par, settings, L):
@@ -447,37 +227,11 @@ def _gathered_weight_bytes(settings, S, shard, moe_on_stage, dense_params):
     return w_dense, w_exp
 
 
-def _frozen_gathers(model, hw, par, settings, place_dp, shard, S, moe_on_stage, params):
-    """ZeRO-3 all-gathers of a frozen base (LoRA / QLoRA): its weights for the forward and again for
-    the backward of every micro-batch (comm.dp_step's ZeRO-3 weight term, without gradients),
-    in the stack's gradient buckets. Returns (seconds, bytes sent per GPU)."""
-    from llmpar.cost import finetune as FT
-
-    size, k = place_dp["dp"]
-    lin = ((S.n_mid - moe_on_stage) * np.asarray(shard.dense_linear, dtype=float)
-           + moe_on_stage * (np.asarray(shard.moe_linear, dtype=float) + np.asarray(shard.experts, dtype=float)))
-    per = FT.NF4_BYTES if settings.finetune == "qlora" else DTYPE_BYTES["bf16"]
-    w = (np.asarray(params, dtype=float) - lin) * DTYPE_BYTES["bf16"] + lin * per
-    bucket = settings.stack.overlap.dp_bucket_bytes
-    n = np.maximum(np.ceil(w / bucket), 1.0) if bucket else 1.0
-    t_ag = n * comm.collective_time(hw, "all_gather", w / n, size, k)
-    z3 = np.asarray(par.zero) >= 3
-    m = par.microbatches
-    frac = (np.asarray(size, dtype=float) - 1.0) / np.maximum(np.asarray(size, dtype=float), 1.0)
-    return np.where(z3, m * 2.0 * t_ag, 0.0), np.where(z3, m * 2.0 * w * frac, 0.0)
-
-
 def _data_parallel(model, hw, par, settings, place, S):
     """Gradient reduction and ZeRO gathers after the pipeline flush, the part of them exposed,
-    and the optimizer step (module doc, steps 4-5)."""
+    and the optimizer step (module doc, steps 4-5; cost/step_dp.py)."""
     ov = settings.stack.overlap
-    shard = memory.layer_shard(model, par)
-    moe_on_stage = np.minimum(S.n_mid, model.moe_layers)
-    expert_params = moe_on_stage * np.asarray(shard.experts, dtype=float)
-    emb_p, head_p = memory.embedding_shard(model, par), memory.head_shard(model, par)
-    ends = np.where(S.single, emb_p + head_p, np.maximum(emb_p, head_p))   # both ends on one stage when pp = 1
-    dense_params = (S.n_mid - moe_on_stage) * np.asarray(shard.dense, dtype=float) + moe_on_stage * np.asarray(
-        shard.moe, dtype=float) + ends
+    shard, moe_on_stage, dense_params, expert_params = stage_dp_params(model, par, S)
     # bytes per gradient the DP reduction moves: fp32 (Megatron-Core grad_reduce_in_fp32) or the
     # 16-bit model dtype (Megatron-LM 2021 fp16: reduced before the copy into the fp32 main grads;
     # DeepSpeed: bf16/fp16 gradients); docs/stacks.md, overlap.grad_reduce_dtype; bf16 gradients
@@ -492,57 +246,25 @@ def _data_parallel(model, hw, par, settings, place, S):
         # LoRA / QLoRA: only the adapters have gradients to reduce and an optimizer to step; ZeRO-3
         # still gathers the frozen weights (16-bit, or NF4 under QLoRA: FSDP shards the quantised
         # storage) for every micro-batch's forward and backward, with no reduce-scatter of theirs
-        frozen_t, frozen_b = _frozen_gathers(model, hw, par, settings, place_dp, shard, S, moe_on_stage,
-                                             dense_params + expert_params)
-        from llmpar.cost import finetune as FT
-
-        r, tg = settings.lora_rank, settings.lora_targets
-        dense_params = ((S.n_mid - moe_on_stage) * FT.adapter_params_per_layer(model, False, tg, r)
-                        + moe_on_stage * (FT.adapter_params_per_layer(model, True, tg, r) if model.moe else 0.0))
-        expert_params = 0.0 * expert_params
+        frozen_t, frozen_b = frozen_gathers(model, hw, par, settings, place_dp, shard, S, moe_on_stage,
+                                            dense_params + expert_params)
+        dense_params, expert_params = adapter_dp_params(model, settings, S, moe_on_stage, expert_params)
     dp_t, dp_bytes, dp_ag = comm.dp_step(hw, par, place_dp, dense_params, expert_params, w_dense, g_comm,
                                          ov.dp_bucket_bytes, ov.param_gather_bucket_bytes, w_exp)
     dp_t, dp_bytes = dp_t + frozen_t, dp_bytes + frozen_b
-    # DP overlap (the usable fraction f of a window; docs/time-model.md):
-    # - gradient reduce behind the backward (bucketed: DDP, Megatron-Core overlap_grad_reduce):
-    #   ZeRO 0-1 behind the last micro-batch's, ZeRO-2 behind every micro-batch's (below);
-    # - the ZeRO-1/2 weight all-gather behind the next step's forward (overlap_param_gather), with
-    #   the stack's overlap.param_gather when it states one (nanotron and DeepSpeed gather
-    #   synchronously after the optimizer step: 0) and --dp-overlap is not given;
-    # - ZeRO-3's per-micro-batch gathers behind every micro-batch's compute (prefetch), with the
-    #   stack's overlap.zero3_prefetch (unless --dp-overlap is given).
-    # The last layer's bucket is never hidden (its gradients are the last computed): at least
-    # dp_t / L_stage stays exposed.
     z = np.asarray(par.zero)
-    # (--dp-overlap sets every DP overlap value of the stack: resolved once in Settings)
-    frac = np.where(z >= 3, settings.zero3_overlap, settings.dp_overlap)
-    frac_ag = settings.param_gather_overlap           # the ZeRO-1/2 gather (only used below ZeRO-3)
-    # gradient reduction window: ZeRO-0/1 reduce once, behind the last micro-batch's backward;
-    # ZeRO-2 reduce-scatters every micro-batch's gradients as its backward produces them
-    # (DeepSpeed stage 2 overlap_comm, FSDP SHARD_GRAD_OP), so each hides behind its own backward:
-    # m x t_b in all, and only the last micro-batch's last bucket is necessarily exposed
     m = par.microbatches
-    grad_t = dp_t - dp_ag
-    grad_window = np.where(z == 2, m * S.t_b, S.t_b)
-    hidden = np.where(z >= 3, frac * np.minimum(dp_t, m * (S.t_f + S.t_b)),
-                      frac * np.minimum(grad_t, grad_window) + frac_ag * np.minimum(dp_ag, S.t_f))
-    floor = np.where(z == 2, (grad_t / m + dp_ag) / S.n_mid, dp_t / S.n_mid)
-    exposed = np.maximum(dp_t - hidden, np.where(frac > 0, floor, dp_t))
-    # Hidden DP collectives are not free either: NCCL runs one thread block per channel, each on its
-    # own SM, for as long as the collective runs, so the compute under it has (S - s)/S of the SMs
-    # and hiding C seconds costs s/S x C (the derivation of the EP term above; Lee et al. 2025,
-    # arXiv:2507.03114: 18.9 % mean compute slowdown under overlapped collectives on A100/H100)
-    sms = hw.gpu.sms
-    f_dp = settings.stack.overlap.dp_sms / sms if sms else 0.0
-    exposed = exposed + f_dp * (dp_t - exposed)
-    # the ZeRO-1/2 weight gather's host loop over (DP rank x parameter tensor), where the stack's
-    # framework has one (comm.zero_gather_host_time: nanotron): synchronous, never hidden
-    c_host = settings.stack.kernels.zero_gather_s_per_tensor_rank
-    if c_host:
-        tensors = S.n_mid * P.param_tensors_per_layer(model) + 3       # + embedding, final norm, head
-        group = np.asarray(par.dp) * np.asarray(par.cp)
-        exposed = exposed + np.where(((z == 1) | (z == 2)) & (group > 1),
-                                     comm.zero_gather_host_time(c_host, group, tensors), 0.0)
+    exposed, frac = dp_exposed(model, hw, par, settings, S, dp_t, dp_ag)
+    opt_params, opt_t, off_t = _optimizer_step(hw, par, settings, z, dense_params, expert_params)
+    par_t = _param_fetches(hw, par, settings, z, m, S, dp_t, frac,
+                           lambda: w_dense * dense_params / (par.dp * par.cp)
+                           + w_exp * expert_params / np.maximum(par.expert_dp, 1))
+    return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t,
+                           offload_t=off_t, param_t=par_t)
+
+
+def _optimizer_step(hw, par, settings, z, dense_params, expert_params):
+    """(parameters this GPU steps, optimizer seconds, of them on the CPU) (module doc, step 5)."""
     opt_params = dense_params / np.where(z >= 1, par.dp * par.cp, 1) + expert_params / np.where(z >= 1, par.expert_dp, 1)
     g_bytes = DTYPE_BYTES[settings.grad_dtype]
     step_bytes = opt_params * (_OPT_TRAFFIC[settings.optimizer] + g_bytes + 4.0)
@@ -557,11 +279,7 @@ def _data_parallel(model, hw, par, settings, place, S):
         link = float(hw.host_bandwidth) / hw.gpus_per_host_link
         off_t = f * (step_bytes / float(hw.host_memory_bandwidth) + opt_params * (g_bytes + 2.0) / link)
         opt_t = (1.0 - f) * opt_t + off_t
-    par_t = _param_fetches(hw, par, settings, z, m, S, dp_t, frac,
-                           lambda: w_dense * dense_params / (par.dp * par.cp)
-                           + w_exp * expert_params / np.maximum(par.expert_dp, 1))
-    return SimpleNamespace(dp_t=dp_t, dp_bytes=dp_bytes, exposed=exposed, opt_params=opt_params, opt_t=opt_t,
-                           offload_t=off_t, param_t=par_t)
+    return opt_params, opt_t, off_t
 
 
 def _param_fetches(hw, par, settings, z, m, S, dp_t, frac, shard_bytes_of):
@@ -616,16 +334,16 @@ def _flops_figures(model, hw, par, settings, step):
 def step_time(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, *, with_memory: bool = True,
               reserve=None) -> dict:
     """Step time, throughput, MFU/HFU and the breakdown for layout(s) ``par``. See module doc;
-    each step is a function above (layer compute, layer communication, the ends, the critical
-    stage, data parallel and optimizer, FLOPs)."""
+    each step is a function above or in cost/step_stage.py (layer compute, layer communication,
+    the ends, the critical stage, data parallel and optimizer, FLOPs)."""
     hw_mem = hw
     hw = stack_hardware(hw, settings.stack.network)
     e = DTYPE_BYTES[settings.dtype if settings.dtype != "fp8" else "bf16"]  # activations stay 16-bit under fp8
     place = dims_placement(hw, par, tuple(settings.rank_order.split("-")))
     L = _layer_compute(model, hw, par, settings, e)
-    C = _layer_comm(model, hw, par, settings, place, e, L)
-    E = _ends(model, hw, par, settings, e)
-    S = _critical_stage(model, hw, par, settings, place, e, L, C, E)
+    C = layer_comm(model, hw, par, settings, place, e, L)
+    E = stage_ends(model, hw, par, settings, e)
+    S = critical_stage(model, hw, par, settings, place, e, L, C, E)
     m, v = par.microbatches, par.virtual_stages
     pipe_total, bubble = pipeline.pipeline_time(S.t_f, S.t_b, par.pp, m, par.schedule, v)
     D = _data_parallel(model, hw, par, settings, place, S)

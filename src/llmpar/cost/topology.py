@@ -185,7 +185,7 @@ def dims_placement(hw, par, order=DEFAULT_ORDER) -> dict:
 
 def tiers_of(hw, k: int, crosses: bool) -> list[str]:
     """Tier names a group with k members per domain uses: the smallest scale-up tier whose domain
-    holds k (as the collective model picks it, ``collectives._intra_params``), then the
+    holds k (as the collective model picks it, ``collective_params.intra_params``), then the
     scale-out tier if the group crosses domains."""
     inner = list(hw.tiers[:-1])
     tiers = []

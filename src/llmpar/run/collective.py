@@ -17,12 +17,13 @@ from llmpar.units import parse_bytes
 def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, sweep,
         explain) -> CollectiveResult | CollectiveSweepResult:
     """:func:`llmpar.api.collective`, its keywords checked."""
+    from llmpar.cost import collective_params as CP
     from llmpar.cost import collectives as C
 
     explain = flag(explain, "explain", False)
     name = C.normalize_collective(collective)
     if algorithm:
-        algorithm = C.normalize_algorithm(algorithm, name)
+        algorithm = CP.normalize_algorithm(algorithm, name)
     hw = load_hardware_spec(hardware)
     gpus, place, notes = _collective_group(hw, gpus, gpus_per_node)
     if sweep and size is not None:
@@ -32,7 +33,7 @@ def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, swee
         for s in _sweep_sizes(sweep):
             rep = C.collective_report(hw, name, s, gpus, place["members_per_node"], algorithm=algorithm)
             r = rep.chosen_row
-            count = s / _TYPE_BYTES / (gpus if rep.collective in C.GATHERED else 1)
+            count = s / _TYPE_BYTES / (gpus if rep.collective in CP.GATHERED else 1)
             rows.append({
                 "size_bytes": num(s), "count": int(count), "type": "float", "redop": _REDOP.get(rep.collective, "none"),
                 "root": 0 if rep.collective in _ROOTED else -1,
@@ -41,7 +42,7 @@ def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, swee
                 "algorithm": r.algorithm if r else None, "protocol": r.protocol if r else None,
             })
         return CollectiveSweepResult(collective=name, gpus=gpus, hardware=hw.name, **_placement(place),
-                                     bus_factor=C.bus_factor(name, gpus), algorithm=algorithm, sweep=rows,
+                                     bus_factor=CP.bus_factor(name, gpus), algorithm=algorithm, sweep=rows,
                                      assumptions=notes)
     if size is None:
         size = "1GiB"
