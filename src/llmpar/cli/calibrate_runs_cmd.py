@@ -161,7 +161,7 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     """
     import yaml
 
-    from llmpar.calibrate.runs import fit_and_hold_out, run_filter, run_selector
+    from llmpar.calibrate.runs_holdout import fit_and_hold_out, run_filter, run_selector
     from llmpar.calibrate.runs_io import read_runs
 
     if healthy is not None and healthy != healthy:   # NaN passes click's FloatRange
