@@ -280,7 +280,7 @@ def test_memory_stage_first_compares_with_stage_0():
     from llmpar import api
     from llmpar.calibrate.runs_layouts import prepare
     from llmpar.calibrate.runs_predict import comparable_peak, predict
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.cost.memory import memory_per_gpu, memory_per_stage
     from llmpar.parallel import Parallel
     from llmpar.specs import load_hardware, load_stack
@@ -319,7 +319,7 @@ def test_a_run_states_its_optimizer_and_gradient_dtype():
     # gradients take 2 B/param off. Llama-3-8B on one GPU: 8,030,261,248 parameters.
     from llmpar.calibrate.runs_layouts import prepare
     from llmpar.calibrate.runs_predict import predict
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.specs import load_stack
 
     lay = {"gpus": 8, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "microbatches": 1, "seq": 4096,
@@ -344,7 +344,7 @@ def test_a_run_states_its_overlaps_and_dispatcher():
     from llmpar import api
     from llmpar.calibrate.runs_layouts import prepare
     from llmpar.calibrate.runs_predict import predict
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.specs import load_stack
 
     lay = {"gpus": 8, "tp": 1, "pp": 1, "ep": 8, "zero": 1, "micro_batch": 1, "global_batch": 64, "seq": 4096,

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from llmpar.calibrate.runs_io import SETTING_KEYS, MeasuredRun
+from llmpar.calibrate.runs_record import SETTING_KEYS, MeasuredRun
 from llmpar.errors import UserError
 from llmpar.parallel import SCHEDULES as SCHEDULE_NAMES   # every schedule: a stack's `schedules` narrows it
 
@@ -28,7 +28,7 @@ Run = MeasuredRun
 
 
 def as_run(obj) -> Run:
-    """A :class:`Run` (a reader's :class:`~llmpar.calibrate.runs_io.MeasuredRun`), or one built
+    """A :class:`Run` (a reader's :class:`~llmpar.calibrate.runs_record.MeasuredRun`), or one built
     from any record with the same attribute names; a run must name its model."""
     if isinstance(obj, Run):
         if not obj.model:
@@ -52,7 +52,7 @@ class RunGroup:
     dtype: str
     index: np.ndarray            # run index of each candidate
     modules: tuple | None        # the runs' recompute_modules (Megatron-Core), None: the stack's selective set
-    settings: dict               # the settings the runs state (runs_io.SETTING_KEYS: --optimizer,
+    settings: dict               # the settings the runs state (runs_record.SETTING_KEYS: --optimizer,
                                  # --grad-dtype, --tp-overlap ...); absent: the stack's
     par: Any                     # Parallel of arrays, one entry per candidate
     # what predict() computes once per group: (memory key, memory result) and the figures no stack

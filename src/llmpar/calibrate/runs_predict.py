@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmpar.calibrate.runs_io import CONVENTIONS
+from llmpar.calibrate.runs_record import CONVENTIONS
 from llmpar.calibrate.runs_layouts import Run, RunGroup
 from llmpar.calibrate.runs_parameters import PARAMETERS
 from llmpar.cost.flops import step_time_at_rate
