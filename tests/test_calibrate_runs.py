@@ -12,6 +12,10 @@ import pytest
 import yaml
 
 from llmpar.calibrate import runs as R
+from llmpar.calibrate import runs_layouts as RL
+from llmpar.calibrate import runs_parameters as RP
+from llmpar.calibrate import runs_predict as RPr
+from llmpar.calibrate import runs_report as RR
 from llmpar.specs import load_stack
 
 LAYOUTS = [  # model, gpus, tp, pp, global batch, seq
@@ -21,11 +25,11 @@ LAYOUTS = [  # model, gpus, tp, pp, global batch, seq
 
 
 def synthetic_runs(truth):
-    runs = [R.Run(source=f"syn:{i}", model=m, hardware="h100-sxm",
+    runs = [RL.Run(source=f"syn:{i}", model=m, hardware="h100-sxm",
                   layout=dict(gpus=g, tp=tp, pp=pp, global_batch=gb, seq=s, micro_batch=1, zero=1, recompute="none"))
             for i, (m, g, tp, pp, gb, s) in enumerate(LAYOUTS)]
-    rs, groups = R.prepare(runs)
-    pred = R.predict(rs, groups, truth)
+    rs, groups = RL.prepare(runs)
+    pred = RPr.predict(rs, groups, truth)
     return [dataclasses.replace(r, step_time_s=float(t)) for r, t in zip(rs, pred.step_time_s)]
 
 
@@ -34,7 +38,7 @@ def test_fit_recovers_known_stack_parameters(monkeypatch):
     # micro-batch (shipped 0): both move every run's time in different proportions (GEMM-bound time
     # scales with 1/fraction, the fixed cost with m), so both are identifiable from 6 runs.
     base = load_stack("megatron-core")
-    truth = R.stack_with(base, {"kernels.gemm_efficiency": 0.62, "fixed.per_microbatch_s": 0.008}, "hopper")
+    truth = RP.stack_with(base, {"kernels.gemm_efficiency": 0.62, "fixed.per_microbatch_s": 0.008}, "hopper")
     runs = synthetic_runs(truth)
     params = ["kernels.gemm_efficiency", "fixed.per_microbatch_s"]
     # without the prior the synthetic data are matched exactly (the solver lands within 1e-10 of
@@ -66,9 +70,9 @@ def test_fit_recovers_the_zero1_weight_gather_overlap(monkeypatch):
     # moves their times linearly in f: the fit starts from the value the base runs with (0.9791)
     # and lands on the truth.
     base = load_stack("megatron-core")
-    assert base.overlap.param_gather is None and R.base_values(base, ["overlap.param_gather"], "hopper")[0] == \
+    assert base.overlap.param_gather is None and RP.base_values(base, ["overlap.param_gather"], "hopper")[0] == \
         pytest.approx(base.overlap.dp)
-    truth = R.stack_with(base, {"overlap.param_gather": 0.25}, "hopper")
+    truth = RP.stack_with(base, {"overlap.param_gather": 0.25}, "hopper")
     runs = synthetic_runs(truth)
     monkeypatch.setattr(R, "PRIOR_WEIGHT", 0.0)
     fit = R.fit_runs(runs, base, parameters=["overlap.param_gather"], folds=0)
@@ -79,7 +83,7 @@ def test_fit_recovers_the_zero1_weight_gather_overlap(monkeypatch):
 
 def test_fit_is_deterministic():
     base = load_stack("megatron-core")
-    truth = R.stack_with(base, {"kernels.gemm_efficiency": 0.7}, "hopper")
+    truth = RP.stack_with(base, {"kernels.gemm_efficiency": 0.7}, "hopper")
     runs = synthetic_runs(truth)
     a = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=0)
     b = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=0)
@@ -89,7 +93,7 @@ def test_fit_is_deterministic():
     c = R.fit_runs(runs, base, parameters=["kernels.gemm_efficiency"], folds=3)
     # LAYOUTS hold 4 configurations (model x GPUs: llama-3-8b x 8, x 16; llama-3-70b x 64; llama-2-7b
     # x 8), so 3 folds are possible and run
-    assert len(set(R.configurations(c.runs))) == 4
+    assert len(set(RR.configurations(c.runs))) == 4
     assert c.summary["folds"] == 3 and "after_cross_validated" in c.summary
 
 
@@ -97,9 +101,9 @@ def test_regret_by_hand():
     # one configuration (llama-3-8b x 8) with three measured layouts taking 10, 12 and 11 s;
     # llmpar predicts 5, 4, 6 s: it ranks the second first, whose measured 12 s is 20 % slower
     # than the best measured 10 s -> regret 0.2. A configuration with one run is not counted.
-    runs = [R.Run(source=str(i), model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 8}) for i in range(3)]
-    runs.append(R.Run(source="3", model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 16}))
-    out = R.regret(runs, np.array([5.0, 4.0, 6.0, 1.0]), np.array([10.0, 12.0, 11.0, 3.0]), np.ones(4, bool))
+    runs = [RL.Run(source=str(i), model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 8}) for i in range(3)]
+    runs.append(RL.Run(source="3", model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 16}))
+    out = RR.regret(runs, np.array([5.0, 4.0, 6.0, 1.0]), np.array([10.0, 12.0, 11.0, 3.0]), np.ones(4, bool))
     assert out["configurations"] == 1
     assert out["median"] == pytest.approx(0.2)
     assert out["within_5pct"] == 0.0
@@ -113,10 +117,10 @@ def test_regret_compares_time_per_token():
     #   C: 2 units,           measured 11 s (5.5),      predicted 4.5 s (2.25)
     # llmpar ranks C first (2.25 s/unit); the best measured is A (5 s/unit): regret 5.5/5 - 1 = 0.1.
     # By step time, B (shortest predicted and measured step) would be both pick and best: 0, wrong.
-    runs = [R.Run(source=str(i), model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 8}) for i in range(3)]
+    runs = [RL.Run(source=str(i), model="llama-3-8b", hardware="h100-sxm", layout={"gpus": 8}) for i in range(3)]
     pred, meas, tok = np.array([5.0, 4.0, 4.5]), np.array([10.0, 9.0, 11.0]), np.array([2.0, 1.0, 2.0])
-    assert R.regret(runs, pred, meas, np.ones(3, bool), tok)["median"] == pytest.approx(0.1)
-    assert R.regret(runs, pred, meas, np.ones(3, bool))["median"] == pytest.approx(0.0)
+    assert RR.regret(runs, pred, meas, np.ones(3, bool), tok)["median"] == pytest.approx(0.1)
+    assert RR.regret(runs, pred, meas, np.ones(3, bool))["median"] == pytest.approx(0.0)
 
 
 def test_measured_time_from_each_figure():
@@ -125,17 +129,17 @@ def test_measured_time_from_each_figure():
     # 989e12 -> t = model FLOPs / (0.4 x 989e12 x 8).
     base = dict(source="x", model="llama-3-8b", hardware="h100-sxm",
                 layout=dict(gpus=8, tp=1, pp=1, global_batch=64, seq=8192, micro_batch=1))
-    runs = [R.Run(**base, tokens_per_s_per_gpu=1000.0), R.Run(**base, mfu=0.4)]
-    rs, groups = R.prepare(runs)
-    pred = R.predict(rs, groups, load_stack())
-    t = R.measured_step_time(rs, pred)
+    runs = [RL.Run(**base, tokens_per_s_per_gpu=1000.0), RL.Run(**base, mfu=0.4)]
+    rs, groups = RL.prepare(runs)
+    pred = RPr.predict(rs, groups, load_stack())
+    t = RPr.measured_step_time(rs, pred)
     assert t[0] == pytest.approx(524_288 / 8_000)
     assert t[1] == pytest.approx(pred.model_flops[1] / (0.4 * 989e12 * 8))
 
 
 def test_cli_fit_writes_a_stack_that_reproduces_the_fit(cli, tmp_path):
     base = load_stack("megatron-core")
-    truth = R.stack_with(base, {"kernels.gemm_efficiency": 0.7}, "hopper")
+    truth = RP.stack_with(base, {"kernels.gemm_efficiency": 0.7}, "hopper")
     runs = synthetic_runs(truth)
     table = tmp_path / "runs.yaml"
     table.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [
@@ -218,12 +222,12 @@ def test_a_layout_that_breaks_a_rule_is_predicted_not_to_run():
     # layout rules (layout.layout_violations: pp <= layers) say it cannot run, so its verdict
     # is "does not run" and an OOM/crashed status agrees with it (the playbook's 93 crashed runs
     # with pp > layers)
-    runs = [R.Run(source=str(pp), model="llama-3-8b", hardware="h100-sxm", status="oom",
+    runs = [RL.Run(source=str(pp), model="llama-3-8b", hardware="h100-sxm", status="oom",
                   layout=dict(gpus=pp, tp=1, pp=pp, dp=1, zero=1, recompute="full", global_batch=pp, seq=4096,
                               micro_batch=1))
             for pp in (32, 64)]
-    rs, groups = R.prepare(runs)
-    pred = R.predict(rs, groups, load_stack())
+    rs, groups = RL.prepare(runs)
+    pred = RPr.predict(rs, groups, load_stack())
     assert pred.fits[0] and not pred.fits[1]
 
 
@@ -250,17 +254,17 @@ def test_a_run_without_a_schedule_runs_one_its_stack_implements():
     from llmpar.parallel import SCHEDULES
     from llmpar.specs import load_model
 
-    run = R.Run(source="t:1", model="llama-3-8b", hardware="h100-sxm",
+    run = RL.Run(source="t:1", model="llama-3-8b", hardware="h100-sxm",
                 layout={"gpus": 8, "tp": 1, "pp": 4, "dp": 2, "seq": 4096, "global_batch": 64, "micro_batch": 1,
                         "recompute": "none", "zero": 1})
     model = load_model("llama-3-8b")
     pairs = lambda stack: sorted({(SCHEDULES[c["schedule"]], c["virtual_stages"])
-                                  for c in R._layout_candidates(run, model, schedules=load_stack(stack).schedules)})
+                                  for c in RL.layout_candidates(run, model, schedules=load_stack(stack).schedules)})
     assert pairs("megatron-core") == [("1f1b", 1), ("interleaved", 2), ("interleaved", 4), ("interleaved", 8)]
     assert pairs("nanotron") == [("1f1b", 1)]
     # a stated schedule is evaluated as stated, whatever the stack
     stated = dataclasses.replace(run, layout={**run.layout, "schedule": "interleaved", "virtual_stages": 2})
-    assert {(c["schedule"], c["virtual_stages"]) for c in R._layout_candidates(stated, model, schedules=("1f1b",))} \
+    assert {(c["schedule"], c["virtual_stages"]) for c in RL.layout_candidates(stated, model, schedules=("1f1b",))} \
         == {(SCHEDULES.index("interleaved"), 2)}
 
 
@@ -274,8 +278,9 @@ def test_memory_stage_first_compares_with_stage_0():
     import numpy as np
 
     from llmpar import api
-    from llmpar.calibrate.runs import comparable_peak, predict, prepare
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_layouts import prepare
+    from llmpar.calibrate.runs_predict import comparable_peak, predict
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.cost.memory import memory_per_gpu, memory_per_stage
     from llmpar.parallel import Parallel
     from llmpar.specs import load_hardware, load_stack
@@ -312,8 +317,9 @@ def test_a_run_states_its_optimizer_and_gradient_dtype():
     # (fp32 master 4 + 8-bit m, v 2 = 6 B/param) differs, at ZeRO-0, by 6 B x the parameters on
     # each GPU before the allocator's overhead; bf16 gradients instead of the stack's fp32 main
     # gradients take 2 B/param off. Llama-3-8B on one GPU: 8,030,261,248 parameters.
-    from llmpar.calibrate.runs import predict, prepare
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_layouts import prepare
+    from llmpar.calibrate.runs_predict import predict
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.specs import load_stack
 
     lay = {"gpus": 8, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "microbatches": 1, "seq": 4096,
@@ -336,8 +342,9 @@ def test_a_run_states_its_overlaps_and_dispatcher():
     # a run stating ep_overlap 1 (Megatron-Core --overlap-moe-expert-parallel-comm) is predicted as
     # `llmpar step --ep-overlap 1` is, and differs from the same layout without it
     from llmpar import api
-    from llmpar.calibrate.runs import predict, prepare
-    from llmpar.calibrate.runs_io import MeasuredRun
+    from llmpar.calibrate.runs_layouts import prepare
+    from llmpar.calibrate.runs_predict import predict
+    from llmpar.calibrate.runs_record import MeasuredRun
     from llmpar.specs import load_stack
 
     lay = {"gpus": 8, "tp": 1, "pp": 1, "ep": 8, "zero": 1, "micro_batch": 1, "global_batch": 64, "seq": 4096,

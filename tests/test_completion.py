@@ -99,11 +99,11 @@ def test_sweep_prints_only_the_result_under_clirunner(args):
 def test_calibrate_runs_prints_only_the_result_under_clirunner(tmp_path):
     import yaml
 
-    from llmpar.calibrate import runs as R
+    from llmpar.calibrate import runs_parameters as RP
     from llmpar.specs import load_stack
     from test_calibrate_runs import synthetic_runs
 
-    runs = synthetic_runs(R.stack_with(load_stack("megatron-core"), {"kernels.gemm_efficiency": 0.7}, "hopper"))
+    runs = synthetic_runs(RP.stack_with(load_stack("megatron-core"), {"kernels.gemm_efficiency": 0.7}, "hopper"))
     table = tmp_path / "runs.yaml"
     table.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [
         {"model": r.model, **r.layout, "step_time_s": r.step_time_s} for r in runs]}))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llmpar import api
-from llmpar.calibrate.runs import _recompute_layer_counts
+from llmpar.calibrate.runs_layouts import recompute_layer_counts
 from llmpar.cost.pipeline import chunk_layers, full_recompute_fraction, partial_recompute_layers
 
 FULL = 2
@@ -63,13 +63,13 @@ def test_bad_recompute_layers_is_one_line_exit_2(cli, args, needle):
 
 def test_published_runs_search_it_only_when_they_leave_recompute_out():
     # a tuned run that does not state its recompute: all layers (0) and about 1/8 .. 7/8 of a chunk
-    assert _recompute_layer_counts(FULL, None, None, 8) == [0, 1, 2, 3, 4, 5, 6, 7]
-    assert _recompute_layer_counts(FULL, None, None, 2) == [0, 1]
-    assert _recompute_layer_counts(FULL, None, None, 1) == [0]
+    assert recompute_layer_counts(FULL, None, None, 8) == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert recompute_layer_counts(FULL, None, None, 2) == [0, 1]
+    assert recompute_layer_counts(FULL, None, None, 1) == [0]
     # a run that says "full" means every layer unless it also says how many
-    assert _recompute_layer_counts(FULL, "full", None, 8) == [0]
-    assert _recompute_layer_counts(FULL, "full", 3, 8) == [3]
-    assert _recompute_layer_counts(1, None, None, 8) == [0]
+    assert recompute_layer_counts(FULL, "full", None, 8) == [0]
+    assert recompute_layer_counts(FULL, "full", 3, 8) == [3]
+    assert recompute_layer_counts(1, None, None, 8) == [0]
 
 
 def test_more_recomputed_layers_less_memory_more_time():

@@ -184,10 +184,11 @@ def test_bubble_figure_is_the_simulated_gantt_chart(cli, tmp_path):
 
 def test_calibrate_runs_figure_before_after_and_identity(cli, tmp_path):
     from llmpar.calibrate import runs as R
+    from llmpar.calibrate import runs_parameters as RP
     from llmpar.specs import load_stack
     from test_calibrate_runs import synthetic_runs
 
-    truth = R.stack_with(load_stack("megatron-core"), {"kernels.gemm_efficiency": 0.7}, "hopper")
+    truth = RP.stack_with(load_stack("megatron-core"), {"kernels.gemm_efficiency": 0.7}, "hopper")
     runs = synthetic_runs(truth)
     table = tmp_path / "runs.yaml"
     table.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [

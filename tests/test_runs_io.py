@@ -16,7 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmpar.calibrate.runs_io import ALIASES, MeasuredRun, read_runs
+from llmpar.calibrate.runs_io import read_runs
+from llmpar.calibrate.runs_record import ALIASES, MeasuredRun
 from llmpar.calibrate.train_logs import WARMUP_ITERS
 from llmpar.errors import UserError
 

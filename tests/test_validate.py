@@ -1,7 +1,7 @@
 """validation/: the shipped A100 rows are wired correctly (layouts, searched knobs). The command
 itself: tests/test_validate_cmd.py."""
 
-from llmpar.calibrate.runs import _layout_candidates, as_run
+from llmpar.calibrate.runs_layouts import as_run, layout_candidates
 from llmpar.calibrate.runs_io import read_runs
 from llmpar.specs import load_model
 from llmpar.specs.registry import data_dir
@@ -23,11 +23,11 @@ def test_candidates_respect_megatron_rules():
     # B = 2304, dp = 24: b must divide 96 sequences per pipeline, and m = 96/b a multiple of p = 8
     # (the shipped row gives both, from examples/sc21/run_table_1.sh; drop them to search)
     row = _runs("narayanan2021-table1")[6]
-    published = _layout_candidates(row, load_model("megatron-gpt-145.6b"), zero_stages=(0,))
+    published = layout_candidates(row, load_model("megatron-gpt-145.6b"), zero_stages=(0,))
     # --micro-batch-size 2, --num-layers-per-virtual-pipeline-stage 5: 10 / 5 = 2 chunks
     assert {(c["micro_batch"], c["virtual_stages"]) for c in published} == {(2, 2)}
     del row.layout["micro_batch"], row.layout["virtual_stages"]
-    cands = _layout_candidates(row, load_model("megatron-gpt-145.6b"), zero_stages=(0,))
+    cands = layout_candidates(row, load_model("megatron-gpt-145.6b"), zero_stages=(0,))
     pairs = {(c["micro_batch"], c["virtual_stages"]) for c in cands}
     for b, v in pairs:
         assert 96 % b == 0 and 10 % v == 0 and v >= 2 and (96 // b) % 8 == 0

@@ -161,9 +161,57 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     """
     import yaml
 
-    from llmpar.calibrate.runs import fit_and_hold_out, run_filter, run_selector
-    from llmpar.calibrate.runs_io import read_runs
+    from llmpar.calibrate.runs_holdout import fit_and_hold_out
 
+    tol, folds_given = _check_options(check, tolerance, healthy, out, fit_names, train_sel, folds)
+    if out is not None:
+        out = _out_path(out)
+    train = _train_predicate(train_sel)
+    if stack is not None:
+        from llmpar.specs import load_stack
+
+        load_stack(stack)
+    read = _read_selected(files, _run_defaults(model, hardware, layout_text), only_sel)
+    if stack is None:
+        named = {r.stack for r in read.runs if r.stack}
+        stack = named.pop() if len(named) == 1 else "megatron-core"
+    from llmpar.outputs import check_out
+
+    check_out(out, inputs=files, spec_kind="stacks", spec=stack)    # before any work: never over an input
+    names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
+    from llmpar.cli.progress import progress_bar
+
+    with progress_bar("calibrate runs", enabled=not as_json) as tick:
+        result, held = fit_and_hold_out(read.runs, stack, train=train, healthy=healthy, hardware=hardware,
+                                        parameters=names, folds=folds, models=read.models,
+                                        files=[str(f) for f in files], check_only=check, progress=tick)
+    if plot_path is not None:
+        from llmpar.cli import plots
+
+        plots.save(plots.calibrate_runs_figure(result), plot_path)
+    notes = _notes(read, result, held, train_sel if train is not None else None, check, folds_given, folds)
+    if out is not None:
+        name = out_name or out.stem
+        from llmpar.outputs import write_spec
+
+        write_spec(out, yaml.safe_dump(result.stack_dict(name, str(out.parent)), sort_keys=False), "stacks")
+    if as_json:
+        echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
+                   "summary": result.summary, "rows": result.rows, "notes": notes,
+                   "out": str(out) if out else None,
+                   "held_out": None if held is None else {"runs": len(held.runs), "summary": held.summary["before"],
+                                                          "rows": held.rows}})
+    else:
+        render(result, notes, check, out, show_rows)
+        if held is not None:
+            render_held_out(held)
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
+    _check_tolerance(result, tol)
+
+
+def _check_options(check, tolerance, healthy, out, fit_names, train_sel, folds) -> tuple[float | None, bool]:
+    """The options that do not go together, refused before any reading; (the tolerance, --folds given?)."""
     if healthy is not None and healthy != healthy:   # NaN passes click's FloatRange
         raise UserError("--drop-slower-than must be a number in (0, 1], got nan")
     tol = parse_tolerance(tolerance)
@@ -180,17 +228,23 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         raise UserError("--check fits nothing: --folds sets the cross-validation of a fit")
     if folds == 1:
         raise UserError("--folds 1 cannot cross-validate (one fold holds everything out): 0 (none) or at least 2")
-    if out is not None:
-        out = _out_path(out)
+    return tol, folds_given
+
+
+def _train_predicate(train_sel):
+    """--train's selectors as one predicate on runs (every one must hold); None without --train."""
+    from llmpar.calibrate.runs_holdout import run_selector
+
     if train_sel:
         sels = [run_selector(t) for t in train_sel]
         train = (lambda r: all(sel(r) for sel in sels))   # noqa: E731  (every --train must hold)
     else:
         train = None
-    if stack is not None:
-        from llmpar.specs import load_stack
+    return train
 
-        load_stack(stack)
+
+def _run_defaults(model, hardware, layout_text) -> dict[str, str]:
+    """What runs that do not state it get: --model, --hardware and --layout's KEY=VALUE pairs, checked."""
     defaults = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
     given: dict[str, str] = {}
     for item in (layout_text or "").split(","):
@@ -210,6 +264,14 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         from llmpar.specs import load_hardware
 
         load_hardware(str(defaults["hardware"]))
+    return defaults
+
+
+def _read_selected(files, defaults: dict[str, str], only_sel):
+    """The runs of ``files`` (``defaults`` filling what they leave out) that every --only selects."""
+    from llmpar.calibrate.runs_holdout import run_filter
+    from llmpar.calibrate.runs_io import read_runs
+
     read = read_runs(files, defaults=defaults)
     if defaults.get("model") is not None and str(defaults["model"]) not in read.models:
         from llmpar.specs import load_model
@@ -221,46 +283,23 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
         if not runs_kept:
             raise UserError("--only " + " --only ".join(only_sel) + f" selects none of the {len(read.runs)} runs")
         read.runs[:] = runs_kept
-    if stack is None:
-        named = {r.stack for r in read.runs if r.stack}
-        stack = named.pop() if len(named) == 1 else "megatron-core"
-    from llmpar.outputs import check_out
+    return read
 
-    check_out(out, inputs=files, spec_kind="stacks", spec=stack)    # before any work: never over an input
-    names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
-    from llmpar.cli.progress import progress_bar
 
-    with progress_bar("calibrate runs", enabled=not as_json) as tick:
-        result, held = fit_and_hold_out(read.runs, stack, train=train, healthy=healthy, hardware=hardware,
-                                        parameters=names, folds=folds, models=read.models,
-                                        files=[str(f) for f in files], check_only=check, progress=tick)
-    if plot_path is not None:
-        from llmpar.cli import plots
-
-        plots.save(plots.calibrate_runs_figure(result), plot_path)
+def _notes(read, result, held, train_sel, check: bool, folds_given: bool, folds: int) -> list[str]:
+    """Every note to print: the reader's, the fit's and the held-out evaluation's, and what the
+    options did not do (``train_sel``: the --train selectors, None without --train)."""
     notes = read.notes + result.notes + ([n for n in held.notes if n not in result.notes] if held is not None else [])
-    if train is not None and held is None:
+    if train_sel is not None and held is None:
         notes.append("--train " + " --train ".join(train_sel) + " selects every run: nothing is held out")
     k = result.summary.get("folds")
     if not check and folds_given and k is not None and k != folds:
         notes.append(f"--folds {folds}: {k} folds, one per (model, GPUs) configuration of the fitted runs at most")
-    if out is not None:
-        name = out_name or out.stem
-        from llmpar.outputs import write_spec
+    return notes
 
-        write_spec(out, yaml.safe_dump(result.stack_dict(name, str(out.parent)), sort_keys=False), "stacks")
-    if as_json:
-        echo_json({"stack": result.base.name, "generation": result.generation, "parameters": result.parameters,
-                   "summary": result.summary, "rows": result.rows, "notes": notes,
-                   "out": str(out) if out else None,
-                   "held_out": None if held is None else {"runs": len(held.runs), "summary": held.summary["before"],
-                                                          "rows": held.rows}})
-    else:
-        render(result, notes, check, out, show_rows)
-        if held is not None:
-            render_held_out(held)
-        if plot_path is not None:
-            click.echo(f"plot: {plot_path}")
+
+def _check_tolerance(result, tol: float | None) -> None:
+    """--check --tolerance: exit 1 when the median speed or memory error exceeds it."""
     if tol is not None:
         before = result.summary["before"]
         worst = max(v for v in (before["speed"]["median_abs"], before["memory"]["median_abs"]) if v is not None) \

@@ -2,8 +2,8 @@
 
 The published runs are data (``validation/*.yaml``, shipped as ``llmpar/data/validation`` and found
 through :func:`llmpar.specs.registry.data_dir`). Each file is read by
-:func:`llmpar.calibrate.runs_io.read_runs` (validation/sources.py: names, paths, headers) and evaluated by :mod:`llmpar.calibrate.runs`
-(``prepare`` / ``predict`` / ``measured_step_time``): the same ``cost/step`` code `llmpar step` and
+:func:`llmpar.calibrate.runs_io.read_runs` (validation/sources.py: names, paths, headers) and evaluated by :mod:`llmpar.calibrate.runs_predict`
+(``runs_layouts.prepare`` / ``predict`` / ``measured_step_time``): the same ``cost/step`` code `llmpar step` and
 the planner use, with the file's stack (or the one asked for), its hardware and the row's layout; a
 knob the row leaves out (micro-batch, virtual stages, ZeRO stage, recompute) is searched and the
 fastest value that fits kept, as ``calibrate runs`` does. There is no second evaluation path here:
@@ -159,10 +159,12 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
 
 def evaluate_source(name: str, stack: Any = None, limit: int | None = None, configurations: set | None = None
                     ) -> tuple[SourceResult, list[dict[str, Any]]]:
-    """One shipped source through calibrate/runs.py; (its header, its rows). ``configurations``:
-    only the runs of these (model, GPUs, hardware) configurations (calibrate.runs.configurations),
+    """One shipped source through calibrate/runs_predict.py; (its header, its rows). ``configurations``:
+    only the runs of these (model, GPUs, hardware) configurations (calibrate.runs_report.configurations),
     as a cross-validation fold evaluates its held-out ones."""
-    from llmpar.calibrate.runs import comparable_peak, configurations as run_configurations, measured_step_time, predict, prepare
+    from llmpar.calibrate.runs_layouts import prepare
+    from llmpar.calibrate.runs_predict import comparable_peak, measured_step_time, predict
+    from llmpar.calibrate.runs_report import configurations as run_configurations
 
     path = resolve_source(name)
     read = read_source(path)

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmpar.calibrate import runs as R
+from llmpar.calibrate.runs_holdout import fit_and_hold_out, run_selector
+from llmpar.calibrate.runs_layouts import as_run
+from llmpar.calibrate.runs_parameters import stack_with
 
 PLANS = {
     "megatron-core": dict(
@@ -78,7 +80,7 @@ PLANS = {
     # layer, cost/step.py _layer_compute): the fit then sent overlap.pp to 1.0 (nanotron's engine
     # sends blocking) and, with overlap.pp held at 0, read 12.5 % cross-validated (11.2 % here),
     # held-out regret 0.0 % (1.7 %), fastest quarter 10.3 % either way: not adopted.
-    "nanotron": dict(files=["playbook-nanotron-h100"], train=R.run_selector("gpus<=16"),
+    "nanotron": dict(files=["playbook-nanotron-h100"], train=run_selector("gpus<=16"),
                      parameters=["kernels.gemm_efficiency", "kernels.launch_s_per_layer",
                                  "overlap.tp", "overlap.dp", "overlap.pp",
                                  "network.scale_out_efficiency", "network.scale_out_latency",
@@ -101,7 +103,7 @@ PLANS = {
     # memory.allocator_overhead as well gave working_layers 0 and allocator_overhead 0.50 at 39.8 %
     # median memory error in-sample and FITS agreement 0.75 -> 0.50 (the misfit is structural: see
     # docs/stacks.md, limits), so the memory values stay the sourced priors.
-    # overlap.zero3_prefetch is not among calibrate/runs.py's PARAMETERS: it stays the estimate.
+    # overlap.zero3_prefetch is not among calibrate/runs_parameters.py's PARAMETERS: it stays the estimate.
     # SDPA's own forward/backward fractions are fitted too: without them the long-sequence rows
     # (Tables 2 and 6, 32K-256K tokens) came out +15...+70 % fast while the GEMM fraction sank to
     # 0.58 to pay for it (14.5 % leave-one-configuration-out); with them 3.9 %. Fitting overlap.cp
@@ -154,7 +156,7 @@ def _validation_path(stem: str) -> Path:
 def run_plan(name: str, *, exclude: tuple[str, ...] = (), values: dict | None = None, folds: int | None = None):
     """Fit plan ``name`` (without the sources in ``exclude``) from its priors, on the stack with
     ``values`` ({stack: {generation: {path: value}}}, earlier refits) applied first. Returns
-    ``(fit, held_out)`` as :func:`llmpar.calibrate.runs.fit_and_hold_out`, or ``(None, None)``
+    ``(fit, held_out)`` as :func:`llmpar.calibrate.runs_holdout.fit_and_hold_out`, or ``(None, None)``
     when no source is left (the constants then stay at the priors)."""
     from llmpar.calibrate.runs_io import read_runs
     from llmpar.specs import load_stack
@@ -168,10 +170,10 @@ def run_plan(name: str, *, exclude: tuple[str, ...] = (), values: dict | None = 
     base = apply_values(load_stack(plan_stack(name)), (values or {}).get(plan_stack(name), {}))
     # start from the priors the recorded fit started from (not the fitted values the stack ships
     # now), so that running this again reproduces the recorded values and errors
-    base = R.stack_with(base, plan["priors"], GENERATION[name])
-    if plan.get("train") is not None and not any(plan["train"](R.as_run(r)) for r in runs):
+    base = stack_with(base, plan["priors"], GENERATION[name])
+    if plan.get("train") is not None and not any(plan["train"](as_run(r)) for r in runs):
         return None, None               # the fit's runs were all the excluded source's
-    return R.fit_and_hold_out(runs, base, train=plan.get("train"), healthy=plan.get("healthy"),
+    return fit_and_hold_out(runs, base, train=plan.get("train"), healthy=plan.get("healthy"),
                               parameters=plan["parameters"], models=read.models,
                               folds=plan["folds"] if folds is None else folds)
 
@@ -180,7 +182,7 @@ def apply_values(stack, per_generation: dict[str, dict[str, float]]):
     """``stack`` with {generation: {path: value}} set (generation "default": the stack's default)."""
     for gen, vals in per_generation.items():
         if vals:
-            stack = R.stack_with(stack, vals, None if gen == "default" else gen)
+            stack = stack_with(stack, vals, None if gen == "default" else gen)
     return stack
 
 
