@@ -11,6 +11,7 @@ a submodule through it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmpar"
@@ -145,3 +146,30 @@ def test_every_module_has_a_floor_and_no_import_points_up():
 def test_the_floor_check_can_fail():
     assert floor_of("llmpar.specs.hardware") < floor_of("llmpar.cost.collectives")
     assert floor_of("llmpar.validation.__main__") == floor_of("llmpar.cli.main")
+
+
+def test_every_module_is_in_the_rooms_list():
+    # docs/architecture.md, "The rooms": a newcomer finds a formula by opening its room, so every
+    # module of src/llmpar is listed there (a package's __init__ and __main__ excepted)
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rooms = doc[doc.index("## The rooms"):doc.index("## Units")]
+    listed = set(re.findall(r"^  - `([\w/]+\.py)`", rooms, re.M))
+    present = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    assert present - listed == set(), f"modules missing from docs/architecture.md's rooms: {sorted(present - listed)}"
+    assert listed - present == set(), f"rooms listed that no longer exist: {sorted(listed - present)}"
+
+
+def test_no_private_name_crosses_a_package():
+    # issue 24 §1: a name one room keeps to itself (a leading underscore) is not imported by
+    # another package; what another package needs has a public name
+    cross = []
+    for path in SRC.rglob("*.py"):
+        here = path.relative_to(SRC).parts[0] if len(path.relative_to(SRC).parts) > 1 else ""
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("llmpar."):
+                parts = node.module.split(".")
+                there = parts[1] if len(parts) > 2 else ""
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and there != here:
+                    cross.append((str(path.relative_to(SRC)), node.module, private))
+    assert cross == [], cross

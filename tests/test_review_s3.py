@@ -282,10 +282,10 @@ def test_a_model_file_is_not_taken_for_the_shipped_model(cli, tmp_path):
     # a verbatim copy of a shipped file is that model, and keeps its name
     from pathlib import Path
 
-    from llmpar.specs.registry import _lookup
+    from llmpar.specs.registry import spec_lookup
 
     copy = tmp_path / "copy.yaml"
-    copy.write_text(Path(_lookup("models", "llama-3-8b")[1]).read_text())
+    copy.write_text(Path(spec_lookup("models", "llama-3-8b")[1]).read_text())
     assert cli("memory", str(copy), "--gpus", "8", "--json").json()["model"] == "llama-3-8b"
 
 

@@ -118,7 +118,7 @@ def test_hardware_bad_name(cli):
 
 
 def test_shipped_names_are_file_stems_and_aliases_never_shadow_a_file():
-    """registry._lookup resolves a canonical name by opening ``<name>.yaml`` directly (so
+    """registry.spec_lookup resolves a canonical name by opening ``<name>.yaml`` directly (so
     `llmpar memory llama-3-70b` does not parse all 45 model files for their aliases). That is
     only the same answer as the full alias index when every shipped spec's ``name`` is its
     file's stem and no alias equals another spec's stem; both are checked here for every kind."""
@@ -128,12 +128,12 @@ def test_shipped_names_are_file_stems_and_aliases_never_shadow_a_file():
 
     for kind in ("models", "hardware", "stacks"):
         stems = {p.stem for p in registry.data_dir(kind).glob("*.yaml")}
-        idx = registry._index(kind)
+        idx = registry.spec_index(kind)
         for key, (canon, path) in idx.items():
             assert canon == path.stem, (kind, key, canon, path.name)
             assert key == canon or key not in stems, (kind, key, "alias shadows a file")
-            assert registry._lookup(kind, key) == (canon, path)
-        assert registry._lookup(kind, "no-such-spec") is None
-        assert registry._lookup(kind, "") is None
+            assert registry.spec_lookup(kind, key) == (canon, path)
+        assert registry.spec_lookup(kind, "no-such-spec") is None
+        assert registry.spec_lookup(kind, "") is None
     with pytest.raises(registry.UserError, match="unknown model 'llama-3-7'"):
         registry.load_model("llama-3-7")

@@ -43,7 +43,7 @@ def load_model_spec(model: str | ModelSpec | None = None, hf: str | None = None)
     if not isinstance(model, (str, Path)):
         raise UserError(f"model must be a name, a YAML path or a ModelSpec, got {model!r}")
     spec = registry.load_model(str(model))
-    _, alias = registry.resolved_name(str(model)) if not registry._looks_like_path(str(model)) else (None, None)
+    _, alias = registry.resolved_name(str(model)) if not registry.looks_like_path(str(model)) else (None, None)
     return spec, alias
 
 

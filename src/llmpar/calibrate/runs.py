@@ -1,6 +1,6 @@
 """Fit a stack to measured training runs: ``llmpar calibrate runs FILE... --stack BASE``.
 
-What is fitted (docs/calibration.md, "Stacks from your runs"): a small, bounded set of the
+What is fitted (docs/calibrate-runs.md): a small, bounded set of the
 stack's *physical* parameters (kernel efficiencies, overlap fractions, fixed costs, the saved
 activation factor, allocator overhead) — never free weights on the breakdown's terms, which can
 cut the throughput error and still wreck the ranking of layouts. The base stack's values are the
@@ -231,9 +231,9 @@ def _base_path(stack) -> str | None:
     """The base stack's file (absolute) when ``stack`` names one; None for a shipped name or a Stack."""
     from pathlib import Path
 
-    from llmpar.specs.registry import _looks_like_path
+    from llmpar.specs.registry import looks_like_path
 
-    return str(Path(stack).resolve()) if isinstance(stack, (str, Path)) and _looks_like_path(str(stack)) \
+    return str(Path(stack).resolve()) if isinstance(stack, (str, Path)) and looks_like_path(str(stack)) \
         else None
 
 

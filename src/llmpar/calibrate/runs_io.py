@@ -134,10 +134,10 @@ def _table_rows_yaml(text: str, name: str, ctx: RowContext, notes: list[str],
                      fmt: str = "YAML") -> tuple[list[tuple[str, dict]], dict]:
     # the spec files' loader: a key given twice in a mapping is refused, with its line (PyYAML
     # would keep the last one silently)
-    from llmpar.specs.reading import MAX_YAML_VALUES, _expands_beyond, _UniqueKeyLoader
+    from llmpar.specs.reading import MAX_YAML_VALUES, expands_beyond, UniqueKeyLoader
 
     try:
-        loader = _UniqueKeyLoader(text)
+        loader = UniqueKeyLoader(text)
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else None
@@ -152,7 +152,7 @@ def _table_rows_yaml(text: str, name: str, ctx: RowContext, notes: list[str],
         raise UserError(f"{name}:{line}: {what}: {getattr(exc, 'problem', None) or exc}") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise UserError(f"{name}: {'YAML' if fmt == 'YAML' else 'JSON/YAML'}: {exc}") from None
-    if _expands_beyond(data, MAX_YAML_VALUES):      # the spec reader's bound (specs/registry.py read_yaml)
+    if expands_beyond(data, MAX_YAML_VALUES):      # the spec reader's bound (specs/registry.py read_yaml)
         raise UserError(f"{name}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?): "
                         "refused")
     common: dict = {}
@@ -197,13 +197,13 @@ def _inline_models(models: Any, name: str) -> dict[str, Any]:
 
     if not isinstance(models, dict):
         raise UserError(f"{name}: 'models:' must map model names to their shapes")
-    from llmpar.specs.registry import _lookup
+    from llmpar.specs.registry import spec_lookup
 
     out = {}
     for mname, spec in models.items():
         if not isinstance(spec, dict):
             raise UserError(f"{name}: models.{mname} must be a mapping of ModelSpec fields")
-        if _lookup("models", str(mname).lower()) is not None:
+        if spec_lookup("models", str(mname).lower()) is not None:
             # reliability review, item 8: every row then said the shipped name of another model
             raise UserError(f"{name}: models.{mname} has the name of a shipped model (or alias): name the inline model "
                             "otherwise, or drop it to use the shipped one")

@@ -98,7 +98,7 @@ _OOM = re.compile(r"CUDA out of memory|HIP out of memory|OutOfMemoryError")
 _MIB = 2.0**20
 _GIB = 2.0**30
 #: a peak memory figure above this is no GPU's (the largest hold a few hundred GB): a wrong unit or a
-#: corrupted log; refused rather than read (runs_io applies the same bound to runs tables)
+#: corrupted log; refused rather than read (runs_row.make_run applies the same bound to runs tables)
 MAX_MEMORY_BYTES = 10e12
 
 

@@ -1,5 +1,5 @@
 """`llmpar calibrate runs FILE...`: fit a stack to measured training runs, or check one against them
-(docs/calibration.md, "Stacks from your runs"; docs/runs-format.md for the inputs)."""
+(docs/calibrate-runs.md; docs/runs-format.md for the inputs)."""
 
 from __future__ import annotations
 

@@ -154,9 +154,9 @@ def _complete(kind: str, incomplete: str, *, comma_list: bool = False):
     if "/" in word or word.startswith(".") or word.endswith((".yaml", ".yml", ".json")):
         return [CompletionItem(incomplete, type="file")]
     try:
-        from llmpar.specs.registry import _index
+        from llmpar.specs.registry import spec_index
 
-        names = sorted(_index(kind))          # canonical names and aliases
+        names = sorted(spec_index(kind))          # canonical names and aliases
     except Exception:  # noqa: BLE001 - completion must never crash the shell
         return []
     prefix = head + sep

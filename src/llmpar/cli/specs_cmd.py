@@ -34,7 +34,7 @@ def _console():
 def _aliases(kind: str) -> dict[str, list[str]]:
     """canonical name -> aliases, from the registry's index of shipped files."""
     out: dict[str, list[str]] = {}
-    for key, (canon, _path) in registry._index(kind).items():
+    for key, (canon, _path) in registry.spec_index(kind).items():
         if key != canon:
             out.setdefault(canon, []).append(key)
     return out

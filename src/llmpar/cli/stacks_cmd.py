@@ -33,7 +33,7 @@ def stack_summary(st: Stack, aliases: list[str] | None = None) -> dict[str, Any]
 
 def _aliases() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for key, (canon, _) in registry._index("stacks").items():
+    for key, (canon, _) in registry.spec_index("stacks").items():
         if key != canon:
             out.setdefault(canon, []).append(key)
     return out

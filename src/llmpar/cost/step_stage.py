@@ -109,7 +109,7 @@ def critical_stage(model, hw, par, settings, place, e, L, C, E):
     (cost/step.py module doc, step 2). ``has_head`` / ``has_emb``: the share of the head /
     embedding the critical stage runs per micro-batch (0 or 1; 1/2 on DualPipe's device 0)."""
     # the split covers the L blocks and the D multi-token-prediction modules' blocks, which sit on
-    # the last stage (cost/memory.py _stage_eval, the same convention)
+    # the last stage (cost/memory_stage.py _stage_eval, the same convention)
     D = float(model.mtp_layers)
     slots = model.layers + model.mtp_layers
     n_first = pipeline.first_stage_layers(slots, par.pp)

@@ -34,14 +34,14 @@ def data_dir(kind: str) -> Path:
     raise UserError(f"llmpar's shipped {kind}/ folder is missing (broken install?)")
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last one
     silently, so a duplicated ``memory:`` line would override the first without a word). Built on
     libyaml's parser where PyYAML has it (about 10x faster than the pure-Python one: reading every
     shipped spec for the name index was most of `llmpar memory`'s start-up)."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
+def _construct_unique_mapping(loader: UniqueKeyLoader, node, deep: bool = False):
     loader.flatten_mapping(node)   # merge keys (<<) first, as SafeLoader does
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
@@ -58,7 +58,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False
     return loader.construct_mapping(node, deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 # Numbers as YAML 1.2's core schema reads them, not YAML 1.1's (reliability review, items 20 and
 # 36): `3e9` and `5e-1` are floats (1.1 wants a dot and reads them as text, which a float field
@@ -68,11 +68,11 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 _INT = r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$"
 _FLOAT = r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_UniqueKeyLoader.yaml_implicit_resolvers = {
+UniqueKeyLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
     for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(_INT), list("-+0123456789"))
-_UniqueKeyLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT), list("-+0123456789."))
+UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(_INT), list("-+0123456789"))
+UniqueKeyLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT), list("-+0123456789."))
 
 
 class DuplicateKeyError(ValueError):
@@ -81,7 +81,7 @@ class DuplicateKeyError(ValueError):
 
 def unique_json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json ``object_pairs_hook``: a key given twice is refused (json keeps the last one silently),
-    as the YAML readers refuse it (:class:`_UniqueKeyLoader`); used by the runs tables' JSON and
+    as the YAML readers refuse it (:class:`UniqueKeyLoader`); used by the runs tables' JSON and
     the HF config.json reader."""
     out: dict[str, Any] = {}
     for k, v in pairs:
@@ -109,8 +109,8 @@ def _construct_float(loader, node) -> float:
     return float(text)
 
 
-_UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
-_UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
+UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
+UniqueKeyLoader.add_constructor(_FLOAT_TAG, _construct_float)
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -131,7 +131,7 @@ MAX_YAML_BYTES = 64 * 2**20
 MAX_YAML_VALUES = 2_000_000
 
 
-def _expands_beyond(data: Any, limit: int) -> bool:
+def expands_beyond(data: Any, limit: int) -> bool:
     """Whether walking ``data`` (every shared reference visited each time it is referenced, as a
     serialiser or validator would) visits more than ``limit`` values; stops as soon as it does."""
     stack, seen = [data], 0
@@ -160,7 +160,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     text = _decode(path, raw)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -170,7 +170,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise UserError(f"malformed YAML in {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a YAML mapping at the top level")
-    if _expands_beyond(data, MAX_YAML_VALUES):
+    if expands_beyond(data, MAX_YAML_VALUES):
         raise UserError(f"{path}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values (an alias bomb?): "
                         "refused")
     return data

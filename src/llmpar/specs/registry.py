@@ -21,13 +21,13 @@ from llmpar.specs.stack import Stack
 
 
 from llmpar.specs.reading import (  # noqa: F401 (the readers below the loaders; re-exported)
-    MAX_YAML_BYTES, MAX_YAML_VALUES, DuplicateKeyError, _UniqueKeyLoader, data_dir, read_yaml, unique_json_pairs,
+    MAX_YAML_BYTES, MAX_YAML_VALUES, DuplicateKeyError, UniqueKeyLoader, data_dir, read_yaml, unique_json_pairs,
     validate, validation_message,
 )
 
 
 @functools.lru_cache(maxsize=None)
-def _index(kind: str) -> dict[str, tuple[str, Path]]:
+def spec_index(kind: str) -> dict[str, tuple[str, Path]]:
     """name or alias -> (canonical name, file) for the shipped specs."""
     out: dict[str, tuple[str, Path]] = {}
     for path in sorted(data_dir(kind).glob("*.yaml")):
@@ -39,7 +39,7 @@ def _index(kind: str) -> dict[str, tuple[str, Path]]:
     return out
 
 
-def _lookup(kind: str, key: str) -> tuple[str, Path] | None:
+def spec_lookup(kind: str, key: str) -> tuple[str, Path] | None:
     """(canonical name, file) for a shipped name or alias typed in lower case, or None.
 
     A shipped spec's canonical name is its file's stem and no alias is another file's stem
@@ -48,14 +48,15 @@ def _lookup(kind: str, key: str) -> tuple[str, Path] | None:
     path = data_dir(kind) / f"{key}.yaml"
     if key and path.is_file():
         return key, path
-    return _index(kind).get(key)
+    return spec_index(kind).get(key)
 
 
 def shipped_names(kind: str) -> list[str]:
-    return sorted({canon for canon, _ in _index(kind).values()})
+    return sorted({canon for canon, _ in spec_index(kind).values()})
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """A spec name that names a file (a YAML/JSON suffix or a path separator), not a shipped spec."""
     return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
 
 
@@ -88,7 +89,7 @@ def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
     what = {"hardware": "hardware", "stacks": "stack", "models": "model", "engines": "engine"}[kind]
     listing = {"hardware": "llmpar hardware", "stacks": "llmpar stacks", "models": "llmpar models",
                "engines": "llmpar engines"}[kind]
-    if _looks_like_path(name):
+    if looks_like_path(name):
         path = Path(os.path.normpath(name))
         if folder is not None and not path.is_absolute():
             path = Path(os.path.normpath(folder / path))
@@ -100,9 +101,9 @@ def _spec_path(kind: str, name: str, folder: Path | None = None) -> Path:
                 if folder is not None and not Path(name).is_absolute() else ""
             raise UserError(f"{what} file not found: {path}{where}")
         return path
-    found = _lookup(kind, name.lower())
+    found = spec_lookup(kind, name.lower())
     if found is None:
-        raise UserError(f"unknown {what} {name!r}{suggest(name, _index(kind))}; see `{listing}`")
+        raise UserError(f"unknown {what} {name!r}{suggest(name, spec_index(kind))}; see `{listing}`")
     return Path(found[1])
 
 
@@ -201,7 +202,7 @@ def load_stack(name: str | Stack | None = None) -> Stack:
     if isinstance(name, Stack):
         return name
     name = DEFAULT_STACK if name is None else str(name)
-    if _looks_like_path(name):   # a user file may change between calls: not cached
+    if looks_like_path(name):   # a user file may change between calls: not cached
         data, source = _spec_dict("stacks", name)
         return _spec_validated(Stack, data, source)
     return _load_stack_cached(name.lower())
@@ -218,7 +219,7 @@ def load_engine(name=None):
     if isinstance(name, Engine):
         return name
     name = DEFAULT_ENGINE if name is None else str(name)
-    data, source = _spec_dict("engines", name if _looks_like_path(name) else name.lower())
+    data, source = _spec_dict("engines", name if looks_like_path(name) else name.lower())
     return _spec_validated(Engine, data, source)
 
 
@@ -231,7 +232,7 @@ def load_model(name: str) -> ModelSpec:
         from llmpar.specs.hf import load_hf_config
 
         return load_hf_config(Path(name))
-    if _looks_like_path(name):
+    if looks_like_path(name):
         path = Path(name)
         if path.is_dir():
             raise UserError(f"model {name} is a folder, not a YAML file (a HF checkpoint folder: --hf its config.json)")
@@ -246,7 +247,7 @@ def load_model(name: str) -> ModelSpec:
         data.setdefault("name", path.stem)
         spec = validate(ModelSpec, data, str(path))
         own = raw.get("name")
-        if isinstance(own, str) and (hit := _lookup("models", own.strip().lower())) is not None \
+        if isinstance(own, str) and (hit := spec_lookup("models", own.strip().lower())) is not None \
                 and not _same_file(path, hit[1]) and read_yaml(Path(hit[1])) != raw:
             # reliability review item 35 (as item 8 for a runs table's inline models): a file named
             # llama-3-70b holding another model printed as the shipped one (a verbatim copy is that model)
@@ -254,9 +255,9 @@ def load_model(name: str) -> ModelSpec:
                             f"that model: give it a name of its own")
         return spec
     key = name.lower()
-    found = _lookup("models", key)
+    found = spec_lookup("models", key)
     if found is None:
-        raise UserError(f"unknown model {name!r}{suggest(key, _index('models'))}; see `llmpar models`")
+        raise UserError(f"unknown model {name!r}{suggest(key, spec_index('models'))}; see `llmpar models`")
     _canon, path = found
     data = read_yaml(path)
     if "extends" in data:
@@ -287,7 +288,7 @@ def _model_extended(path: str) -> dict[str, Any]:
 def resolved_name(name: str, kind: str = "models") -> tuple[str, str | None]:
     """(canonical name, alias typed or None) — so output can show 'llama-70b -> llama-3-70b'."""
     key = str(name).lower()
-    found = _lookup(kind, key)
+    found = spec_lookup(kind, key)
     if found is not None and found[0] != key:
         return found[0], key
     return (found[0] if found is not None else str(name)), None
