@@ -291,7 +291,8 @@ def test_nothing_feasible_raises_check_failed():
 def test_results_keep_their_objects():
     """A result is a pydantic model that keeps the layout and settings objects it was built from."""
     from llmpar.parallel import Parallel, Settings
-    from llmpar.results import MemoryResult, PlanResult, PlanRow, StepResult, SweepResult
+    from llmpar.results import MemoryResult, StepResult
+    from llmpar.results_plan import PlanResult, PlanRow, SweepResult
 
     s = llmpar.step("llama-3-8b", gpus=8)
     assert isinstance(s, StepResult) and isinstance(s.memory, MemoryResult)

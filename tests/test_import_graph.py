@@ -118,7 +118,7 @@ FLOORS = (
     ("parallel",),
     ("layout", "options"),
     ("cost",),
-    ("evidence", "inputs", "remedies", "outputs", "step_trace", "results"),
+    ("evidence", "inputs", "remedies", "outputs", "step_trace", "results", "results_plan"),
     ("planner", "calibrate", "validation", "serving", "launch", "run"),
     ("api",),
     ("cli", "__main__"),

@@ -28,9 +28,9 @@ from llmpar.parallel import positive_int
 from llmpar.run import collective as RC
 from llmpar.run import memory as RM
 from llmpar.run import step as RS
-from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, Comparison,
-                            MemoryResult, PlanResult, PlanRow, SpaceSummary, StepFigures, StepResult, SweepResult,
-                            SweepRow, ValidateResult, step_numbers)
+from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, MemoryResult,
+                            StepFigures, StepResult, ValidateResult, step_numbers)
+from llmpar.results_plan import Comparison, PlanResult, PlanRow, SpaceSummary, SweepResult, SweepRow
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import Stack

@@ -93,7 +93,7 @@ def _training_lines(t: dict[str, Any] | None, who: str) -> list[str]:
 
 
 def sweep_page(r) -> str:
-    """The page for a :class:`llmpar.results.SweepResult`."""
+    """The page for a :class:`llmpar.results_plan.SweepResult`."""
     from llmpar.cli import plots
     from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
     from llmpar.cli.training import fmt_tokens
@@ -116,7 +116,7 @@ def sweep_page(r) -> str:
 
 
 def plan_page(r, units: str = "gb") -> str:
-    """The page for a :class:`llmpar.results.PlanResult` (its frontier figure needs keep_points)."""
+    """The page for a :class:`llmpar.results_plan.PlanResult` (its frontier figure needs keep_points)."""
     from llmpar.cli import plots
     from llmpar.cli import render as R
     from llmpar.cli.plan_table import equivalent_texts, plan_cells, plan_columns

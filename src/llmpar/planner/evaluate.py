@@ -1,6 +1,6 @@
 """The planner's evaluation of its candidates: memory through :func:`llmpar.cost.memory.memory_per_gpu`
 CHUNK candidates at a time (the same formula, the same numbers: docs/planner.md, Speed), and one
-row of the result (:class:`llmpar.results.PlanRow`) read out of the evaluated arrays.
+row of the result (:class:`llmpar.results_plan.PlanRow`) read out of the evaluated arrays.
 
 Nothing here ranks (:mod:`llmpar.planner.ranking`) or prints.
 """
@@ -13,7 +13,8 @@ from llmpar import evidence as EV
 from llmpar.cost.runtime import fits_with_margin, verdict_name
 from llmpar.parallel import Parallel
 from llmpar.planner import space as SP
-from llmpar.results import MEMORY_COMPONENTS, PlanRow, num, step_numbers
+from llmpar.results import MEMORY_COMPONENTS, num, step_numbers
+from llmpar.results_plan import PlanRow
 
 
 def _pick(d: dict, idx) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmpar.parallel import Parallel
-from llmpar.results import Comparison, PlanRow
+from llmpar.results_plan import Comparison, PlanRow
 
 # the additive parts of a row's total memory (total = their sum), as "why #1 beats #N" names them
 MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "optimizer_bytes": "optimizer",

@@ -37,7 +37,7 @@ from llmpar.planner.evaluate import memory_in_chunks, plan_row
 from llmpar.planner.arguments import FixConflict
 from llmpar.planner.refusals import NoLayout, host_memory_exceeded, nothing_fits, nothing_valid, offload_would_fit
 from llmpar.planner.request import PlanRequest, read_request
-from llmpar.results import Comparison, PlanResult, PlanRow, SpaceSummary
+from llmpar.results_plan import Comparison, PlanResult, PlanRow, SpaceSummary
 
 
 # ------------------------------------------------------------------------------------ search
@@ -314,7 +314,7 @@ def _training(req: PlanRequest, found: dict) -> dict | None:
 
 
 def _result(req: PlanRequest, found: dict, t_start: float) -> PlanResult:
-    """The plan's result object (:class:`llmpar.results.PlanResult`), its training estimate included."""
+    """The plan's result object (:class:`llmpar.results_plan.PlanResult`), its training estimate included."""
     training = _training(req, found)
     sp = req.space
     return PlanResult(

@@ -28,7 +28,7 @@ import numpy as np
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import MAX_GPUS, whole
-from llmpar.results import SweepResult, SweepRow
+from llmpar.results_plan import SweepResult, SweepRow
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
 DEFAULT_HARDWARE = "h100-sxm"
