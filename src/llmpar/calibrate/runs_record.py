@@ -12,13 +12,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llmpar.options import LAYOUT_KEYS as OPTION_LAYOUT_KEYS
+
 STATUSES = ("ok", "oom", "crashed")
 CONVENTIONS = ("full", "causal", "hardware")   # how a run's tflops_per_gpu / mfu count FLOPs (docs/runs-format.md)
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp")
-LAYOUT_KEYS = ("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch", "global_batch",
-               "microbatches", "seq", "schedule", "virtual_stages", "recompute_layers", "offload_layers", "dtype",
-               "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap",
-               "ep_dispatcher")
+# the layout options (declared once, llmpar.options) and the settings a runs table may state
+LAYOUT_KEYS = OPTION_LAYOUT_KEYS + ("dtype", "recompute_modules", "optimizer", "grad_dtype", "tp_overlap", "dp_overlap",
+                                    "ep_overlap", "ep_dispatcher")
 #: the layout keys that are settings a run states (the CLI's --optimizer, --tp-overlap ...): runs are
 #: evaluated in groups that share them (calibrate/runs_layouts.py prepare)
 SETTING_KEYS = ("optimizer", "grad_dtype", "tp_overlap", "dp_overlap", "ep_overlap", "ep_dispatcher")
