@@ -228,7 +228,7 @@ def test_unknown_names_in_rows_name_the_row(cli, tmp_path, row, needle):
 
 def test_dtype_and_unit_errors_name_the_row(cli, tmp_path):
     # A100 has no FP8 tensor cores (hardware/a100-80gb.yaml states no fp8 peak): `step` refuses it
-    # (layout.check_settings), and so does the runs row, naming itself
+    # (layout_settings.check_settings), and so does the runs row, naming itself
     f = tmp_path / "fp8.csv"
     f.write_text("model,hardware,gpus,seq,global_batch,dtype,step_time_s\nllama-3-8b,a100-80gb,8,8192,64,fp8,3\n")
     assert_one_line_error(cli("calibrate", "runs", f, "--check"), f"{f}:2:", "fp8")

@@ -116,7 +116,7 @@ FLOORS = (
     ("errors", "units"),
     ("specs",),
     ("parallel",),
-    ("layout", "options"),
+    ("layout", "layout_settings", "options"),
     ("cost",),
     ("evidence", "inputs", "remedies", "outputs", "step_trace", "results", "results_plan"),
     ("planner", "calibrate", "validation", "serving", "launch", "run"),

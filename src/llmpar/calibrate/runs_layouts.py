@@ -319,7 +319,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
     """Resolve models and hardware and expand every run's candidate layouts into array groups.
 
     Each run goes through the rules ``llmpar step`` applies (``layout.check_layout``,
-    ``layout.check_settings``) and its measurements through its hardware's bounds; a failure is
+    ``layout_settings.check_settings``) and its measurements through its hardware's bounds; a failure is
     one UserError naming the run's ``file:line``. A layout that breaks a layout rule is refused
     for a run that ran (status ok) and noted for one that did not (it is predicted not to run,
     which its status agrees with) or for a published row (``row:``), kept as published. The notes
@@ -340,7 +340,7 @@ def prepare(runs: Iterable, *, hardware: str | None = None, models: dict | None 
 def _candidate_buckets(runs: list[Run], hardware, specs: _Specs, zero_stages, schedules,
                        pp_zero_stages) -> dict[tuple, list[tuple[int, dict]]]:
     """Every run's checked candidate layouts, by (model, hardware, dtype, modules, stated settings)."""
-    from llmpar.layout import check_settings
+    from llmpar.layout_settings import check_settings
     from llmpar.parallel import Settings
 
     buckets: dict[tuple, list[tuple[int, dict]]] = {}

@@ -40,8 +40,8 @@ from typing import Any
 
 # the option domains (parallel.py) and the layout rule (layout.py) live with the other layout rules; re-exported
 from llmpar.parallel import FINETUNE, LORA_TARGETS  # noqa: F401
-from llmpar.layout import finetune_layout_message as layout_message  # noqa: F401
-from llmpar.layout import finetune_layout_violations as layout_violations  # noqa: F401
+from llmpar.layout_settings import finetune_layout_message as layout_message  # noqa: F401
+from llmpar.layout_settings import finetune_layout_violations as layout_violations  # noqa: F401
 
 DEFAULT_RANK = 16
 

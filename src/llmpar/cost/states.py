@@ -24,7 +24,7 @@ from llmpar.cost.arrays import scalar_out as _out
 from llmpar.cost.shards import LayerShard, largest_layer_params
 from llmpar.errors import UserError
 from llmpar.parallel import Parallel, Settings
-from llmpar.layout import optimizer_offload_violations, param_offload_violations  # noqa: F401 (re-exported: the rules live in layout.py)
+from llmpar.layout_settings import optimizer_offload_violations, param_offload_violations  # noqa: F401 (re-exported: the rules live in layout_settings.py)
 from llmpar.specs.model import ModelSpec
 
 SRC_ZERO = "Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054) §3.1, §5, Fig. 1"

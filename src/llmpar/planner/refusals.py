@@ -76,7 +76,7 @@ def offload_would_fit(model, hw, cand, settings, reserve, margin: float) -> str:
     """When nothing fits: the offload settings (not searched: they are settings, docs/planner.md)
     under which some of the same candidates would, each evaluated by the same memory function,
     as a clause to add to the refusal ('' when none would, or the stack and hardware allow none)."""
-    from llmpar.layout import check_optimizer_offload, optimizer_offload_violations, param_offload_violations
+    from llmpar.layout_settings import check_optimizer_offload, optimizer_offload_violations, param_offload_violations
 
     tries = []
     if settings.optimizer_offload < 1.0:

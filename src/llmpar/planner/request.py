@@ -15,7 +15,7 @@ from typing import Any
 from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.errors import UserError
-from llmpar.layout import check_optimizer_offload, check_settings
+from llmpar.layout_settings import check_optimizer_offload, check_settings
 from llmpar.parallel import MAX_GPUS, RECOMPUTE, SCHEDULES, Settings, flag, fraction
 from llmpar.planner import arguments as ARG
 from llmpar.planner import space as SP

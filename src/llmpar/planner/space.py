@@ -41,7 +41,7 @@ from llmpar.cost import finetune as FT
 
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
-from llmpar.layout import optimizer_offload_violations, param_offload_violations
+from llmpar.layout_settings import optimizer_offload_violations, param_offload_violations
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.layout import layout_violations, stack_violations
@@ -70,9 +70,9 @@ REASONS = {
     "stack": "the stack's framework does not launch it (layout.stack_violations: ZeRO stage under pipeline parallelism)",
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
     "optimizer_offload": "--optimizer-offload offloads ZeRO's optimizer partition: ZeRO 0 has none "
-                         "(layout.optimizer_offload_violations)",
+                         "(layout_settings.optimizer_offload_violations)",
     "param_offload": "--param-offload moves ZeRO-3's parameter shards: below ZeRO 3 there are none "
-                     "(layout.param_offload_violations)",
+                     "(layout_settings.param_offload_violations)",
     "memory": "most-loaded stage does not fit in HBM minus the reserve",
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
