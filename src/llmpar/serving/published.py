@@ -103,10 +103,10 @@ def read_file(path: Path) -> list[ServingRow]:
         r = {**common, **raw}
         if ("model" not in r or r.get("read_from_chart") or "isl" not in r or "osl" not in r
                 or r.get("spec_decode") or r.get("phase") or r.get("attention_dp")
-                or r.get("weights") == "unknown"):
+                or r.get("weights") == "unknown" or int(r.get("scheduler_steps", 1)) > 1):
             # not modelled yet (docs/serving.md, Limits): a model llmpar does not ship (model_hf only),
             # a chart reading, variable or unpublished lengths, speculative decoding, a prefill- or
-            # decode-only pool, data-parallel attention, an unstated precision
+            # decode-only pool, data-parallel attention, an unstated precision, multi-step scheduling
             continue
         load = {k: v for k, v in (r.get("load") or {}).items() if k in LOADS}
         count = r.get("num_requests", (r.get("load") or {}).get("num_requests"))
