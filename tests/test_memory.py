@@ -13,6 +13,7 @@ from llmpar.cost import activations_ends as AE
 from llmpar.cost import memory as M
 from llmpar.cost import memory_stage as MS
 from llmpar.cost import params as P
+from llmpar.cost import runtime as RT
 from llmpar.cost import shards as SH
 from llmpar.cost.pipeline import in_flight_microbatches
 from llmpar.errors import UserError
@@ -678,7 +679,7 @@ def test_the_candidate_stages_hold_the_most_loaded_one(name, pp, ep, schedule):
     prec, shard, coeffs = bytes_per_param(settings, par.zero, par.microbatches), layer_shard(model, par), \
         MS._layer_coeffs(model, settings)
     common = MS._stage_common(model, par, coeffs, settings)
-    _cap, res = M._capacity(hw, None)
+    _cap, res = RT._capacity(hw, None)
     every = [float(M._stage_totals(MS._stage_eval(model, par, settings, prec, shard, coeffs, s, common), settings,
                                    res)[3]) for s in range(pp)]
     assert got == pytest.approx(max(every), rel=1e-12)

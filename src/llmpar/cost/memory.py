@@ -40,19 +40,17 @@ from typing import Any
 
 import numpy as np
 
-from llmpar.cost.activations import *  # noqa: F401,F403  (re-exported: names other modules import from here)
-from llmpar.cost.activations import layer_activation_bytes
+# the memory wing's face: what other modules and scripts reach as llmpar.cost.memory.NAME (no star
+# re-exports: docs/architecture.md, against the review's §5.4)
+from llmpar.cost.activations import (EXPERT_OUTPUTS_TERM, activation_terms, aggregate, checkpoint_term,
+                                     layer_activation_bytes, stack_activation_terms, term_bytes)
 from llmpar.cost.arrays import argmax_of as _argmax, choose as _choose, max_by as _max_by, scalar_out as _out
-from llmpar.cost.inflight import *  # noqa: F401,F403
-from llmpar.cost.inflight import candidate_stages
+from llmpar.cost.inflight import candidate_stages, in_flight_on_stage, stage_span
 from llmpar.cost.memory_stage import _layer_coeffs, _stage_common, _stage_eval
-from llmpar.cost.shards import layer_shard
-from llmpar.cost.states import *  # noqa: F401,F403
-from llmpar.cost.states import bytes_per_param
-from llmpar.cost.runtime import *  # noqa: F401,F403
-from llmpar.cost.runtime import (
-    _capacity, communicators, reserved_bytes, runtime_bytes, verdict_code, verdict_name,
-)
+from llmpar.cost.runtime import _capacity, communicators, reserved_bytes, runtime_bytes, verdict_code, verdict_name
+from llmpar.cost.shards import embedding_shard, head_shard, layer_shard
+from llmpar.cost.states import (INFERENCE_WEIGHT_BYTES, bytes_per_param, check_convention, convention_allows,
+                                model_states_for_count)
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
@@ -234,5 +232,14 @@ def memory_per_stage(model: ModelSpec, hw: Hardware, par: Parallel, settings: Se
         rows.append(row)
     return rows
 
-from llmpar.cost.inference import *  # noqa: E402,F401,F403
-from llmpar.cost.inference import inference_memory_per_gpu, kv_cache_per_token_layer  # noqa: E402,F401
+from llmpar.cost.inference import inference_memory_per_gpu, kv_cache_per_token_layer  # noqa: E402 (inference uses the above)
+
+
+# the face: this module's own formulas and the memory wing's names it re-exports
+__all__ = ["EXPERT_OUTPUTS_TERM", "INFERENCE_WEIGHT_BYTES", "MEMORY_KEYS", "activation_terms", "aggregate",
+           "bytes_per_param", "candidate_stages", "check_convention", "checkpoint_term", "communicators",
+           "convention_allows", "embedding_shard", "head_shard", "host_fits", "in_flight_on_stage",
+           "inference_memory_per_gpu", "kv_cache_per_token_layer", "layer_activation_bytes", "layer_shard",
+           "memory_per_gpu", "memory_per_stage", "memory_totals", "model_states_for_count", "offload_host_bytes",
+           "reserved_bytes", "runtime_bytes", "stack_activation_terms", "stage_span", "term_bytes", "verdict_code",
+           "verdict_name"]
