@@ -62,3 +62,21 @@ def test_validate_serving_block(cli):
 def test_validate_serving_refuses_training_options(cli):
     r = cli("validate", "--serving", "--source", "korthikanti2022-table5")
     assert r.code == 2 and "--source" in r.err
+
+
+def test_multi_step_rows_are_data_not_compared(tmp_path):
+    # docs/serving.md, Limits: vLLM's --num-scheduler-steps N is not modelled, so a row that states
+    # scheduler_steps above 1 is kept as data and left out of the comparison; a bad value is refused
+    from llmpar.errors import UserError
+    from llmpar.serving.published import read_file
+
+    row = ("{row: r1, model: llama-3.1-8b, hardware: h100-sxm, gpus: 1, tp: 1, isl: 1000, osl: 100, "
+           "load: {concurrency: 8}, output_tokens_per_s: 500.0}")
+    f = tmp_path / "s.yaml"
+    f.write_text(f"source: s\nengine: vllm\nrows:\n  - {row}\n")
+    assert len(read_file(f)) == 1
+    f.write_text(f"source: s\nengine: vllm\ncommon: {{scheduler_steps: 10}}\nrows:\n  - {row}\n")
+    assert read_file(f) == []
+    f.write_text(f"source: s\nengine: vllm\ncommon: {{scheduler_steps: ten}}\nrows:\n  - {row}\n")
+    with pytest.raises(UserError, match="scheduler_steps must be a whole number"):
+        read_file(f)

@@ -101,9 +101,12 @@ def read_file(path: Path) -> list[ServingRow]:
     rows = []
     for i, raw in enumerate(data.get("rows") or []):
         r = {**common, **raw}
+        steps = r.get("scheduler_steps", 1)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise UserError(f"{path}: row {i + 1}: scheduler_steps must be a whole number of 1 or more, got {steps!r}")
         if ("model" not in r or r.get("read_from_chart") or "isl" not in r or "osl" not in r
                 or r.get("spec_decode") or r.get("phase") or r.get("attention_dp")
-                or r.get("weights") == "unknown" or int(r.get("scheduler_steps", 1)) > 1):
+                or r.get("weights") == "unknown" or steps > 1):
             # not modelled yet (docs/serving.md, Limits): a model llmpar does not ship (model_hf only),
             # a chart reading, variable or unpublished lengths, speculative decoding, a prefill- or
             # decode-only pool, data-parallel attention, an unstated precision, multi-step scheduling
