@@ -358,9 +358,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     groups = _degree_survivors(model, S, rows, keys, knobs, rejected)
     if not groups:
         return Candidates(par=_empty(S), total=total, rejected=rejected)
-    chunks = [_expand(pp, np.asarray(rows, dtype=np.int64), rg.bs, rg.pairs_by_pp[pp], rg.zs, rg.rs, sp_opts)
-              for (pp, sp_opts), rows in groups.items()]
-    cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    cols = _expand_all(groups, rg)
 
     # ---- knob-level constraints, in order
     bad, m = _knob_violations(model, spec, settings, cols)
@@ -384,24 +382,47 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     return Candidates(par=par, total=total, rejected=rejected)
 
 
-def _expand(pp, rows, bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
-    """Degree rows (tp, cp, dp, ep, etp) of one pp x the knob product, as columns (rows outer)."""
+_DEGREES = ("tp", "cp", "dp", "ep", "etp")
+
+
+def _knob_product(bs, pairs, zs, rs, sps) -> dict[str, np.ndarray]:
+    """The knob product of one degree group (micro-batch x schedule pair x ZeRO x recompute x SP),
+    one entry per combination, in the order the candidates take it."""
     grids = np.meshgrid(np.arange(len(bs)), np.arange(len(pairs)), np.asarray(zs), np.arange(len(rs)),
                         np.asarray(sps, dtype=bool), indexing="ij")
     bi, pi, z, ri, s = (g.ravel() for g in grids)
     pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    r = np.asarray([c for c, _, _ in rs], dtype=np.int64)[ri]
-    rq = np.asarray([q for _, q, _ in rs], dtype=float)[ri]
-    off = np.asarray([n for _, _, n in rs], dtype=np.int64)[ri]
-    k, n = bi.size, rows.shape[0]
-    deg = lambda j: np.repeat(rows[:, j], k)  # noqa: E731
-    knob = lambda x: np.tile(x, n)  # noqa: E731
     return {
-        "tp": deg(0), "cp": deg(1), "pp": np.full(n * k, pp, dtype=np.int64), "dp": deg(2), "ep": deg(3), "etp": deg(4),
-        "micro_batch": knob(np.asarray(bs, dtype=np.int64)[bi]), "schedule": knob(pr[pi, 0]),
-        "virtual_stages": knob(pr[pi, 1]), "zero": knob(z.astype(np.int64)), "recompute": knob(r.astype(np.int64)),
-        "rq": knob(rq), "off": knob(off), "sp": knob(s),
+        "micro_batch": np.asarray(bs, dtype=np.int64)[bi], "schedule": pr[pi, 0], "virtual_stages": pr[pi, 1],
+        "zero": z.astype(np.int64), "recompute": np.asarray([c for c, _, _ in rs], dtype=np.int64)[ri],
+        "rq": np.asarray([q for _, q, _ in rs], dtype=float)[ri], "off": np.asarray([n for _, _, n in rs], dtype=np.int64)[ri],
+        "sp": s,
     }
+
+
+def _expand_all(groups, rg) -> dict[str, np.ndarray]:
+    """Every group's degree rows (tp, cp, dp, ep, etp of one pp) x its knob product, as columns
+    (groups in order, rows outer, knobs inner). Each column is allocated once and every group
+    written into its slice, rows broadcast along the knobs and knobs along the rows: no per-group
+    arrays to repeat, tile and concatenate (the DeepSeek-V3/2048 space is 1.9 M rows x 14 columns)."""
+    parts = [(pp, np.asarray(rows, dtype=np.int64), _knob_product(rg.bs, rg.pairs_by_pp[pp], rg.zs, rg.rs, sp_opts))
+             for (pp, sp_opts), rows in groups.items()]
+    total = sum(rows.shape[0] * kn["micro_batch"].size for _, rows, kn in parts)
+    names = ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "schedule", "virtual_stages", "zero", "recompute",
+             "rq", "off", "sp")
+    kinds = {"rq": float, "sp": bool}
+    cols = {k: np.empty(total, dtype=kinds.get(k, np.int64)) for k in names}
+    at = 0
+    for pp, rows, kn in parts:
+        n, k = rows.shape[0], kn["micro_batch"].size
+        sl = slice(at, at + n * k)
+        for j, name in enumerate(_DEGREES):
+            cols[name][sl].reshape(n, k)[:] = rows[:, j][:, None]
+        cols["pp"][sl] = pp
+        for name, x in kn.items():
+            cols[name][sl].reshape(n, k)[:] = x[None, :]
+        at += n * k
+    return cols
 
 
 def _empty(seq) -> Parallel:
