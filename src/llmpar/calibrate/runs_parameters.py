@@ -53,6 +53,11 @@ def stack_with(stack, values: dict[str, float], generation: str | None):
             node[parts[-1]] = {**old, (generation or "default"): float(value)}
         else:
             node[parts[-1]] = float(value)
+    gens = data["overlap"].get("tp_generations")
+    if "overlap.tp" in values and gens is not None and generation is not None and generation not in gens:
+        # a TP overlap fitted on runs of this generation is measured there: it applies there too
+        # (Settings.tp_overlap_on; docs/stacks.md, TP overlap by GPU generation)
+        data["overlap"]["tp_generations"] = [*gens, generation]
     return type(stack).model_validate(data)
 
 
