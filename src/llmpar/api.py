@@ -30,7 +30,6 @@ from llmpar.run import memory as RM
 from llmpar.run import step as RS
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, MemoryResult,
                             StepFigures, StepResult, ValidateResult, step_numbers)
-from llmpar.results_plan import Comparison, PlanResult, PlanRow, SpaceSummary, SweepResult, SweepRow
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import Stack
@@ -187,7 +186,14 @@ def step(
 # llmpar.planner.sweep.sweep): their keywords are documented there and in docs/api.md. Imported on
 # first use, so `llmpar memory` and `llmpar step` do not load the planner.
 
+_PLAN_RESULTS = ("Comparison", "PlanResult", "PlanRow", "SpaceSummary", "SweepResult", "SweepRow")
+
+
 def __getattr__(name):
+    if name in _PLAN_RESULTS:   # the planner's result types: loaded with the planner, not by `memory`
+        from llmpar import results_plan
+
+        return getattr(results_plan, name)
     if name == "plan":
         from llmpar.planner.search import plan as _plan
 
