@@ -262,7 +262,6 @@ def level_value(level) -> float:
 #: the class dimensions a plausibility check compares within: the silicon, the work and the scale,
 #: not the software (the best any framework published on that GPU generation for that kind of
 #: model at that many GPUs)
-PLAUSIBILITY_DIMENSIONS = ("generation", "moe", "dtype", "scale")
 
 
 def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: str | None,

@@ -380,6 +380,3 @@ def default_seq(model) -> int:
     return min(DEFAULT_SEQ, model.max_seq)
 
 
-def ceil_div(a, b):
-    """Integer ceiling that works on ints and numpy integer arrays."""
-    return -(-a // b)

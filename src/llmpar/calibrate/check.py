@@ -29,8 +29,6 @@ from llmpar.errors import UserError
 
 STATISTICS = ("median_abs_error_ge_1MB", "max_abs_error_ge_1MB", "median_abs_error_ge_64MB", "max_abs_error_ge_64MB")
 DEFAULT_STATISTIC = "median_abs_error_ge_1MB"
-DEFAULT_TOLERANCE = "10%"
-
 _TOL = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
 
 

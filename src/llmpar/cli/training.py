@@ -7,8 +7,6 @@ import click
 
 from llmpar.units import fmt_watts
 
-TRAINING_KEYS = ("tokens", "pue", "gpu_hour_price", "power_per_gpu", "failure_rate", "restart_time",
-                 "checkpoint_bandwidth", "checkpoint")
 
 _TRAINING_OPTIONS = [
     click.option("--tokens", default=None, metavar="N",

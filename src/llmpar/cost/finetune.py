@@ -38,12 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# the option domains (parallel.py) and the layout rule (layout.py) live with the other layout rules; re-exported
-from llmpar.parallel import FINETUNE, LORA_TARGETS  # noqa: F401
-from llmpar.layout_settings import finetune_layout_message as layout_message  # noqa: F401
-from llmpar.layout_settings import finetune_layout_violations as layout_violations  # noqa: F401
-
-DEFAULT_RANK = 16
+# the option domains (parallel.py) and the layout rule (layout_settings.py) live with the other
+# layout rules, not here
 
 SRC_LORA = "Hu et al. 2021 (LoRA, arXiv:2106.09685) §4.1-4.2"
 SRC_QLORA = "Dettmers et al. 2023 (QLoRA, arXiv:2305.14314) §3"

@@ -22,7 +22,6 @@ from llmpar.cost.pipeline import (
 )
 from llmpar.specs.model import ModelSpec
 
-SRC_KORTH_PP = "Korthikanti et al. 2022 §4.2.3 (first stage holds p micro-batches; interleaving ×(1+(p-1)/(pv)))"
 
 
 def in_flight_on_stage(schedule, pp, m, v, stage):

@@ -45,10 +45,6 @@ def _g(x) -> str:
     return f"{x:.4g}"
 
 
-def _zero_desc(div_w, div_g, div_o) -> tuple[str, str, str]:
-    return tuple("" if float(d) == 1 else f" / {_g(d)}" for d in (div_w, div_g, div_o))
-
-
 def state_terms(params_ne, params_e, lin_ne, lin_e, prec: BytesPerParam, par: Parallel, settings: Settings) -> list[Term]:
     """Weights, gradients and optimizer terms of a scalar layout (the same arithmetic as :func:`_states`)."""
     (wd, gd, od), (wde, gde, ode) = _zero_divisors(par)

@@ -24,7 +24,6 @@ from llmpar.cost.arrays import scalar_out as _out
 from llmpar.cost.shards import LayerShard, largest_layer_params
 from llmpar.errors import UserError
 from llmpar.parallel import Parallel, Settings
-from llmpar.layout_settings import optimizer_offload_violations, param_offload_violations  # noqa: F401 (re-exported: the rules live in layout_settings.py)
 from llmpar.specs.model import ModelSpec
 
 SRC_ZERO = "Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054) §3.1, §5, Fig. 1"
@@ -56,7 +55,6 @@ OPTIMIZER_DOC = {
 }
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0, "tf32": 4.0}   # bytes per element (tf32 is stored as fp32)
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0}   # fp8 training keeps bf16 primary weights (TE)
-FP8_CACHE_BYTES = 2.0      # TE fp8 copy of each linear weight + its transpose (Hopper TN-only fp8 GEMMs)
 INFERENCE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}  # serving fp8 checkpoints store 1 B/param
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 # an FP8 element with its share of one fp32 scale per 1x128 tile (DeepSeek-V3 §3.3.2 fine-grained

@@ -56,8 +56,6 @@ from llmpar.specs.model import ModelSpec
 from llmpar.specs.stack import per_gen
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp", "pp", "dp", "cp", "ep", "offload", "bubble", "optimizer", "fixed")
-COMM_KEYS = ("tp", "pp", "dp", "cp", "ep")
-
 # Optimizer-step HBM traffic per parameter, bytes, for a mixed-precision step as Megatron-LM runs
 # it (optimizer.py: FP32 main grads; clip_grad_norm; fused Adam; copy of the FP32 main params
 # back to the 16-bit model params): grad-norm read of the fp32 main grad (4), clip scale read +

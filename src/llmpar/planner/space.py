@@ -37,11 +37,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from llmpar.cost import finetune as FT
 
 from llmpar.cost import memory as M
 from llmpar.cost import pipeline
-from llmpar.layout_settings import optimizer_offload_violations, param_offload_violations
+from llmpar.layout_settings import finetune_layout_violations, optimizer_offload_violations, param_offload_violations
 from llmpar.errors import UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES, Parallel, Settings
 from llmpar.layout import layout_violations, stack_violations
@@ -334,7 +333,7 @@ def _knob_violations(model: ModelSpec, spec: SpaceSpec, settings: Settings, cols
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
         "stack": np.broadcast_to(np.asarray(stack_violations(settings.stack, Parallel(pp=pp, zero=zero))["pp_zero"],
                                             dtype=bool), zero.shape),
-        "finetune": np.broadcast_to(np.asarray(FT.layout_violations(settings.finetune, tp, pp, cp, cols["ep"]),
+        "finetune": np.broadcast_to(np.asarray(finetune_layout_violations(settings.finetune, tp, pp, cp, cols["ep"]),
                                                dtype=bool), zero.shape),
         "optimizer_offload": np.broadcast_to(np.asarray(optimizer_offload_violations(settings, zero), dtype=bool),
                                              zero.shape),

@@ -53,8 +53,6 @@ def _gen_seconds(v):
 # a per-generation time: at most 60 s (a host cost per layer or expert beyond that is a unit slip)
 BoundedSeconds = Annotated[float, Field(ge=0, le=60)]
 PerGenSeconds = Annotated[Union[BoundedSeconds, dict[str, BoundedSeconds]], BeforeValidator(_gen_seconds)]
-PerGenPositive = Annotated[Union[Annotated[float, Field(gt=0)], dict[str, Annotated[float, Field(gt=0)]]],
-                           BeforeValidator(_check_gen_keys)]
 
 
 def per_gen(value, generation: str | None) -> float:

@@ -52,8 +52,6 @@ MEMORY_CONVENTIONS = {
 }
 FITS_CONVENTION = ("published status (ok = the run completed; oom = out of memory or crashed) vs llmpar's verdict "
                    "(allocator pool + CUDA context + NCCL buffers against the HBM capacity)")
-CONFIG_KEYS = ("model", "hardware", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "zero", "recompute", "micro_batch",
-               "global_batch", "microbatches", "seq", "virtual_stages", "schedule", "sp", "dtype")
 SEARCHABLE = ("micro_batch", "virtual_stages", "zero", "recompute")
 
 
