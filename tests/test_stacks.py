@@ -303,3 +303,19 @@ def test_a_tp_overlap_fitted_on_a_generation_applies_on_it():
     assert (fitted.overlap.tp, fitted.overlap.tp_generations) == (0.4, ["hopper", "blackwell", "ampere"])
     assert stack_with(base, {"overlap.tp": 0.4}, "hopper").overlap.tp_generations == ["hopper", "blackwell"]
     assert stack_with(base, {"overlap.dp": 0.4}, "ampere").overlap.tp_generations == ["hopper", "blackwell"]
+
+
+def test_the_stack_note_says_where_the_tp_overlap_holds(tmp_path):
+    # on a GPU generation the stack's overlap.tp was not measured on, the note says the 0 it used
+    # and why, for the shipped list and for an empty one (no generation at all)
+    from llmpar import api
+
+    notes = " | ".join(api.step("llama-3-8b", hardware="a100-80gb", tp=8).assumptions)
+    assert "tp overlap 0 (its 0.7357 is measured on hopper, blackwell only: none on ampere" in notes
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nextends: megatron-core\noverlap:\n  tp_generations: []\n")
+    notes = " | ".join(api.step("llama-3-8b", tp=8, stack=str(f)).assumptions)
+    assert "tp overlap 0 (its 0.7357 is measured on no GPU generation: none on hopper" in notes
+    # on a generation it was measured on, the value and no caveat
+    notes = " | ".join(api.step("llama-3-8b", tp=8).assumptions)
+    assert "tp overlap 0.7357, dp overlap" in notes

@@ -152,7 +152,8 @@ def stack_note(settings: Settings, generation: str | None = None) -> str:
     tp = settings.tp_overlap_on(generation)
     tp_text = f"tp overlap {tp:g}" + ("" if tp == settings.tp_overlap else
                                       f" (its {settings.tp_overlap:g} is measured on "
-                                      f"{', '.join(st.overlap.tp_generations or ())} only: "
+                                      f"{', '.join(st.overlap.tp_generations or ()) or 'no GPU generation'}"
+                                      f"{' only' if st.overlap.tp_generations else ''}: "
                                       f"none on {generation} without --tp-overlap)")
     parts = [f"attention {settings.attention} ({st.kernels.attention.kernel} kernel)",
              f"grad dtype {settings.grad_dtype}", tp_text, f"dp overlap {settings.dp_overlap:g}"]
