@@ -29,6 +29,7 @@ EXPECTED_RUNS = {
     "narayanan2021-table2-ptdp.yaml": 6,    # Table 2: 175B and 530B PTD-P at 3 GPU counts each
     "narayanan2021-table2-zero3.yaml": 6,   # Table 2: the same models under ZeRO-3 at 3 GPU counts each
     "megatron-readme-gpt3-175b-a100.yaml": 1,  # the README's GPT-3 175B example sentence
+    "nemo-megatron-2022-gpt3-175b-a100.yaml": 3,  # NeMo-Megatron-Launcher README at d4317ddd: the 175B table's 3 node counts (5B table left out: about)
     "megatron-core-h100-2024.yaml": 9,      # README model_table.png: 9 models, 1.7B to 462B
     "nemo-2407-h100-fp8.yaml": 12,          # NeMo 24.07 pretraining table: 12 rows
     "llama3-405b-table4.yaml": 3,           # Llama 3 Table 4: 3 stages
