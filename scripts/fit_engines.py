@@ -3,6 +3,9 @@
     python scripts/fit_engines.py            # fit, write validation/serving-loso.json and
                                              # validation/serving-residuals.json, print the values
     python scripts/fit_engines.py --check    # only print the LOSO summary of the stored record
+    python scripts/fit_engines.py --residuals  # predict with the stored record, rewrite only
+                                               # validation/serving-residuals.json (after a data edit
+                                               # to rows no engine is fitted on: engine 'other')
 
 The in-sample values printed are what engines/*.yaml carry as FITTED (docs/serving.md, Engines).
 Rerun after any change to the serving cost model, an engine profile or the serving data:
@@ -28,10 +31,11 @@ def main() -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--residuals", action="store_true")
     args = ap.parse_args()
     rows = shipped_rows()
     engines = {n: load_engine(n) for n in ENGINES}
-    if args.check:
+    if args.check or args.residuals:
         record = report.load_record().get("engines", {})
     else:
         # stage 1: each engine in sample under the hand priors (PRIORS); stage 2: each engine's
@@ -47,7 +51,8 @@ def main() -> int:
     results = predict_loso(rows, engines, record)
     records = report.residual_records(results)
     if not args.check:
-        (ROOT / "validation" / report.LOSO_FILE).write_text(json.dumps({"engines": record}, indent=1) + "\n")
+        if not args.residuals:
+            (ROOT / "validation" / report.LOSO_FILE).write_text(json.dumps({"engines": record}, indent=1) + "\n")
         res = [{"source": r.source, "kind": r.kind, "class": list(r.key), "residual": round(r.value, 6)}
                for r in records]
         text = "{\n \"residuals\": [\n" + ",\n".join("  " + json.dumps(x) for x in res) + "\n ]\n}\n"
