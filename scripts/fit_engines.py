@@ -30,8 +30,9 @@ def main() -> int:
     from llmpar.specs.registry import load_engine
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--residuals", action="store_true")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true")
+    mode.add_argument("--residuals", action="store_true")
     args = ap.parse_args()
     rows = shipped_rows()
     engines = {n: load_engine(n) for n in ENGINES}
