@@ -174,6 +174,36 @@ def test_space_counted_by_hand():
     assert _tiny_plan("", stack="nanotron").space.candidates == 9
 
 
+def test_shared_knobs_are_scalars_and_cost_the_same_as_arrays():
+    # enumerate_space passes a knob every candidate shares as one Python number (the sequence
+    # length always; here, with everything but the degrees --fix'ed, zero, recompute, micro-batch,
+    # schedule and SP too) so each formula evaluates it once. The cost functions broadcast, so the
+    # step times and memory must equal those of the same candidates written out as full arrays,
+    # bit for bit (the planner's figures are those of `llmpar step`: test_top_rows_equal_step_*).
+    import dataclasses
+
+    from llmpar.cost.memory import memory_per_gpu
+    from llmpar.cost.step import step_time
+    from llmpar.parallel import Parallel, Settings
+
+    model, hw = load_model("llama-3-8b"), load_hardware("h100-sxm")
+    spec = SP.SpaceSpec(gpus=8, seq=4096, global_batch=64,
+                        allowed={"zero": (1,), "recompute": (0,), "micro_batch": (1,), "schedule": (1,), "sp": (True,)})
+    cand = SP.enumerate_space(model, spec, Settings())
+    par = cand.par
+    assert par.seq == 4096 and par.zero == 1 and par.micro_batch == 1 and par.offload_layers == 0
+    # SP on needs tp > 1: tp 2 with (cp, pp) in (1,1) (2,1) (4,1) (1,2) (2,2) (1,4), tp 4 with
+    # (1,1) (2,1) (1,2), tp 8 with (1,1): 10 layouts, tp an array (it carries the count)
+    assert isinstance(par.tp, np.ndarray) and par.tp.size == cand.size == 10
+    full = Parallel(**{f.name: np.broadcast_to(np.asarray(getattr(par, f.name)), (cand.size,)).copy()
+                       for f in dataclasses.fields(Parallel)})
+    for f in (step_time, memory_per_gpu):
+        a, b = f(model, hw, par, Settings()), f(model, hw, full, Settings())
+        for k, v in b.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                assert np.array_equal(np.broadcast_to(np.asarray(a[k]), v.shape), v), (f.__name__, k)
+
+
 def test_default_space_size_llama3_8b_on_one_node():
     # Llama-3-8B (32 heads, 8 KV heads, 32 layers) on 8 GPUs, seq 8192, batch 512 sequences:
     # (tp, cp, pp) = powers of two with product | 8 -> exponents (a, c, p), a + c + p <= 3.
