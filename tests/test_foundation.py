@@ -90,3 +90,19 @@ def test_hardware_extends(tmp_path):
 def test_cli_unknown_command_is_one_line(cli):
     res = cli("memory-x")
     assert_one_line_error(res, "no such command")
+
+
+def test_shared_knobs_become_scalars_and_tp_stays_an_array():
+    # Parallel.shared_as_scalars (the planner's candidates): a field whose entries all agree
+    # becomes one Python number of its kind; a field that varies, and tp always, stays an array
+    import numpy as np
+
+    from llmpar.parallel import Parallel
+
+    p = Parallel(tp=np.array([8, 8]), pp=np.array([4, 4]), dp=np.array([2, 4]), sp=np.array([True, True]),
+                 seq=np.array([8192, 8192])).shared_as_scalars()
+    assert isinstance(p.tp, np.ndarray) and p.tp.tolist() == [8, 8]
+    assert p.pp == 4 and type(p.pp) is int and p.seq == 8192 and type(p.seq) is int
+    assert p.sp is True
+    assert isinstance(p.dp, np.ndarray) and p.dp.tolist() == [2, 4]
+    assert p.gpus.tolist() == [8 * 4 * 2, 8 * 4 * 4]       # tp·cp·pp·dp broadcasts over the scalars

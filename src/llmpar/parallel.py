@@ -118,6 +118,19 @@ class Parallel:
     def replace(self, **kw) -> Parallel:
         return replace(self, **kw)
 
+    def shared_as_scalars(self) -> Parallel:
+        """An array layout with each knob every entry shares as one Python number (the planner's
+        sequence length always; etp, offloading, a knob ``--fix`` pins usually). The cost formulas
+        broadcast, so such a term is evaluated once, not once per candidate (docs/planner.md,
+        Performance); ``tp`` stays an array: it carries the candidate count."""
+        vals = {}
+        for f in fields(self):
+            x = getattr(self, f.name)
+            if f.name != "tp" and isinstance(x, np.ndarray) and x.size and (x == x.flat[0]).all():
+                x = bool(x.flat[0]) if x.dtype == bool else x.flat[0].item()
+            vals[f.name] = x
+        return Parallel(**vals)
+
 
 @dataclass(frozen=True)
 class Settings:

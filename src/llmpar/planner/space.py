@@ -33,7 +33,6 @@ Nothing here computes a cost: that is :mod:`llmpar.cost`'s job.
 
 from __future__ import annotations
 
-import functools
 
 from dataclasses import dataclass, field, fields
 
@@ -374,26 +373,13 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         rejected[reason] += int(np.count_nonzero(hit))
         alive &= ~hit
     idx = np.flatnonzero(alive)
-    one = functools.partial(_one_value_as_scalar, idx)
     par = Parallel(
-        tp=cols["tp"][idx], pp=one(pp), dp=one(cols["dp"]), cp=one(cols["cp"]), ep=one(cols["ep"]),
-        etp=one(cols["etp"]), zero=one(cols["zero"]), sp=one(cols["sp"]), recompute=one(cols["recompute"]),
-        micro_batch=one(cols["micro_batch"]), microbatches=one(m), seq=S,
-        schedule=one(cols["schedule"]), virtual_stages=one(v), recompute_layers=one(n_rec), offload_layers=one(cols["off"]),
+        tp=cols["tp"][idx], pp=pp[idx], dp=cols["dp"][idx], cp=cols["cp"][idx], ep=cols["ep"][idx],
+        etp=cols["etp"][idx], zero=cols["zero"][idx], sp=cols["sp"][idx], recompute=cols["recompute"][idx],
+        micro_batch=cols["micro_batch"][idx], microbatches=m[idx], seq=S,
+        schedule=cols["schedule"][idx], virtual_stages=v[idx], recompute_layers=n_rec[idx], offload_layers=cols["off"][idx],
     )
-    return Candidates(par=par, total=total, rejected=rejected)
-
-
-def _one_value_as_scalar(idx, col):
-    """``col[idx]``, or its one value as a Python number where every candidate shares it (the
-    sequence length always; etp, offloading, partial recompute or a knob --fix pins usually):
-    every formula broadcasts a scalar, so the cost functions evaluate that term once instead of
-    once per candidate (DeepSeek-V3 on 2,048 GPUs: 1.3 M candidates). ``tp`` stays an array: it
-    carries the candidate count (Candidates.size)."""
-    x = col[idx]
-    if x.size and (x == x[0]).all():
-        return bool(x[0]) if x.dtype == bool else x[0].item()
-    return x
+    return Candidates(par=par.shared_as_scalars(), total=total, rejected=rejected)
 
 
 _DEGREES = ("tp", "cp", "dp", "ep", "etp")
