@@ -50,11 +50,13 @@ def test_validate_serving_block(cli):
     assert block["sources"] >= 5
     thr = block["cross_validation"]["throughput"]
     # the figures docs/serving.md quotes (leave-one-source-out, sources weighing the same)
-    assert thr["median_abs_error"] == pytest.approx(0.099, abs=0.005)
+    assert thr["median_abs_error"] == pytest.approx(0.105, abs=0.005)
     cv = block["cross_validation"]
-    assert cv["tpot"]["median_abs_error"] == pytest.approx(0.201, abs=0.005)
-    assert cv["ttft"]["median_abs_error"] == pytest.approx(0.413, abs=0.005)
-    assert (cv["tpot"]["sources"], cv["ttft"]["sources"]) == (6, 6)
+    assert cv["tpot"]["median_abs_error"] == pytest.approx(0.176, abs=0.005)
+    assert cv["ttft"]["median_abs_error"] == pytest.approx(0.425, abs=0.005)
+    assert (cv["tpot"]["sources"], cv["ttft"]["sources"]) == (7, 7)
+    # the evidence-only file (fit: false) is predicted out of sample: 90 rows x 3 figures
+    assert block["figures_by_scheme"]["out of sample (engine not fitted on it)"] >= 270
     assert 0.75 <= thr["interval_coverage"] <= 0.95
     assert all(math.isfinite(v) for v in thr.values())
 
@@ -62,6 +64,33 @@ def test_validate_serving_block(cli):
 def test_validate_serving_refuses_training_options(cli):
     r = cli("validate", "--serving", "--source", "korthikanti2022-table5")
     assert r.code == 2 and "--source" in r.err
+
+
+def test_evidence_only_files_are_read_but_never_fitted(tmp_path):
+    # validation/serving/README.md, Format: `fit: false` keeps a file as evidence; its rows are
+    # compared (read_file returns them) but no engine is fitted on them (fit.engine_rows), so
+    # validate predicts them under the engine's fit on its other sources; a value that is not a
+    # boolean is refused with the file named
+    from llmpar.errors import UserError
+    from llmpar.serving.published import read_file, shipped_rows
+
+    row = ("{row: r1, model: llama-3.1-8b, hardware: h100-sxm, gpus: 1, tp: 1, isl: 1000, osl: 100, "
+           "load: {concurrency: 8}, output_tokens_per_s: 500.0}")
+    f = tmp_path / "s.yaml"
+    f.write_text(f"source: s\nengine: vllm\nfit: false\nrows:\n  - {row}\n")
+    rows = read_file(f)
+    assert len(rows) == 1 and rows[0].fitted is False
+    assert F.engine_rows(rows, "vllm") == []
+    f.write_text(f"source: s\nengine: vllm\nrows:\n  - {row}\n")
+    assert F.engine_rows(read_file(f), "vllm") == read_file(f)
+    f.write_text(f"source: s\nengine: vllm\nfit: no-thanks\nrows:\n  - {row}\n")
+    with pytest.raises(UserError, match="fit must be true or false"):
+        read_file(f)
+    shipped = [r for r in shipped_rows() if r.source == "benchmaq-vllm-h100"]
+    assert len(shipped) == 90 and not any(r.fitted for r in shipped)
+    # the stored fit record has no fold for it: vLLM's constants are what its other sources gave
+    from llmpar.serving.report import load_record
+    assert "benchmaq-vllm-h100" not in load_record()["engines"]["vllm"]["sources"]
 
 
 def test_multi_step_rows_are_data_not_compared(tmp_path):

@@ -203,8 +203,10 @@ def fit(rows: list[ServingRow], engine, generation: str | None = None, prior: li
 
 
 def engine_rows(rows: list[ServingRow], name: str) -> list[ServingRow]:
-    """The rows measured on engine ``name`` itself (rows of an 'other' engine are never fitted)."""
-    return [r for r in rows if r.engine == name]
+    """The rows an engine ``name`` is fitted on: those measured on it, from files that do not say
+    ``fit: false`` (rows of an 'other' engine, and evidence-only files, are never fitted; they are
+    predicted out of sample under the engine's in-sample fit: :func:`predict_loso`)."""
+    return [r for r in rows if r.engine == name and r.fitted]
 
 
 def cross_engine_prior(name: str, fits: dict[str, dict[str, Any] | None]) -> list[float] | None:

@@ -41,6 +41,7 @@ class ServingRow:
     measured: dict[str, float] = field(default_factory=dict)   # output_tokens_per_s, ttft_s, tpot_s, ...
     requests: int | None = None   # the benchmark's request count (num_requests), where published
     tpot_stat: str = "mean"       # "median": the row publishes a median token gap (median ITL)
+    fitted: bool = True           # False: the file says `fit: false` (evidence only; README.md, Format)
 
     @property
     def replicas(self) -> int:
@@ -97,6 +98,9 @@ def read_file(path: Path) -> list[ServingRow]:
 
     data = read_yaml(path)
     engine = str(data.get("engine", "other"))
+    fitted = data.get("fit", True)
+    if not isinstance(fitted, bool):
+        raise UserError(f"{path}: fit must be true or false, got {fitted!r}")
     common = dict(data.get("common") or {})
     rows = []
     for i, raw in enumerate(data.get("rows") or []):
@@ -127,7 +131,8 @@ def read_file(path: Path) -> list[ServingRow]:
                                ep=int(r.get("ep", 1)), isl=isl, osl=osl, load=dict(load),
                                weights=str(r.get("weights", "bf16")), kv_dtype=str(r.get("kv_dtype", "bf16")),
                                measured=_measured(r), tpot_stat=tpot_stat(r),
-                               requests=int(count) if isinstance(count, (int, float)) and count >= 1 else None))
+                               requests=int(count) if isinstance(count, (int, float)) and count >= 1 else None,
+                               fitted=fitted))
     return [r for r in rows if r.measured]
 
 
