@@ -165,6 +165,35 @@ def test_closed_loop_with_constant_iterations():
     assert w32["tpot_s"] == pytest.approx(0.01, rel=1e-6)
 
 
+def test_an_offline_burst_of_long_prompts_is_one_wave():
+    """N prompts submitted at once and all admitted share the prefill budget, however long each
+    is: the wave holds (cost/serving_load.py offline). Constant 10 ms iterations (_ideal), 4
+    prompts of 20,000 tokens, budget 8,192: k = ceil(80,000 / (8,192 - d_p)) = 10 (d_p = 4 x 9/20 =
+    1.8 decodes sharing it), so the mean first token is (10 + 1)/2 x 10 ms = 55 ms, no slot wait
+    (N <= the 385 slots), TPOT 10 ms. Until 2026-12-02 such prompts (one longer than the budget)
+    took the steady mixed state, one prompt's chunks: 15 ms + ..., as if nothing else were queued."""
+    e, hw, dep = _ideal()
+    r = load.offline(L8, hw, e, dep, 20000, 128, 4, 385, 8192)
+    assert r["prefill_iterations"] == 10
+    assert r["ttft_s"] == pytest.approx(0.055, rel=1e-6)
+    assert r["tpot_s"] == pytest.approx(0.01, rel=1e-6)
+    assert r["queue_s"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_an_offline_burst_respects_the_compute_bound():
+    """Physics, any engine: 50 prompts of 15,000 tokens at once on one TP-4 replica of Qwen3-32B
+    (4 x H100). Its linear weights per layer: q 5,120 x 8,192 + k, v 2 x 5,120 x 1,024 + o 8,192 x
+    5,120 + MLP 3 x 5,120 x 25,600 = 487.6 M, x 64 layers = 31.2 B, so prefill is at least
+    2 x 31.2e9 FLOPs a token: 750,000 tokens = 4.68e16 FLOPs over 4 GPUs at 989 TFLOP/s = 11.8 s.
+    The prompts share the iterations first come first served, so the mean first token comes after
+    at least half of that: TTFT >= 5.9 s (it read 0.42 s before the burst was one wave)."""
+    from llmpar.serving.run import serve
+
+    out = serve(load_model("qwen3-32b"), H100, load_engine("vllm"), gpus=4, tp=4, isl=15000, osl=128,
+                rate=math.inf, prompts=50)
+    assert out["figures"]["ttft_s"] >= 5.9
+
+
 def test_prefill_of_its_own_with_constant_iterations():
     """SGLang's default (enable_mixed_chunk off: scheduler.mixed_prefill false): a prefill batch is
     an iteration of its own and the decodes wait for it. Every iteration takes T = 10 ms (as above).

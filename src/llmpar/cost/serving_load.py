@@ -44,7 +44,9 @@ With n requests running and an iteration budget of B tokens (``max_num_batched_t
 * Offline (N requests at once, ``--rate inf``): the engine runs as the closed loop at n = min(N,
   limit); a request waits for a slot once (:func:`offline_wait`: in waves of n, or one slot at a
   time when staggered, both ≈ N/(2X) for N ≫ n), where the closed loop's clients wait C/X − e2e
-  every cycle; duration N/X.
+  every cycle; duration N/X. Every prompt admitted at once (N ≤ limit) is one wave however long
+  each prompt is (``burst``): the staggering of prompts longer than the budget needs clients that
+  resubmit.
 * A finite run (N requests arriving at λ/s, a benchmark's ``--num-prompts``): the fluid model in
   time, :func:`llmpar.cost.serving_finite.finite_rate`.
 * Static batch (B requests prefilled together, then decoded together; no new arrivals).
@@ -190,7 +192,10 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
         k = np.maximum(1.0, np.ceil(n * I / np.maximum(budget - d_p, 1.0)))
     d_p = share * n * (k - 1.0) / (2.0 * k)
     c = n * I / k
-    t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, cached, c / I / mb, np.minimum(c, I))["total_s"]
+    # a prompt longer than the iteration's tokens is prefilled in chunks, each attending to the
+    # chunks before it (on average (I - c)/2 tokens), as in _state
+    c0 = cached + np.where(I > c, (I - c) / 2.0, 0.0)
+    t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, c0, c / I / mb, np.minimum(c, I))["total_s"]
     t_d = _iter(model, hw, engine, dep, n / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     ttft_run = (k + 1.0) / 2.0 * t_p
     m = share * np.minimum(D, (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase
@@ -210,10 +215,13 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
             "prefill_iterations": k + 0.0 * X, "iteration_s": t_d + 0.0 * X, "prefill_iteration_s": t_p + 0.0 * X}
 
 
-def closed_loop(model, hw, engine, dep, isl, osl, concurrency, limit, budget, waves=True):
+def closed_loop(model, hw, engine, dep, isl, osl, concurrency, limit, budget, waves=True, burst=False):
     """C = ``concurrency`` clients; ``limit`` the replica's max concurrency (KV pool, max_num_seqs).
     ``waves``: the clients start together with identical requests and stay in step (a benchmark
-    such as ``vllm bench serve --max-concurrency`` on fixed lengths); False: the steady mixed state."""
+    such as ``vllm bench serve --max-concurrency`` on fixed lengths); False: the steady mixed state.
+    ``burst`` (array or bool): the figures are those of one wave only (an offline run whose every
+    prompt is admitted at once: :func:`offline`), so the wave holds even where a prompt needs
+    several chunks."""
     C = np.asarray(concurrency, dtype=float)
     n = np.minimum(C, limit)
     mixed = _metrics(engine, hw, isl, osl, n, _state(model, hw, engine, dep, isl, osl, n, budget), users=C, dep=dep)
@@ -223,7 +231,7 @@ def closed_loop(model, hw, engine, dep, isl, osl, concurrency, limit, budget, wa
     # prefilled one after another, which staggers the clients into the mixed state
     # (docs/serving.md, Under load: the published runs behind this rule)
     w = _waves(model, hw, engine, dep, isl, osl, n, budget, C)
-    one_chunk = _prompt(dep, isl)[0] <= budget
+    one_chunk = (_prompt(dep, isl)[0] <= budget) | np.asarray(burst, dtype=bool)
     return {k: scalar_out(np.where(one_chunk, w[k], mixed[k])) for k in w}
 
 
@@ -309,9 +317,14 @@ def offline(model, hw, engine, dep, isl, osl, prompts, limit, budget, waves=True
     slot of requests submitted once (:func:`offline_wait`), not the closed loop's C/X − e2e (its
     clients resubmit, so every one of them waits a whole cycle: twice the offline mean for N ≫ n)."""
     N = np.asarray(prompts, dtype=float)
-    out = closed_loop(model, hw, engine, dep, isl, osl, N, limit, budget, waves=waves)
     n = np.minimum(N, limit)
-    in_step = np.asarray(waves) & (_prompt(dep, isl)[0] <= budget)
+    # every prompt admitted at once (N <= limit) is one wave whatever its length: the k = N·I/B
+    # iterations of prefill are shared by all of them, so the mean first token is (k + 1)/2
+    # iterations in, not one prompt's chunks (the staggering of the module docstring's "Waves"
+    # needs clients that resubmit; a one-shot batch has none)
+    burst = N <= n
+    out = closed_loop(model, hw, engine, dep, isl, osl, N, limit, budget, waves=waves, burst=burst)
+    in_step = np.asarray(waves) & ((_prompt(dep, isl)[0] <= budget) | burst)
     wait = offline_wait(N, n, out["requests_per_s"], in_step)
     run = np.asarray(out["ttft_s"]) - np.asarray(out["queue_s"])
     ttft = run + wait
