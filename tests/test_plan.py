@@ -175,10 +175,10 @@ def test_space_counted_by_hand():
 
 
 def test_shared_knobs_are_scalars_and_cost_the_same_as_arrays():
-    # enumerate_space passes a knob every candidate shares as one Python number (Parallel.
-    # shared_as_scalars: the sequence
-    # length always; here, with everything but the degrees --fix'ed, zero, recompute, micro-batch,
-    # schedule and SP too) so each formula evaluates it once. The cost functions broadcast, so the
+    # enumerate_space passes a knob every candidate shares as one Python number
+    # (Parallel.shared_as_scalars: the sequence length always; here, with every knob but the
+    # degrees held at one value, zero, recompute, micro-batch, schedule and SP too) so each formula
+    # evaluates it once. The cost functions broadcast, so the
     # step times and memory must equal those of the same candidates written out as full arrays,
     # bit for bit (the planner's figures are those of `llmpar step`: test_top_rows_equal_step_*).
     import dataclasses

@@ -23,7 +23,7 @@ def objective_order(objective: str, t, mem, par: Parallel) -> np.ndarray:
     """Candidates best first; exact ties broken by the other objective, then the simpler layout."""
     primary, secondary = (t, mem) if objective == "time" else (mem, t)
     keys = (par.recompute, par.zero, par.virtual_stages, par.ep, par.cp, secondary, primary)
-    # a knob every candidate shares is a scalar (space.enumerate_space): a constant key orders nothing
+    # a knob every candidate shares is a scalar (Parallel.shared_as_scalars): a constant key orders nothing
     return np.lexsort(tuple(k for k in keys if np.ndim(k)))
 
 

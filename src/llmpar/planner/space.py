@@ -33,7 +33,6 @@ Nothing here computes a cost: that is :mod:`llmpar.cost`'s job.
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, field, fields
 
 import numpy as np
