@@ -57,6 +57,13 @@ def test_validate_serving_block(cli):
     assert (cv["tpot"]["sources"], cv["ttft"]["sources"]) == (7, 7)
     # the evidence-only file (fit: false) is predicted out of sample: 120 rows x 3 figures
     assert block["figures_by_scheme"]["out of sample (engine not fitted on it)"] >= 360
+    # each source says how it was predicted; the text table marks the ones nothing was fitted on
+    per = block["per_source"]
+    assert per["benchmaq-vllm"]["scheme"] == per["nim-llama-3.3-70b-h100"]["scheme"] \
+        == "out of sample (engine not fitted on it)"
+    assert per["trtllm-online-serving-v0.14"]["scheme"] == "source"
+    text = cli("validate", "--serving").out
+    assert "benchmaq-vllm (not fitted)" in text and "trtllm-online-serving-v0.14 " in text
     assert 0.75 <= thr["interval_coverage"] <= 0.95
     assert all(math.isfinite(v) for v in thr.values())
 
