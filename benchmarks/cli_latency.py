@@ -1,4 +1,4 @@
-"""Wall-clock latency of the two commands a user types first (issue 10: both under 0.3 s).
+"""Wall-clock latency of the two commands a user types first (issue 24: `--help` <= 0.1 s, `memory` <= 0.25 s).
 
     python benchmarks/cli_latency.py [-n 15]
 
@@ -16,11 +16,10 @@ import subprocess
 import sys
 import time
 
-COMMANDS = {
-    "llmpar --help": ["--help"],
-    "llmpar memory llama-3-70b": ["memory", "llama-3-70b"],
+COMMANDS = {   # name -> (arguments, target seconds: issue 24, on a 2-core machine)
+    "llmpar --help": (["--help"], 0.1),
+    "llmpar memory llama-3-70b": (["memory", "llama-3-70b"], 0.25),
 }
-TARGET_S = 0.3
 
 
 def _time(cmd: list[str]) -> float:
@@ -50,11 +49,13 @@ def main() -> None:
     if sys.flags.dont_write_bytecode:
         print("note: PYTHONDONTWRITEBYTECODE is set: modules without a .pyc are compiled on every run "
               "(`python -m compileall src` once, as pip does on install)")
-    for name, args in COMMANDS.items():
+    for name, (args, target) in COMMANDS.items():
         times = [time_once(args) for _ in range(n)]
         med = statistics.median(times)
-        flag = "ok" if med < TARGET_S else f"over {TARGET_S} s"
-        print(f"{name:<28} median {med:.3f} s  fastest {min(times):.3f} s  ({n} runs; {flag})")
+        flag = "ok" if med <= target else f"over {target} s"
+        # as ratios too: this machine's load moves every figure, the ratios less
+        print(f"{name:<28} median {med:.3f} s  fastest {min(times):.3f} s  ({n} runs; {flag}); "
+              f"{med / bare:.1f}x python start-up, {med / floor:.2f}x the dependencies' imports")
 
 
 if __name__ == "__main__":
