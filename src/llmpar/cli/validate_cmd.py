@@ -183,9 +183,11 @@ def serving_tables(block: dict) -> list[tuple[str, list[tuple[str, bool]], list[
                        f"{d['signed_median'] * 100:+.1f} %", f"{d['optimistic_share'] * 100:.0f} %",
                        f"{d['interval_coverage'] * 100:.0f} %", f"{d['rows_pooled_median_abs_error'] * 100:.1f} %"])
                for name, d in block["cross_validation"].items()]
+    from llmpar.serving.fit import SCHEME_NOT_FITTED, SCHEME_PRIOR
+
     # a source nothing was fitted on (an 'other' engine, a `fit: false` file) or its engine's only
     # one says so beside its name; the others are held out of their engine's refit
-    marks = {"out of sample (engine not fitted on it)": " (not fitted)", "prior (the engine's only source)": " (prior)"}
+    marks = {SCHEME_NOT_FITTED: " (not fitted)", SCHEME_PRIOR: " (prior)"}
     per = [(src + marks.get(d.get("scheme", ""), ""),
             [f"{d[k]['median_abs_error'] * 100:.0f} % ({d[k]['signed_median'] * 100:+.0f} %, {d[k]['figures']})"
              if k in d else "" for k in ("throughput", "tpot", "ttft")]) for src, d in block["per_source"].items()]

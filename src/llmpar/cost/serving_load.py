@@ -107,6 +107,13 @@ def _iter(model, hw, engine, dep, d, ctx, c, c0, seqs, span=None):
     return t
 
 
+def _chunk_context(cached, I, c):
+    """Tokens a prefill chunk of c tokens attends to before itself: the cached prefix, and where a
+    prompt of I tokens is longer than the chunk, on average the (I − c)/2 tokens of its earlier
+    chunks (the chunks of a prompt go in order)."""
+    return cached + np.where(I > c, (I - c) / 2.0, 0.0)
+
+
 def _state(model, hw, engine, dep, isl, osl, n, budget):
     """The steady iteration with n running (module docstring): a dict of t̄, t(d, c), k_p, r, d."""
     I_full = np.asarray(isl, dtype=float)
@@ -131,7 +138,7 @@ def _state(model, hw, engine, dep, isl, osl, n, budget):
     c = np.minimum(np.maximum(I, p_bar), room)
     phi = np.minimum(1.0, p_bar / c)
     k_p = np.maximum(n - d, 0.0) / np.maximum(r, 1e-300)
-    c0 = cached + np.where(I > c, (I - c) / 2.0, 0.0)
+    c0 = _chunk_context(cached, I, c)
     mb = np.asarray(dep["pp"], dtype=float)
     ctx = I_full + O / 2.0
     t_dec = _iter(model, hw, engine, dep, d / mb, ctx, 0.0, 0.0, 0.0)["total_s"]
@@ -192,9 +199,7 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
         k = np.maximum(1.0, np.ceil(n * I / np.maximum(budget - d_p, 1.0)))
     d_p = share * n * (k - 1.0) / (2.0 * k)
     c = n * I / k
-    # a prompt longer than the iteration's tokens is prefilled in chunks, each attending to the
-    # chunks before it (on average (I - c)/2 tokens), as in _state
-    c0 = cached + np.where(I > c, (I - c) / 2.0, 0.0)
+    c0 = _chunk_context(cached, I, c)
     t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, c0, c / I / mb, np.minimum(c, I))["total_s"]
     t_d = _iter(model, hw, engine, dep, n / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     ttft_run = (k + 1.0) / 2.0 * t_p

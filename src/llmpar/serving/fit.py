@@ -241,6 +241,13 @@ def leave_one_source_out(rows: list[ServingRow], engine, prior: list[float] | No
     return record
 
 
+# how predict_loso predicted a source: its engine refitted without it, the engine's prior (it was the
+# engine's only source), or the in-sample fit of an engine never fitted on it ('other', `fit: false`)
+SCHEME_HELD_OUT = "source"
+SCHEME_PRIOR = "prior (the engine's only source)"
+SCHEME_NOT_FITTED = "out of sample (engine not fitted on it)"
+
+
 def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[str, Any]):
     """Residuals of every row under leave-one-source-out: each row's engine refitted without its
     source (the prior where its source was the engine's only one; an 'other' engine's rows are
@@ -255,16 +262,16 @@ def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[s
         folds = rec.get("folds", {})
         if source in folds:
             vals = folds[source]
-            scheme = "source" if vals is not None else "prior (the engine's only source)"
+            scheme = SCHEME_HELD_OUT if vals is not None else SCHEME_PRIOR
             eng = with_params(base, vals if vals is not None else (rec.get("prior") or prior_values(base)))
         else:
             vals = rec.get("in_sample")
             eng = with_params(base, vals) if vals is not None else base
-            scheme = "out of sample (engine not fitted on it)"
+            scheme = SCHEME_NOT_FITTED
         for row, res in zip(group, row_residuals(group, eng)):
             out.append((row, res, scheme))
     return out
 
 
-__all__ = ["PARAMS", "cross_engine_prior", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
+__all__ = ["PARAMS", "SCHEME_HELD_OUT", "SCHEME_NOT_FITTED", "SCHEME_PRIOR", "cross_engine_prior", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
            "load_kwargs"]

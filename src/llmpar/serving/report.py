@@ -96,11 +96,10 @@ def validate_block(level: float = DEFAULT_LEVEL) -> dict[str, Any]:
     results = predict_loso(rows, engines, record.get("engines", {}))
     records = residual_records(results)
     schemes: dict[str, int] = {}
-    for _row, res, scheme in results:
-        schemes[scheme] = schemes.get(scheme, 0) + len(res)
     per = per_source(records)
-    for row, _res, scheme in results:    # how each source was predicted (one scheme per source)
-        if row.source in per:
+    for row, res, scheme in results:
+        schemes[scheme] = schemes.get(scheme, 0) + len(res)
+        if row.source in per:             # how each source was predicted (one scheme per source)
             per[row.source].setdefault("scheme", scheme)
     return {"scheme": "leave-one-source-out", "rows": len(rows), "sources": len({r.source for r in rows}),
             "figures_by_scheme": schemes, "cross_validation": summary(records, level),
