@@ -75,6 +75,40 @@ def test_bad_input_is_one_line_exit_2(cli, args, culprit):
     assert_one_line_error(cli("serve", *args), culprit)
 
 
+# A deployment whose weights do not fit (llama-3.1-405b in bf16 on one H100: 810 GB of weights on
+# 80 GB) is exit 1; bad load options on it are still bad input, exit 2, and name themselves: the
+# options are checked before the memory verdict (serving/run.py _check_load_options).
+@pytest.mark.parametrize("args, culprit", [
+    (("--concurrency", "0"), "--concurrency"),
+    (("--batch", "0"), "--batch"),
+    (("--rate", "2", "--simulate", "0"), "--simulate"),
+    (("--concurrency", "8", "--simulate", "100"), "Poisson --rate"),
+    (("--rate", "2", "--prompts", "0"), "--prompts"),
+    (("--gpus", "8", "--tp", "1", "--disagg", "0", "--rate", "2"), "--disagg"),
+    (("--gpus", "8", "--tp", "1", "--disagg", "2", "--concurrency", "4"), "--rate"),
+])
+def test_bad_load_options_are_exit_2_even_where_nothing_fits(cli, args, culprit):
+    assert_one_line_error(cli("serve", "llama-3.1-405b", "--tp", "1", *args), culprit)
+
+
+# vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs (vllm/config/scheduler.py at
+# f0de1a60): on H100 its defaults are 8,192 tokens and 1,024 sequences (engines/vllm.yaml), so a
+# budget of 512 alone, or 9,000 sequences alone, is a server that does not start; 512 tokens with
+# 256 sequences starts. SGLang and TensorRT-LLM state no such rule (budget_covers_seqs false).
+@pytest.mark.parametrize("args, culprit", [
+    (("--max-num-batched-tokens", "512"), "--max-num-batched-tokens: vllm refuses max_num_batched_tokens 512 "
+                                          "below max_num_seqs 1,024"),
+    (("--max-num-seqs", "9000"), "--max-num-seqs: vllm refuses max_num_batched_tokens 8,192 below max_num_seqs 9,000"),
+])
+def test_vllm_budget_below_its_sequences_is_refused(cli, args, culprit):
+    assert_one_line_error(cli("serve", "llama-3-8b", *args), culprit)
+
+
+def test_vllm_budget_at_its_sequences_and_other_engines_run(cli):
+    assert cli("serve", "llama-3-8b", "--max-num-batched-tokens", "512", "--max-num-seqs", "256").code == 0
+    assert cli("serve", "llama-3-8b", "--engine", "sglang", "--max-num-batched-tokens", "512").code == 0
+
+
 def test_a_rate_above_capacity_exits_1_naming_the_limit(cli):
     assert_one_line_error(cli("serve", "llama-3-8b", "--rate", "10000"), "exceeds what the deployment sustains",
                           code=1)

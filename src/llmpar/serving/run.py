@@ -36,6 +36,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
                    spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
     kind = _load_kind(concurrency, rate, batch, prompts)
+    # every option is checked before the memory verdict: bad input is exit 2 whether or not the
+    # deployment fits (a --concurrency 0 on a replica that does not fit is still --concurrency 0)
+    _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, seed, disagg)
     cap = _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction)
     budget = int(cap["max_num_batched_tokens"])
     limit = max_concurrency(cap, isl + osl)
@@ -47,9 +50,6 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     out["fits"] = True
     r = d.replicas
     if disagg is not None:
-        if prompts is not None:   # the pools are modelled at their steady state only
-            raise UserError("--prompts with --disagg is not modelled: the disaggregated pools are priced at "
-                            "their steady state under --rate")
         return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
     if budget < isl and not engine.scheduler.chunked_prefill:
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
@@ -97,6 +97,48 @@ def _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, di
     return spread, isl, osl
 
 
+def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, seed, disagg) -> None:
+    """The load's own options, each checked once, before anything is priced: the numbers' ranges
+    (concurrency, batch, prompts, rate, --simulate, --seed, --disagg) and which combinations are
+    modelled (--simulate needs a Poisson --rate; --disagg whole replicas under a Poisson --rate)."""
+    from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX
+
+    _int(concurrency, "concurrency")
+    _int(batch, "batch")
+    _int(prompts, "prompts")
+    if rate is not None and not float(rate) > 0:
+        raise UserError(f"--rate must be positive requests/s or inf, got {rate!r}")
+    poisson = kind == "rate" and rate is not None and math.isfinite(float(rate))
+    if simulate is not None:
+        _int(simulate, "simulate", 1, SIM_MAX)
+        _int(seed, "seed", 0, 2**31)
+        if not poisson:
+            # a closed loop of identical requests keeps its waves in the published runs (vLLM, 1,000
+            # prompts at concurrency 100: TTFT 1.64 s measured), which this scheduler model does not
+            # reproduce (it staggers them: 0.56 s): refused rather than printed (docs/serving.md,
+            # Simulated tails)
+            raise UserError("--simulate runs a Poisson --rate load; closed loops (--concurrency) keep waves this "
+                            "simulation does not reproduce, and offline or --batch runs have no steady state to "
+                            "sample")
+    if disagg is not None:
+        size = d.tp * d.pp
+        P = _int(disagg, "disagg", 1, d.gpus)
+        if P % size or (d.gpus - P) < size or (d.gpus - P) % size:
+            raise UserError(f"--disagg {P}: the prefill and decode pools are whole replicas of tp x pp = {size} GPUs "
+                            f"out of --gpus {d.gpus} (e.g. --disagg {size} with --gpus {2 * size})")
+        if not poisson:
+            raise UserError("--disagg is modelled under Poisson arrivals: give --rate R (requests/s)")
+        if prompts is not None:   # the pools are modelled at their steady state only
+            raise UserError("--prompts with --disagg is not modelled: the disaggregated pools are priced at "
+                            "their steady state under --rate")
+        if d.spec_tokens or d.prefix_hit:
+            raise UserError("--disagg with --spec-tokens or --prefix-hit is not modelled")
+        if d.dp_attention:
+            # cost/serving_disagg.py splits a request's KV over the tp ranks; under data-parallel
+            # attention one rank holds it whole, so the transfer would be understated by tp
+            raise UserError("--disagg with --dp-attention is not modelled (the KV hand-off assumes tp-sharded KV)")
+
+
 def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction) -> dict[str, Any]:
     """The replica's KV pool and scheduler limits (cost/serving_capacity.py), the engine's options checked."""
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
@@ -104,6 +146,14 @@ def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory
     if memory_fraction is not None and (isinstance(memory_fraction, bool) or not (
             isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1)):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
+    sched, gen = engine.scheduler, hw.gpu.generation
+    seqs_v = per_gen(sched.max_num_seqs, gen) if seqs is None else seqs
+    budget_v = per_gen(sched.max_num_batched_tokens, gen) if budget is None else budget
+    if sched.budget_covers_seqs and budget_v < seqs_v:
+        given = "--max-num-batched-tokens" if budget is not None else "--max-num-seqs"
+        raise UserError(f"{given}: {engine.name} refuses max_num_batched_tokens {int(budget_v):,} below max_num_seqs "
+                        f"{int(seqs_v):,} (every running sequence takes a token of the iteration): raise "
+                        "--max-num-batched-tokens or lower --max-num-seqs")
     return kv_capacity(model, hw, engine, tp=d.tp, pp=d.pp, weights=d.weights, kv_dtype=d.kv_dtype,
                        memory_fraction=memory_fraction, max_num_seqs=seqs, max_num_batched_tokens=budget,
                        dp_attention=d.dp_attention)
@@ -135,13 +185,13 @@ def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts
     load's options go into ``out``."""
     r = d.replicas
     if kind == "concurrency":
-        C = _int(concurrency, "concurrency")
+        C = int(concurrency)
         # requests of different lengths do not stay in step: a spread runs the steady mixed state,
         # not the waves of identical requests (cost/serving_load.closed_loop)
         res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / r, limit, budget, waves=spread is None)
         out["concurrency"] = C
     elif kind == "batch":
-        B = _int(batch, "batch")
+        B = int(batch)
         if B > limit * r:
             raise UserError(f"--batch {B:,} exceeds what the KV cache holds at {isl + osl:,} tokens per request "
                             f"({int(limit * r):,})")
@@ -149,15 +199,13 @@ def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts
         out["batch"] = B
     else:
         lam = math.inf if rate is None else float(rate)
-        if not lam > 0:
-            raise UserError(f"--rate must be positive requests/s or inf, got {rate!r}")
         if math.isinf(lam):
-            N = _int(prompts if prompts is not None else DEFAULT_PROMPTS, "prompts")
+            N = int(prompts if prompts is not None else DEFAULT_PROMPTS)
             res = load.offline(model, hw, engine, d.dep(), isl, osl, N / r, limit, budget)
             out["prompts"] = N
             out["load"] = "offline"
         elif prompts is not None:   # a benchmark of N requests at the rate: the run in time
-            N = _int(prompts, "prompts")
+            N = int(prompts)
             res = finite_rate(model, hw, engine, d.dep(), isl, osl, lam / r, N / r, limit, budget)
             res["capacity_requests_per_s"] *= r
             out["rate"] = lam
@@ -181,22 +229,12 @@ def _percentiles(out, res, spread) -> None:
 
 def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, seed, spread) -> dict[str, Any]:
     """--simulate N: one replica's discrete-event run (cost/serving_sim.py) at its share of the load."""
-    from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX
     from llmpar.cost.serving_sim import simulate as run_sim
 
-    N = _int(n, "simulate", 1, SIM_MAX)
-    r = d.replicas
-    if kind == "rate" and rate is not None and math.isfinite(float(rate)):
-        load_kw = {"rate": float(rate) / r}
-    else:
-        # a closed loop of identical requests keeps its waves in the published runs (vLLM, 1,000 prompts
-        # at concurrency 100: TTFT 1.64 s measured), which this scheduler model does not reproduce
-        # (it staggers them: 0.56 s): refused rather than printed (docs/serving.md, Simulated tails)
-        raise UserError("--simulate runs a Poisson --rate load; closed loops (--concurrency) keep waves this "
-                        "simulation does not reproduce, and offline or --batch runs have no steady state to sample")
-    sim = run_sim(model, hw, engine, d.dep(), isl_range=spread[0], osl_range=spread[1], n_requests=N,
+    r = d.replicas   # a Poisson --rate load (_check_load_options)
+    sim = run_sim(model, hw, engine, d.dep(), isl_range=spread[0], osl_range=spread[1], n_requests=int(n),
                   kv_tokens=float(cap["kv_tokens"]), max_seqs=int(cap["max_num_seqs"]), budget=int(budget),
-                  seed=_int(seed, "seed", 0, 2**31), **load_kw)
+                  seed=int(seed), rate=float(rate) / r)
     for key in ("output_tokens_per_s", "requests_per_s"):
         if sim[key] is not None:
             sim[key] *= r
@@ -207,18 +245,7 @@ def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit
     from llmpar.cost.serving_disagg import disaggregated
 
     size = d.tp * d.pp
-    P = _int(prefill_gpus, "disagg", 1, d.gpus)
-    if P % size or (d.gpus - P) < size or (d.gpus - P) % size:
-        raise UserError(f"--disagg {P}: the prefill and decode pools are whole replicas of tp x pp = {size} GPUs out of "
-                        f"--gpus {d.gpus} (e.g. --disagg {size} with --gpus {2 * size})")
-    if kind != "rate" or rate is None or math.isinf(float(rate)):
-        raise UserError("--disagg is modelled under Poisson arrivals: give --rate R (requests/s)")
-    if d.spec_tokens or d.prefix_hit:
-        raise UserError("--disagg with --spec-tokens or --prefix-hit is not modelled")
-    if d.dp_attention:
-        # cost/serving_disagg.py splits a request's KV over the tp ranks; under data-parallel
-        # attention one rank holds it whole, so the transfer would be understated by tp
-        raise UserError("--disagg with --dp-attention is not modelled (the KV hand-off assumes tp-sharded KV)")
+    P = int(prefill_gpus)   # whole replicas under a Poisson --rate (_check_load_options)
     res = disaggregated(model, hw, engine, d.dep(), isl, osl, float(rate), P // size, (d.gpus - P) // size, limit,
                         budget)
     out.update(figures=res, rate=float(rate), disagg={"prefill_gpus": P, "decode_gpus": d.gpus - P,

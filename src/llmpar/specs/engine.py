@@ -36,6 +36,9 @@ class Scheduler(_Strict):
     max_num_batched_tokens: PerGenCount = Field(
         8192, description="tokens (decode + prefill chunk) one iteration may hold (vLLM --max-num-batched-tokens)")
     chunked_prefill: bool = Field(True, description="a long prompt is split into chunks that share iterations with decodes")
+    budget_covers_seqs: bool = Field(
+        False, description="the engine refuses max_num_batched_tokens below max_num_seqs (vLLM SchedulerConfig: every "
+                           "running sequence needs a token of the iteration's budget)")
     mixed_prefill: bool = Field(
         True, description="prefill chunks run in the same iterations as the decodes (vLLM V1, TensorRT-LLM in-flight "
                           "batching); false: a prefill batch is an iteration of its own and the decodes wait for it "
