@@ -232,9 +232,10 @@ def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, see
     from llmpar.cost.serving_sim import simulate as run_sim
 
     r = d.replicas   # a Poisson --rate load (_check_load_options)
+    seed = 0 if seed is None else int(seed)   # None: the documented default seed
     sim = run_sim(model, hw, engine, d.dep(), isl_range=spread[0], osl_range=spread[1], n_requests=int(n),
                   kv_tokens=float(cap["kv_tokens"]), max_seqs=int(cap["max_num_seqs"]), budget=int(budget),
-                  seed=int(seed), rate=float(rate) / r)
+                  seed=seed, rate=float(rate) / r)
     for key in ("output_tokens_per_s", "requests_per_s"):
         if sim[key] is not None:
             sim[key] *= r
