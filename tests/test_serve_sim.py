@@ -108,3 +108,10 @@ def test_the_cli_prints_the_simulated_table(cli):
     assert "simulated" in res.out and "p99" in res.out
     js = cli("serve", "llama-3-8b", "--rate", "4", "--simulate", "300", "--json").json()
     assert js["simulation"]["requests"] == 300 and set(js["simulation"]["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+
+
+def test_a_seed_of_none_is_the_default_seed():
+    # the API's None means "the documented default", seed 0: the same run as seed=0, figure for figure
+    a = llmpar.serve("llama-3-8b", rate=2, simulate=50, seed=None).model_dump()["simulation"]
+    b = llmpar.serve("llama-3-8b", rate=2, simulate=50, seed=0).model_dump()["simulation"]
+    assert a["seed"] == 0 and a == b
