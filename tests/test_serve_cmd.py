@@ -182,3 +182,13 @@ def test_disaggregated_running_is_per_decode_replica(cli):
     text = cli(*args).out
     line = next(ln for ln in text.splitlines() if ln.startswith("running per decode replica"))
     assert float(line.split()[-1]) == pytest.approx(d["load"]["running"] / 2, abs=0.05)
+
+
+def test_an_engine_file_whose_defaults_break_the_rule_is_refused_when_read(cli, tmp_path):
+    # extends vllm (8,192 tokens by default on every generation but ampere) and asks 9,000 sequences on
+    # Hopper: a server vLLM would not start, refused at load on the generation it names, for serve
+    # and serve-plan alike (the rule lives in specs/engine.py Scheduler, not in one command)
+    f = tmp_path / "my-vllm.yaml"
+    f.write_text("extends: vllm\nname: my-vllm\nscheduler:\n  max_num_seqs: {default: 1024, hopper: 9000}\n")
+    for cmd in (("serve", "llama-3-8b"), ("serve-plan", "llama-3-8b", "--gpus", "1")):
+        assert_one_line_error(cli(*cmd, "--engine", f), "max_num_batched_tokens 8,192 is below max_num_seqs 9,000 (hopper)")

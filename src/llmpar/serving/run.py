@@ -50,7 +50,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     out["fits"] = True
     r = d.replicas
     if disagg is not None:
-        return _disagg(model, hw, engine, d, out, disagg, kind, rate, isl, osl, limit, budget)
+        return _disagg(model, hw, engine, d, out, disagg, rate, isl, osl, limit, budget)
     if budget < isl and not engine.scheduler.chunked_prefill:
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
                         "does not chunk prompts by default: raise --max-num-batched-tokens to at least the prompt "
@@ -64,10 +64,10 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     b = res["running"] / r / d.pp
     out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
     if simulate is not None:
-        out["simulation"] = _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, simulate, seed,
+        out["simulation"] = _simulate(model, hw, engine, d, cap, budget, rate, simulate, seed,
                                       spread or ((isl, isl), (osl, osl)))
         out["notes"].append(f"simulated: {out['simulation']['requests']:,} requests per replica through the scheduler "
-                            f"(seed {seed}), from an empty replica as a benchmark counts them; the figures above are the fluid model's means, "
+                            f"(seed {out['simulation']['seed']}), from an empty replica as a benchmark counts them; the figures above are the fluid model's means, "
                             "the simulation's tails are its own (docs/serving.md, Simulated tails)")
     if spread is not None and math.isfinite(float(res["ttft_s"])):
         _percentiles(out, res, spread)
@@ -150,7 +150,8 @@ def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory
     seqs_v = per_gen(sched.max_num_seqs, gen) if seqs is None else seqs
     budget_v = per_gen(sched.max_num_batched_tokens, gen) if budget is None else budget
     if sched.budget_covers_seqs and budget_v < seqs_v:
-        given = "--max-num-batched-tokens" if budget is not None else "--max-num-seqs"
+        given = ("--max-num-batched-tokens" if budget is not None else "--max-num-seqs" if seqs is not None
+                 else f"engine {engine.name}'s scheduler")
         raise UserError(f"{given}: {engine.name} refuses max_num_batched_tokens {int(budget_v):,} below max_num_seqs "
                         f"{int(seqs_v):,} (every running sequence takes a token of the iteration): raise "
                         "--max-num-batched-tokens or lower --max-num-seqs")
@@ -227,7 +228,7 @@ def _percentiles(out, res, spread) -> None:
                         "tail) are not in them (docs/serving.md, Length spread)")
 
 
-def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, seed, spread) -> dict[str, Any]:
+def _simulate(model, hw, engine, d, cap, budget, rate, n, seed, spread) -> dict[str, Any]:
     """--simulate N: one replica's discrete-event run (cost/serving_sim.py) at its share of the load."""
     from llmpar.cost.serving_sim import simulate as run_sim
 
@@ -241,7 +242,7 @@ def _simulate(model, hw, engine, d, cap, budget, kind, concurrency, rate, n, see
             sim[key] *= r
     return {**sim, "seed": int(seed), "replicas": r}
 
-def _disagg(model, hw, engine, d, out, prefill_gpus, kind, rate, isl, osl, limit, budget):
+def _disagg(model, hw, engine, d, out, prefill_gpus, rate, isl, osl, limit, budget):
     """--disagg P: P of the GPUs prefill, the rest decode (cost/serving_disagg.py)."""
     from llmpar.cost.serving_disagg import disaggregated
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from llmpar.specs.base import STRICT_SPEC, Name, Text
-from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys
+from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
 
 # counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
 Count = Annotated[int, Field(gt=0, le=1_048_576)]
@@ -48,6 +48,22 @@ class Scheduler(_Strict):
         "total", description="total: weights + activations + KV fit in memory_fraction x HBM (vLLM, SGLang); "
                              "free: the KV pool is memory_fraction of what is free after weights (TRT-LLM)")
     block_tokens: Count = Field(16, description="tokens per KV-cache block (vLLM --block-size; SGLang pages of 1)")
+
+    @model_validator(mode="after")
+    def _budget_holds_the_sequences(self):
+        """An engine file whose own defaults break its ``budget_covers_seqs`` rule describes a server
+        that does not start (vLLM SchedulerConfig): refused when the file is read, on every GPU
+        generation it names."""
+        if self.budget_covers_seqs:
+            gens = {None} | {g for v in (self.max_num_seqs, self.max_num_batched_tokens) if isinstance(v, dict)
+                             for g in v}
+            for g in sorted(gens, key=str):
+                seqs, budget = per_gen(self.max_num_seqs, g), per_gen(self.max_num_batched_tokens, g)
+                if budget < seqs:
+                    where = "" if g in (None, "default") else f" ({g})"
+                    raise ValueError(f"max_num_batched_tokens {int(budget):,} is below max_num_seqs {int(seqs):,}{where}: "
+                                     "with budget_covers_seqs the engine refuses to start")
+        return self
 
 
 class Kernels(_Strict):
