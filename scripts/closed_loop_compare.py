@@ -4,6 +4,7 @@ simulation (cost/serving_sim.py) run as the same closed loop, which lets the cli
 
     python scripts/closed_loop_compare.py            # summary: median |error| and signed median
     python scripts/closed_loop_compare.py --rows     # every row: measured, fluid, simulated
+    python scripts/closed_loop_compare.py --bursts   # the bursts' prefill rate per GPU and its share of the peak
 
 The figures docs/serving.md quotes in "Evidence" and "Limits" (the benchmaq grid, NIM and vLLM's
 FP8-KV rows) are what this prints. Every row is predicted under the shipped vLLM profile (the rows
@@ -76,10 +77,51 @@ def compare(show: bool = False) -> dict[tuple[str, str, str], list[float]]:
     return errs
 
 
+def bursts(show: bool = False) -> list[dict]:
+    """The benchmaq bursts read for their prefill (docs/serving.md, Evidence): 100 prompts at once,
+    prefilled first come first served, so the p99 TTFT is the whole prefill. Per row: the prefill
+    rate per GPU, N x isl / p99 / GPUs, and its share of the dense BF16 peak at the FLOPs per prompt
+    token that cost/serving.py iteration_terms counts (linear + causal attention, summed over tp)."""
+    from llmpar.cost.serving import iteration_terms
+    from llmpar.serving.published import shipped_rows
+    from llmpar.specs.registry import load_engine, load_hardware, load_model
+
+    import yaml
+
+    from llmpar.specs.registry import data_dir
+
+    # the p99 TTFT is in the file, not in the rows validate reads (which keep the means)
+    raw = yaml.safe_load((data_dir("validation") / "serving" / "benchmaq-vllm.yaml").read_text(encoding="utf-8"))
+    p99 = {r["row"]: r["ttft_ms"]["p99"] / 1e3 for r in raw["rows"] if "offline" in r.get("load", {})}
+    eng = load_engine("vllm")
+    out = []
+    for r in (r for r in shipped_rows() if r.row in p99):
+        model, hw = load_model(r.model), load_hardware(r.hardware)
+        n = int(r.load["offline"])
+        t = iteration_terms(model, hw, eng, tp=r.tp, pp=1, ep=1, weights=r.weights, kv_dtype=r.kv_dtype or "bf16",
+                            prefill=r.isl)
+        flops_per_token = (t["linear_flops"] + t["attention_flops"]) * r.tp / r.isl
+        per_gpu = n * r.isl / p99[r.row] / r.gpus
+        row = {"hardware": r.hardware, "tp": r.tp, "isl": r.isl, "ttft_mean_s": r.measured["ttft_s"],
+               "ttft_p99_s": p99[r.row], "prefill_tokens_per_s_per_gpu": per_gpu,
+               "peak_share": per_gpu * flops_per_token / hw.gpu.peak("bf16")}
+        out.append(row)
+        if show:
+            print(f"{row['hardware']:<9} tp {row['tp']}  isl {row['isl']:>6,}  TTFT mean {row['ttft_mean_s']:6.2f} s  "
+                  f"p99 {row['ttft_p99_s']:6.2f} s  prefill {per_gpu / 1e3:5.2f}k tokens/s per GPU  "
+                  f"{row['peak_share'] * 100:4.1f} % of the dense BF16 peak")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
-    errs = compare(ap.parse_args().rows)
+    ap.add_argument("--bursts", action="store_true", help="the bursts' prefill rate per GPU instead")
+    args = ap.parse_args()
+    if args.bursts:
+        bursts(show=True)
+        return 0
+    errs = compare(args.rows)
     print(f"{'runs':<12} {'model':<10} {'TTFT':>18} {'TPOT':>18} {'throughput':>18}")
     for kind in ("closed loop", "burst"):
         for how in ("fluid", "simulated"):

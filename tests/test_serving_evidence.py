@@ -144,3 +144,32 @@ def test_closed_loop_comparison_is_what_docs_serving_quotes():
     assert len(errs[("burst", "fluid", "ttft")]) == 30
     for key, (size, signed) in want.items():
         assert mod.median_errors(errs[key]) == pytest.approx((size, signed), abs=0.015), key
+
+def test_burst_prefill_figures_are_what_docs_serving_quotes():
+    # docs/serving.md (Evidence) quotes scripts/closed_loop_compare.py --bursts. The rate per GPU is
+    # measured data only: 100 prompts x isl / p99 TTFT / 8 GPUs, e.g. H100 TP 8 at 8K:
+    # 100 x 8192 / 9.60 s / 8 = 10.67 thousand tokens/s; TP 4 x DP 2: 819,200 / 11.24 / 8 = 9.11.
+    # The peak share multiplies it by cost/serving.py's FLOPs per prompt token (6.24e10 linear +
+    # 8.6e9 attention = 7.1e10 at 8K) over H100's 989.4 TFLOP/s: 10.67e3 x 7.1e10 / 9.894e14 = 0.766.
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("closed_loop_compare", REPO / "scripts" / "closed_loop_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {(r["hardware"], r["tp"], r["isl"]): r for r in mod.bursts()}
+    assert len(rows) == 30
+    rate = {k: r["prefill_tokens_per_s_per_gpu"] / 1e3 for k, r in rows.items()}
+    share = {k: r["peak_share"] for k, r in rows.items()}
+    for k, want in {("h100-sxm", 8, 8192): 10.67, ("h100-sxm", 4, 8192): 9.11, ("h200", 8, 8192): 10.93,
+                    ("h200", 4, 8192): 9.42, ("b200", 8, 8192): 17.84, ("b200", 4, 8192): 19.41}.items():
+        assert rate[k] == pytest.approx(want, abs=0.005), k
+    for k, want in {("h100-sxm", 8, 8192): 0.766, ("h200", 8, 8192): 0.785, ("h100-sxm", 8, 15000): 0.829,
+                    ("h200", 8, 15000): 0.834}.items():
+        assert share[k] == pytest.approx(want, abs=0.0015), k
+    # "10.5-10.9 thousand tokens/s" at TP 8, 8K-15K prompts, to the doc's one decimal (H100 at 15K:
+    # 1,500,000 / 17.86 / 8 = 10.498)
+    assert sorted(round(rate[(g, 8, n)], 1) for g in ("h100-sxm", "h200") for n in (8192, 15000)) == \
+        [10.5, 10.6, 10.7, 10.9]
+
