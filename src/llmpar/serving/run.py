@@ -101,8 +101,6 @@ def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, se
     """The load's own options, each checked once, before anything is priced: the numbers' ranges
     (concurrency, batch, prompts, rate, --simulate, --seed, --disagg) and which combinations are
     modelled (--simulate needs a Poisson --rate; --disagg whole replicas under a Poisson --rate)."""
-    from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX
-
     _int(concurrency, "concurrency")
     _int(batch, "batch")
     _int(prompts, "prompts")
@@ -110,6 +108,8 @@ def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, se
         raise UserError(f"--rate must be positive requests/s or inf, got {rate!r}")
     poisson = kind == "rate" and rate is not None and math.isfinite(float(rate))
     if simulate is not None:
+        from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX   # only when asked: not on serve's start-up path
+
         _int(simulate, "simulate", 1, SIM_MAX)
         _int(seed, "seed", 0, 2**31)
         if not poisson:
