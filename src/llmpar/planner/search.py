@@ -33,7 +33,7 @@ from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import Parallel, Settings
 from llmpar.planner import ranking as RK
 from llmpar.planner import space as SP
-from llmpar.planner.evaluate import memory_in_chunks, plan_row
+from llmpar.planner.evaluate import Shown, memory_in_chunks
 from llmpar.planner.arguments import FixConflict
 from llmpar.planner.refusals import NoLayout, host_memory_exceeded, nothing_fits, nothing_valid, offload_would_fit
 from llmpar.planner.request import PlanRequest, read_request
@@ -60,53 +60,53 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     (SpaceSummary). Raises CheckFailed (exit 1) when no layout passes the divisibility/batch/schedule
     rules or none fits in memory.
     """
-    from llmpar.cost.step import step_time
-
     t0 = time.perf_counter()
     cand = SP.enumerate_space(model, spec, settings)
     if cand.size == 0:
         raise nothing_valid(cand, spec, model)
-    mem, par, n_fit, rejected = _fitting(model, hw, settings, cand, reserve, margin, units)
-    out = step_time(model, hw, par, settings, with_memory=False)
-    t = np.asarray(out["step_time_s"], dtype=float)
-    total = np.asarray(mem["total_bytes"], dtype=float)
-    order, n_band = _ranked(objective, margin, t, total, par, mem)
+    fit, par, n_fit, rejected = _fitting(model, hw, settings, cand, reserve, margin, units)
+    t, total = fit["step_time_s"], fit["total_bytes"]
+    order, n_band = _ranked(objective, margin, t, total, par, fit)
     groups = RK.TieGroups(order, t, total)   # one row per group of exact ties
     iv, base = _plan_evidence(model, hw, settings, spec, level)
     t1 = float(t[order[0]])
     # layouts whose intervals overlap #1's: t * lo <= t1 * hi (one class: the same ratio bounds)
     within = int(np.count_nonzero(t * iv.lo <= t1 * iv.hi)) - 1
-
-    def row(r):
-        return plan_row(r + 1, model, hw, settings, par, out, mem, int(groups[r][0]), groups[r], (iv, base))
-
-    rows = [row(r) for r in range(min(top, len(groups)))]
-    comparison = _comparison(rows, row, groups, objective, explain_rank, n_fit)
+    shown = Shown(model, hw, settings, par, reserve, (iv, base))
+    n_rows = min(top, len(groups))
     frontier = points = None
     if pareto or keep_points:
         by_time, keep = RK.frontier(t, total)
+    # the layouts shown, evaluated in full in one call: the rows, #explain_rank, the frontier
+    shown.prepare([groups[r][0] for r in range(min(max(n_rows, explain_rank), len(groups)))]
+                  + (list(by_time[keep]) if pareto else []))
+
+    def row(r):
+        return shown.row(r + 1, int(groups[r][0]), groups[r])
+
+    rows = [row(r) for r in range(n_rows)]
+    comparison = _comparison(rows, row, groups, objective, explain_rank, n_fit)
     if keep_points:
         points = _points(t, total, par, by_time[keep], groups)
     if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
         rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), groups.sizes())
-        frontier = [plan_row(int(rank_of[i]), model, hw, settings, par, out, mem, int(i), None, (iv, base))
-                    for i in by_time[keep]]
-    n_tight = int(np.count_nonzero(np.asarray(mem["verdict_code"]) == 1))   # mem is the feasible subset here
+        frontier = [shown.row(int(rank_of[i]), int(i)) for i in by_time[keep]]
+    n_tight = int(np.count_nonzero(np.asarray(fit["verdict_code"]) == 1))   # fit is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
                            step_evaluated=n_fit, search_s=time.perf_counter() - t0, tight=n_tight,
                            margin=margin or 0.0, recommended=margin is None, within_error=within,
                            robust_band=n_band, rank_tolerance=RK.RANK_TOLERANCE)
     return {"plans": rows, "pareto": frontier, "comparison": comparison, "space": summary, "points": points,
             "interval": iv,
-            "capacity_bytes": float(np.asarray(mem["capacity_bytes"]).flat[0]),
-            "reserved_bytes": float(np.asarray(mem["reserved_bytes"]).flat[0])}
+            "capacity_bytes": float(np.asarray(fit["capacity_bytes"]).flat[0]),
+            "reserved_bytes": float(np.asarray(fit["reserved_bytes"]).flat[0])}
 
 
 def _fitting(model, hw, settings, cand: SP.Candidates, reserve, margin, units) -> tuple[dict, Parallel, int, dict]:
-    """(memory of the candidates that fit, those candidates, their count, rejections per reason with memory's);
-    refuses when none fits."""
-    mem, hbm, host = memory_in_chunks(model, hw, cand.par, settings, reserve, margin or 0.0, cand.size)
+    """(what ranking needs of the candidates that fit, with their step times; those candidates;
+    their count; rejections per reason with memory's); refuses when none fits."""
+    mem, hbm, host = memory_in_chunks(model, hw, cand.par, settings, reserve, margin or 0.0, cand.size, timed=True)
     fits = hbm & host
     n_fit = int(np.count_nonzero(fits))
     rejected = dict(cand.rejected)
@@ -117,7 +117,7 @@ def _fitting(model, hw, settings, cand: SP.Candidates, reserve, margin, units) -
     if n_fit == 0:
         exc = nothing_fits(model, mem["all"], cand.par, units, margin or 0.0)
         raise CheckFailed(str(exc) + offload_would_fit(model, hw, cand, settings, reserve, margin or 0.0))
-    return mem["fit"], SP.subset(cand.par, np.flatnonzero(fits)), n_fit, rejected
+    return mem["fit"], SP.subset(cand.par, mem["fit"]["index"]), n_fit, rejected
 
 
 def _ranked(objective: str, margin, t, total, par: Parallel, mem: dict) -> tuple[np.ndarray, int]:
