@@ -14,6 +14,7 @@ import pytest
 
 from conftest import REPO, assert_one_line_error
 from llmpar.errors import UserError
+from llmpar.specs import reading
 from llmpar.specs import registry as R
 from llmpar.specs.hf import load_hf_config
 
@@ -156,3 +157,30 @@ def test_hf_model_type_not_a_string(tmp_path):
     path.write_text(json.dumps({"model_type": []}))
     with pytest.raises(UserError, match="unsupported model_type"):
         load_hf_config(path)
+
+
+# ---------------------------------------------------------------------------- the parse cache
+def test_read_yaml_parses_once_and_hands_out_copies(tmp_path, monkeypatch):
+    # specs/reading.py keeps each small file's mapping by its bytes: the same bytes are parsed once
+    # per process, every caller gets its own copy, and new bytes (even the same size, written
+    # within the file system's time resolution) are parsed again
+    path = tmp_path / "hw.yaml"
+    path.write_text("gpu:\n  memory: 80 GiB\nname: a\n")
+    calls = []
+    parse = reading._parse_yaml
+    monkeypatch.setattr(reading, "_parse_yaml", lambda p, raw: calls.append(p) or parse(p, raw))
+    first = reading.read_yaml(path)
+    first["gpu"]["memory"] = "1 GiB"            # a caller's change reaches no other caller
+    assert reading.read_yaml(path) == {"gpu": {"memory": "80 GiB"}, "name": "a"}
+    assert len(calls) <= 1                      # 0 where another test parsed the same bytes first
+    path.write_text("gpu:\n  memory: 40 GiB\nname: a\n")   # same size, new bytes
+    assert reading.read_yaml(path)["gpu"]["memory"] == "40 GiB"
+
+
+def test_read_yaml_errors_are_not_cached_and_name_each_file(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for p in (a, b):
+        p.write_text("name: x\nlayers: 2\nlayers: 4\n")
+    for p in (a, b):
+        with pytest.raises(UserError, match=rf"{p.name}:3.*duplicate key 'layers'"):
+            reading.read_yaml(p)

@@ -21,19 +21,24 @@ from llmpar.serving import evidence
 LOSO_FILE = "serving-loso.json"
 
 
-def _key(row) -> tuple[str, ...]:
+def _key(row, specs: dict | None = None) -> tuple[str, ...]:
+    """The row's evidence class; ``specs`` memoises (generation, is MoE) per (hardware, model)."""
     from llmpar.specs.registry import load_hardware, load_model
 
-    hw = load_hardware(row.hardware)
-    return evidence.serve_class(row.engine, hw.gpu.generation, load_model(row.model).moe is not None, row.weights,
-                                row.tp * row.pp)
+    specs = {} if specs is None else specs
+    names = (row.hardware, row.model)
+    if names not in specs:
+        specs[names] = (load_hardware(row.hardware).gpu.generation, load_model(row.model).moe is not None)
+    generation, moe = specs[names]
+    return evidence.serve_class(row.engine, generation, moe, row.weights, row.tp * row.pp)
 
 
 def residual_records(results) -> list[Residual]:
     """One Residual per published figure from predict_loso's [(row, residuals, scheme)]."""
     out = []
+    specs: dict = {}
     for row, res, _scheme in results:
-        key = _key(row)
+        key = _key(row, specs)
         for name, value in res.items():
             out.append(Residual(row.source, evidence.KINDS[name], key, float(value)))
     return out
