@@ -25,6 +25,28 @@ os.environ.setdefault("LLMPAR_NO_CACHE", "1")
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+# pytest-xdist (`--dist loadfile`, pyproject.toml) runs each file's tests on one worker, so a module
+# fixture is built once. These files all ask for the full `validate` or `validate --serving`
+# (seconds each, kept per process by validation/core.py and serving/report.py), so they go to one
+# worker as one unit and each is computed once (docs/testing.md, Time budget). Done with xdist's
+# scheduler hook: its `xdist_group` marks do not reach the scheduler under pytest 9.2 (the worker
+# renames `item._nodeid`, which `item.nodeid` no longer reads).
+SHARED_VALIDATION = {"test_docs_commands.py", "test_docs_validation_page.py", "test_evidence.py",
+                     "test_serving_evidence.py", "test_docs_serving_page.py", "test_report_html.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndTheValidationUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "validation" if Path(file).name in SHARED_VALIDATION else file
+
+    return FilesAndTheValidationUnit(config, log)
+
 
 @dataclass
 class Result:

@@ -34,7 +34,8 @@ _spec.loader.exec_module(rd)
 CASES = [(page, i, cmd) for page in rd.pages() for i, cmd in enumerate(rd.extract(page))]
 FIX = "run `python scripts/render_docs.py` to rewrite the page's outputs"
 # the pages whose commands take longest run from their own test files (tests/test_docs_*.py), so
-# pytest-xdist (--dist loadfile) can put them on different workers (docs/testing.md, Time budget)
+# pytest-xdist can put docs/planner.md on another worker (docs/serving.md shares this file's worker:
+# both ask for `validate --serving`, tests/conftest.py SHARED_VALIDATION; docs/testing.md, Time budget)
 SHARDS = {"docs/planner.md": "planner", "docs/serving.md": "serving"}
 
 

@@ -173,3 +173,23 @@ def test_burst_prefill_figures_are_what_docs_serving_quotes():
     assert sorted(round(rate[(g, 8, n)], 1) for g in ("h100-sxm", "h200") for n in (8192, 15000)) == \
         [10.5, 10.6, 10.7, 10.9]
 
+
+
+def test_the_serving_block_is_kept_while_the_shipped_files_are_unchanged(monkeypatch):
+    # serving/report.py keeps the last block per process, keyed by the level and
+    # specs.reading.shipped_files_state(); a deep copy goes out, a changed file state recomputes
+    from llmpar.serving import report
+
+    calls = []
+    compute = report._validate_block
+    monkeypatch.setattr(report, "_validate_block", lambda level: calls.append(level) or compute(level))
+    monkeypatch.setattr(report, "_MEMO", {})
+    a = report.validate_block()
+    a["rows"] = -1
+    b = report.validate_block()
+    assert len(calls) == 1 and b["rows"] > 0
+    import llmpar.specs.reading as reading
+
+    state = reading.shipped_files_state
+    monkeypatch.setattr(reading, "shipped_files_state", lambda *x: state(*x) + (("edited.yaml", 1, 1),))
+    assert report.validate_block() == b and len(calls) == 2

@@ -293,3 +293,29 @@ def test_a_large_source_counts_its_runs_that_ran_but_do_not_fit():
     assert report.no_fit_count_line(rows).startswith(
         "! 2 of the 3 published runs that completed have a layout llmpar predicts does not fit")
     assert report.no_fit_count_line([{**r, "fits": True} for r in rows[:3]]) is None
+
+
+def test_a_validation_is_kept_while_the_shipped_files_are_unchanged(monkeypatch):
+    # validation/core.py keeps the last validation of the shipped stacks for the process, keyed by
+    # the sources asked for, the options and specs.reading.shipped_files_state(); each caller gets
+    # its own copy, and a changed file state (an edited spec) evaluates again
+    from llmpar.validation import core
+
+    calls = []
+    evaluate = core.evaluate_source
+    monkeypatch.setattr(core, "evaluate_source", lambda *a, **k: calls.append(a[0]) or evaluate(*a, **k))
+    monkeypatch.setattr(core, "_MEMO", {})
+    first = core.validate(K, limit=2)
+    n = len(calls)
+    assert n >= 1
+    first.rows[0]["predicted"] = -1.0
+    again = core.validate(K, limit=2)
+    assert len(calls) == n and again.rows[0]["predicted"] > 0          # no evaluation; an untouched copy
+    assert core.validate(K, limit=3) is not None and len(calls) > n     # other options: evaluated
+    n = len(calls)
+    import llmpar.specs.reading as reading
+
+    state = reading.shipped_files_state
+    monkeypatch.setattr(reading, "shipped_files_state", lambda *a: state(*a) + (("edited.yaml", 1, 1),))
+    core.validate(K, limit=3)
+    assert len(calls) > n                                                  # an edited file: evaluated again

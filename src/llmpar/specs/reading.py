@@ -148,6 +148,22 @@ def expands_beyond(data: Any, limit: int) -> bool:
     return False
 
 
+SHIPPED_KINDS = ("validation", "stacks", "hardware", "models", "engines")
+
+
+def shipped_files_state(kinds=SHIPPED_KINDS) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime_ns, size) of every shipped data file of ``kinds`` (subfolders included): the key
+    under which a process keeps a result computed from them (``validate``, ``validate --serving``),
+    so that an edited, added or removed file is a different key."""
+    out = []
+    for kind in kinds:
+        for f in sorted(data_dir(kind).rglob("*")):
+            if f.is_file():
+                st = f.stat()
+                out.append((str(f), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 # Parsed mappings of small files, by their bytes: a spec is parsed once per process while its
 # contents are the same (`validate --serving` loaded the same hardware and model files 2,482 times,
 # 1.2 s of its 2 s). Keyed by content, not by modification time (which is coarser than a quick

@@ -15,6 +15,7 @@ published time; for a throughput, predicted over published throughput). Nothing 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -321,6 +322,12 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     before each source and once at the end. ``cross_validate`` (file stacks only): also predict
     each source leave-one-source-out and give every row its interval at ``level``
     (:mod:`llmpar.validation.crossval`); the result's ``cross_validation`` summarises them."""
+    memo = _memo_key(source, limit, cross_validate, level) if stack is None else None
+    if memo is not None and memo in _MEMO:
+        names = memo[0]
+        if progress:
+            progress("", len(names), len(names))
+        return copy.deepcopy(_MEMO[memo])
     stack_obj = None
     if stack is not None:
         from llmpar.specs import load_stack
@@ -353,7 +360,33 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
         crossval.attach(rows, level, [r for r in shipped_residuals() if r.source not in evaluated])
         cv = crossval.summary(rows, level)
         cv["missing_sources"] = sorted({r["source"] for r in rows if r.get("cv_missing")})
-    return ValidationResult(rows, group_rows(rows), sources, stack, cv)
+    result = ValidationResult(rows, group_rows(rows), sources, stack, cv)
+    if memo is not None:
+        while len(_MEMO) >= MEMO_ENTRIES:   # the oldest goes first
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[memo] = copy.deepcopy(result)
+    return result
+
+
+# The last MEMO_ENTRIES validations of the shipped stacks, kept for the rest of the process while no
+# shipped file they read has changed (`validate` takes seconds, and the README, docs/validation.md
+# and the trust tests ask for the same one between others): each caller gets a deep copy.
+MEMO_ENTRIES = 4
+_MEMO: dict[tuple, ValidationResult] = {}
+
+
+def _memo_key(source, limit, cross_validate, level) -> tuple | None:
+    """(source names, limit, cross_validate, level, the state of every shipped validation, stack,
+    hardware, model and engine file: specs.reading.shipped_files_state); None where it cannot be
+    formed (an unknown source: the run itself says so)."""
+    from llmpar.specs.reading import shipped_files_state
+
+    try:
+        names = tuple(source_names() if source is None else dict.fromkeys(
+            resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
+        return names, limit, bool(cross_validate), float(level), shipped_files_state()
+    except Exception:       # noqa: BLE001 - a key that cannot be formed is a miss, never an error
+        return None
 
 
 def _cross_validate(name: str, src: SourceResult, rows: list[dict[str, Any]], limit: int | None) -> None:
