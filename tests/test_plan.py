@@ -656,6 +656,25 @@ def test_memory_in_chunks_changes_no_figure(monkeypatch):
     assert run() == one
 
 
+def test_memory_only_the_keys_wanted_is_the_same_numbers():
+    """memory_per_gpu(..., only=KEYS), as the planner's chunks call it (planner/evaluate.py
+    _MEMORY_WANTED), returns exactly those keys, equal to the full call's on every candidate of a
+    default space (pp 1 to 8, so one to four distinct candidate stages)."""
+    from llmpar.cost.memory import memory_per_gpu
+    from llmpar.parallel import Settings
+    from llmpar.planner import evaluate as E
+
+    model, hw = load_model("mixtral-8x7b"), load_hardware("h100-sxm")
+    cand = SP.enumerate_space(model, SP.SpaceSpec(gpus=64, seq=4096, global_batch=256), Settings())
+    assert cand.size > 1000 and np.unique(cand.par.pp).size >= 3
+    full = memory_per_gpu(model, hw, cand.par, Settings())
+    for only in (E._MEMORY_WANTED, ("verdict", "stage", "max_micro_batch")):
+        part = memory_per_gpu(model, hw, cand.par, Settings(), only=only)
+        assert set(part) == set(only)
+        for k in only:
+            assert np.array_equal(np.asarray(part[k]), np.asarray(full[k])), k
+
+
 def test_min_gpus_is_the_first_count_that_fits():
     """Llama 3 8B: on one H100 no layout fits (8.03e9 parameters x 18 B of mixed-precision Adam states
     is 144.5 GB, and nothing shards on one GPU); on two, ZeRO 3 halves the states: --min-gpus says 2,

@@ -96,7 +96,8 @@ def _stage_totals(e: dict, settings: Settings, reserve):
     return allocated, reserved, runtime, reserved + runtime
 
 
-def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None) -> dict[str, Any]:
+def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, reserve=None,
+                   only: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Training memory per GPU on the most-loaded pipeline stage. Array-polymorphic.
 
     Evaluates the :func:`candidate_stages` (0, 1, p−1 and the centre) and keeps the one with the
@@ -112,6 +113,10 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     fits), params_per_gpu (this GPU's TP/PP/EP shard, before ZeRO), stage,
     activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind),
     first_stage_allocated_bytes / first_stage_reserved_bytes (pipeline stage 0's: what rank 0 measures).
+
+    ``only``: the keys wanted (the planner's chunks need six of the thirty); the others are not
+    selected from the candidate stages, which on a million layouts is most of the work after the
+    stages themselves. Every key returned is the same number either way.
     """
     coeffs = _layer_coeffs(model, settings)
     cands = candidate_stages(par.pp, model)
@@ -123,29 +128,38 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     def choose(key):
         return _choose(pick, [e[key] for e in evals])
 
+    def wanted(*keys):
+        return only is None or any(k in only for k in keys)
+
     mem = settings.stack.memory
-    out = {k: choose(k) for k in MEMORY_KEYS}
-    out["kv_cache_bytes"] = np.zeros_like(out["weights_bytes"])
+    out = {k: choose(k) for k in MEMORY_KEYS if wanted(k)}
     for n, key in enumerate(("allocated_bytes", "reserved_bytes", "runtime_bytes", "total_bytes")):
         out[key] = _choose(pick, [x[n] for x in parts])
+    out["kv_cache_bytes"] = np.zeros_like(out["total_bytes"])
     out["allocator_overhead_bytes"] = out["reserved_bytes"] - out["allocated_bytes"]
     # pipeline stage 0's own peak (candidate_stages lists it first): what world rank 0 measures,
     # the rank that frameworks' benchmark logs usually report (nanotron's create_table_log)
     out["first_stage_allocated_bytes"], out["first_stage_reserved_bytes"] = parts[0][0], parts[0][1]
-    out["communicators"] = choose("communicators").astype(int)
-    out["capacity_bytes"] = np.full_like(out["weights_bytes"], cap)
+    if wanted("communicators"):
+        out["communicators"] = choose("communicators").astype(int)
+    out["capacity_bytes"] = np.full_like(out["total_bytes"], cap)
     out["margin_bytes"] = cap - out["total_bytes"]
     _host_and_verdict(out, model, hw, par, settings, choose, cap)
-    out["max_micro_batch"] = _max_micro_batch(par, mem, evals, parts, cap)
-    out["params_per_gpu"] = choose("params_per_gpu")
-    out["trainable_params_per_gpu"] = choose("trainable_params_per_gpu")
-    out["stage"] = _choose(pick, cands).astype(int)
-    c_dense, c_moe = coeffs
-    typical = c_moe if model.moe_layers >= model.dense_layers else c_dense
-    out["activation_bytes_per_layer"] = (np.asarray(layer_activation_bytes(typical, par)[0], dtype=float)
-                                         * mem.activation_factor)
-    result = {k: _out(v) for k, v in out.items()}
-    result["verdict"] = verdict_name(out["verdict_code"])
+    if wanted("max_micro_batch"):
+        out["max_micro_batch"] = _max_micro_batch(par, mem, evals, parts, cap)
+    for key in ("params_per_gpu", "trainable_params_per_gpu"):
+        if wanted(key):
+            out[key] = choose(key)
+    if wanted("stage"):
+        out["stage"] = _choose(pick, cands).astype(int)
+    if wanted("activation_bytes_per_layer"):
+        c_dense, c_moe = coeffs
+        typical = c_moe if model.moe_layers >= model.dense_layers else c_dense
+        out["activation_bytes_per_layer"] = (np.asarray(layer_activation_bytes(typical, par)[0], dtype=float)
+                                             * mem.activation_factor)
+    result = {k: _out(v) for k, v in out.items() if only is None or k in only}
+    if only is None or "verdict" in only:
+        result["verdict"] = verdict_name(out["verdict_code"])
     return result
 
 

@@ -23,6 +23,8 @@ from llmpar.results_plan import PlanRow
 CHUNK = 1 << 17
 #: what every candidate keeps beyond the chunk (the rejection counts and the nothing-fits message)
 _KEEP_ALL = ("total_bytes", "capacity_bytes", "runtime_bytes", "host_bytes")
+# what memory_in_chunks reads of memory_per_gpu (its ``only``: the rest is not selected per candidate)
+_MEMORY_WANTED = _KEEP_ALL + ("host_fits", "verdict_code", "reserved_bytes")
 
 
 def memory_in_chunks(model, hw, par: Parallel, settings, reserve, margin: float, n: int, timed: bool = False):
@@ -44,7 +46,7 @@ def memory_in_chunks(model, hw, par: Parallel, settings, reserve, margin: float,
     for start in range(0, max(n, 1), CHUNK):
         stop = min(n, start + CHUNK)
         sub = SP.subset(par, slice(start, stop)) if n > CHUNK else par
-        m = memory_per_gpu(model, hw, sub, settings, reserve)
+        m = memory_per_gpu(model, hw, sub, settings, reserve, only=_MEMORY_WANTED)
         shape = (stop - start,)
         hbm = np.broadcast_to(np.asarray(fits_with_margin(m["total_bytes"], m["capacity_bytes"], margin), dtype=bool),
                               shape)
