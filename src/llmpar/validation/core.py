@@ -25,7 +25,7 @@ import numpy as np
 
 from llmpar.evidence import evidence_class
 from llmpar.validation.common import MEMORY_METRICS, SPEED_METRICS, validation_dir  # noqa: F401 (re-exported)
-from llmpar.validation.sources import header_text, read_source, resolve_source, source_names
+from llmpar.validation.sources import header_text, memo_key, read_source, resolve_source, source_names
 
 DEFAULT_STACK = "megatron-core"
 #: metric -> (what, unit of ``published`` / ``predicted`` in the JSON)
@@ -322,7 +322,7 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
     before each source and once at the end. ``cross_validate`` (file stacks only): also predict
     each source leave-one-source-out and give every row its interval at ``level``
     (:mod:`llmpar.validation.crossval`); the result's ``cross_validation`` summarises them."""
-    memo = _memo_key(source, limit, cross_validate, level) if stack is None else None
+    memo = memo_key(source, limit, cross_validate, level) if stack is None else None
     if memo is not None and memo in _MEMO:
         names = memo[0]
         if progress:
@@ -369,24 +369,9 @@ def validate(source: str | list[str] | None = None, stack: str | None = None, li
 
 
 # The last MEMO_ENTRIES validations of the shipped stacks, kept for the rest of the process while no
-# shipped file they read has changed (`validate` takes seconds, and the README, docs/validation.md
-# and the trust tests ask for the same one between others): each caller gets a deep copy.
+# shipped file they read has changed (validation/sources.py memo_key); a deep copy goes out.
 MEMO_ENTRIES = 4
 _MEMO: dict[tuple, ValidationResult] = {}
-
-
-def _memo_key(source, limit, cross_validate, level) -> tuple | None:
-    """(source names, limit, cross_validate, level, the state of every shipped validation, stack,
-    hardware, model and engine file: specs.reading.shipped_files_state); None where it cannot be
-    formed (an unknown source: the run itself says so)."""
-    from llmpar.specs.reading import shipped_files_state
-
-    try:
-        names = tuple(source_names() if source is None else dict.fromkeys(
-            resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
-        return names, limit, bool(cross_validate), float(level), shipped_files_state()
-    except Exception:       # noqa: BLE001 - a key that cannot be formed is a miss, never an error
-        return None
 
 
 def _cross_validate(name: str, src: SourceResult, rows: list[dict[str, Any]], limit: int | None) -> None:

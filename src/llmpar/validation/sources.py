@@ -76,3 +76,19 @@ def read_source(path):
     r = _READ_CACHE[key]
     return RunsRead(runs=[dataclasses.replace(m, layout=dict(m.layout)) for m in r.runs], notes=list(r.notes),
                     models=dict(r.models), files=[dict(f) for f in r.files])
+
+
+def memo_key(source, limit, cross_validate, level) -> tuple | None:
+    """The key under which a process keeps a validation of the shipped stacks (validation/core.py:
+    `validate` takes seconds, and the README, docs/validation.md and the trust tests ask for the
+    same one): (source names, limit, cross_validate, level, the state of every shipped
+    validation, stack, hardware, model and engine file, specs.reading.shipped_files_state); None
+    where it cannot be formed (an unknown source: the run itself says so)."""
+    from llmpar.specs.reading import shipped_files_state
+
+    try:
+        names = tuple(source_names() if source is None else dict.fromkeys(
+            resolve_source(s).stem for s in ([source] if isinstance(source, str) else source)))
+        return names, limit, bool(cross_validate), float(level), shipped_files_state()
+    except Exception:       # noqa: BLE001 - a key that cannot be formed is a miss, never an error
+        return None
