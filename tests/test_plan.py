@@ -711,3 +711,5 @@ def test_objective_order_is_the_lexicographic_order_of_its_keys():
                                              knobs["zero"][i], knobs["recompute"][i], i))
     assert got.tolist() == expect
     assert RK._one_key([np.array([0.5, 1.0]), np.array([1, 2])])[0].dtype == float   # not integers: kept
+    assert RK.objective_order("time", np.zeros(0), np.zeros(0),
+                              dataclasses.replace(base, **{k: np.zeros(0, dtype=int) for k in knobs})).size == 0

@@ -114,7 +114,7 @@ def memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Sett
     activation_bytes_per_layer (one layer, one micro-batch, of the model's commoner layer kind),
     first_stage_allocated_bytes / first_stage_reserved_bytes (pipeline stage 0's: what rank 0 measures).
 
-    ``only``: the keys wanted (the planner's chunks need six of the thirty); the others are not
+    ``only``: the keys wanted (the planner's chunks need seven of the thirty); the others are not
     selected from the candidate stages, which on a million layouts is most of the work after the
     stages themselves. Every key returned is the same number either way.
     """

@@ -34,7 +34,7 @@ def _one_key(knobs: list) -> list:
     if len(knobs) < 2:
         return knobs
     arrays = [np.asarray(k) for k in knobs]
-    if not all(np.all(a == np.floor(a)) and a.min() >= 0 for a in arrays):
+    if arrays[0].size == 0 or not all(np.all(a == np.floor(a)) and a.min() >= 0 for a in arrays):
         return knobs
     out = np.zeros(np.shape(arrays[0]), dtype=np.int64)
     scale = 1
