@@ -46,6 +46,23 @@ class ServeResult(BaseModel):
     notes: list[str] = []
 
 
+_FLOATS = ("ttft_s", "tpot_s", "itl_median_s", "e2e_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+           "output_tokens_per_s_per_user", "requests_per_s")
+
+
+def _result(**fields) -> ServeResult:
+    """A ServeResult of llmpar's own computed values, typed here rather than validated: validating
+    builds pydantic's schema, and with it pydantic imports importlib.metadata to look for plugins,
+    ~20-50 ms of a 0.3 s `serve` (issue 25's target; docs/cli.md, start-up time). The figures become
+    Python floats (None where not finite: no nan or inf reaches the JSON), the counts ints."""
+    for key in _FLOATS:
+        if key in fields:
+            fields[key] = _finite(fields[key])
+    fields["max_concurrency"] = int(fields["max_concurrency"])
+    fields["fits"] = bool(fields["fits"])
+    return ServeResult.model_construct(**fields)
+
+
 def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> ServeResult:
     d = out["deployment"]
     cap = out["capacity"]
@@ -69,9 +86,9 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                if cap["kv_pool_bytes"] <= 0 else
                f"the KV pool holds {int(cap['kv_tokens']):,} tokens, less than one request of "
                f"{out['isl'] + out['osl']:,}")
-        return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=False,
-                           verdict=f"DOES NOT FIT: {why}", load=load, max_concurrency=0, memory=memory,
-                           notes=out["notes"])
+        return _result(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=False,
+                       verdict=f"DOES NOT FIT: {why}", load=load, max_concurrency=0, memory=memory,
+                       notes=out["notes"])
     f = out["figures"]
     thr = f["output_tokens_per_s"]
     running = max(float(f["running"]), 1e-12)
@@ -94,12 +111,12 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                             f"{out['prompts']:,} requests arrive, so these figures hold for this run's length only "
                             "(a longer run is slower)")
     tpot = _finite(f["tpot_s"])
-    return ServeResult(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=True,
-                       verdict=verdict, load=load, ttft_s=_finite(f["ttft_s"]), tpot_s=tpot,
-                       itl_median_s=_finite(f.get("itl_median_s", f["tpot_s"])), e2e_s=_finite(f["e2e_s"]),
-                       output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
-                       output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
-                       requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
-                       breakdown=out["breakdown"], interval=iv or {}, percentiles=out.get("percentiles") or {},
-                       simulation=out.get("simulation") or {},
-                       notes=out["notes"])
+    return _result(model=model.name, hardware=hw.name, engine=engine.name, settings=settings, fits=True,
+                   verdict=verdict, load=load, ttft_s=f["ttft_s"], tpot_s=tpot,
+                   itl_median_s=f.get("itl_median_s", f["tpot_s"]), e2e_s=f["e2e_s"],
+                   output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
+                   output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
+                   requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
+                   breakdown=out["breakdown"], interval=iv or {}, percentiles=out.get("percentiles") or {},
+                   simulation=out.get("simulation") or {},
+                   notes=out["notes"])

@@ -5,7 +5,6 @@ strict pydantic validation through the validated-spec cache (docs/architecture.m
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,14 @@ def data_dir(kind: str) -> Path:
     repo = Path(__file__).resolve().parents[3] / kind
     if repo.is_dir() and (repo.parent / "pyproject.toml").is_file():
         return repo
+    # a wheel installs its data beside the package (pyproject.toml force-include llmpar/data/KIND);
+    # importlib.resources (~5 ms to import) is only needed where the package is not a folder (a zip)
+    beside = Path(__file__).resolve().parents[1] / "data" / kind
+    if beside.is_dir():
+        return beside
     try:
+        from importlib import resources
+
         packaged = resources.files("llmpar").joinpath("data").joinpath(kind)
         if packaged.is_dir():
             return Path(str(packaged))
