@@ -33,7 +33,17 @@ def files(tmp_path):
     runs.write_text(yaml.safe_dump({"hardware": "h100-sxm", "runs": [
         {"model": "llama-3-8b", "gpus": 8, "tp": t, "global_batch": 64, "seq": 8192, "step_time_s": 5.0 + t}
         for t in (1, 2)]}))
-    return {"log": log, "hw": hw, "child": child, "st": st, "runs": runs, "dir": tmp_path}
+    # a runs table whose rows extend a profile no option names, and a model file that extends another
+    runs_child = tmp_path / "runs_child.yaml"
+    runs_child.write_text(yaml.safe_dump({"hardware": str(child), "runs": [
+        {"model": "llama-3-8b", "gpus": 8, "tp": t, "global_batch": 64, "seq": 8192, "step_time_s": 5.0 + t}
+        for t in (1, 2)]}))
+    base_model = tmp_path / "mymodel.yaml"
+    base_model.write_text("name: mymodel\nextends: llama-3-8b\nlayers: 16\n")
+    child_model = tmp_path / "mymodel2.yaml"
+    child_model.write_text("name: mymodel2\nextends: mymodel.yaml\n")
+    return {"log": log, "hw": hw, "child": child, "st": st, "runs": runs, "runs_child": runs_child,
+            "model": base_model, "model2": child_model, "dir": tmp_path}
 
 
 @pytest.mark.parametrize("args, victim", [
@@ -43,6 +53,15 @@ def files(tmp_path):
     (("calibrate", "runs", "{runs}", "--stack", "{st}", "--out", "{st}", "--folds", "0"), "st"),
     (("calibrate", "runs", "{runs}", "--stack", "{st}", "--out", "{runs}", "--folds", "0"), "runs"),
     (("calibrate", "gemm", "--hardware", "{hw}", "--device", "cpu", "--out", "{hw}"), "hw"),
+    # the class, not the instances (reliability re-check 2026-12-03): any file read, however it was reached
+    (("calibrate", "runs", "{runs_child}", "--folds", "0", "--out", "{hw}"), "hw"),      # a row's profile's base
+    (("calibrate", "runs", "{runs_child}", "--folds", "0", "--out", "{child}"), "child"),  # a row's profile
+    (("calibrate", "runs", "{runs}", "--hardware", "{hw}", "--folds", "0", "--out", "{hw}"), "hw"),
+    (("calibrate", "gemm", "--device", "cpu", "--model", "{model2}", "--out", "{model}"), "model"),
+    (("plan", "llama-3-8b", "--gpus", "8", "--hardware", "{child}", "--emit", "megatron", "--out", "{hw}"), "hw"),
+    (("plan", "{model2}", "--gpus", "8", "--emit", "megatron", "--out", "{model}"), "model"),
+    (("validate", "--source", "megatron-core-h100-2024", "--limit", "1", "--stack", "{st}", "--markdown",
+      "--out", "{st}"), "st"),
 ])
 def test_a_writer_never_overwrites_its_input(cli, files, args, victim):
     before = files[victim].read_bytes()

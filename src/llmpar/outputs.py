@@ -9,6 +9,12 @@
   command will load it, then renamed over the output (``os.replace``: a reader sees the old file
   or the new one, never half of one); a spec that does not load leaves the output untouched.
 * :func:`write_text` is the atomic write alone, for files that are not specs.
+* Both refuse, at the moment of writing, a path this process has read as a spec, a model config or
+  a runs table (:data:`llmpar.specs.reading.READ_FILES`): an input that no option named — the base
+  of a ``--hardware`` file's ``extends:`` chain, a profile a runs table's column names, the model
+  file of ``calibrate gemm --model`` — is as safe as one that was (reliability review, item 1, closed
+  as a class: ``calibrate runs runs.csv --out base.yaml`` overwrote the hardware profile the table's
+  rows extend).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
     for p in inputs:
         if _same(out, Path(p)):
             raise UserError(f"{option} {out} is one of the files this command reads: write the result to another file")
+    refuse_read(out, option)   # and the files read so far (a runs table's profiles, a chain's bases)
     if spec_kind is not None and spec is not None and not hasattr(spec, "model_dump"):
         from llmpar.specs.registry import spec_chain
 
@@ -54,6 +61,22 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
                 what = {"hardware": "hardware profile", "stacks": "stack", "engines": "engine"}.get(spec_kind, spec_kind)
                 raise UserError(f"{option} {out} is the {what} it extends ({p}), or in its extends: chain: writing "
                                 "it would overwrite the base with a file that extends itself; write to another file")
+
+
+def spec_inputs(*specs) -> list[Path]:
+    """The files the specs ``(kind, name or path)`` are read from, each with its ``extends:`` chain
+    (kind None: a plain file such as an HF config), for :func:`check_out`'s ``inputs``."""
+    from llmpar.specs.registry import spec_chain
+
+    out: list[Path] = []
+    for kind, v in specs:
+        if not isinstance(v, (str, Path)) or not str(v):
+            continue
+        if kind is None:
+            out += [Path(v)] if Path(v).is_file() else []
+        else:
+            out += spec_chain(kind, str(v))
+    return out
 
 
 def check_out_folder(out: Path | str, option: str = "--out") -> None:
@@ -76,9 +99,19 @@ def check_out_folder(out: Path | str, option: str = "--out") -> None:
         raise UserError(f"cannot write into {out}: {probe_in} takes no new folder or file ({exc.strerror})") from None
 
 
-def write_text(out: Path | str, text: str) -> Path:
+def refuse_read(out: Path | str, option: str = "--out") -> None:
+    """UserError when this process has read ``out`` as an input (module docstring)."""
+    from llmpar.specs.reading import READ_FILES
+
+    if os.path.realpath(out) in READ_FILES:
+        raise UserError(f"{option} {out} is a file this command read (a spec, model config or runs table, or a "
+                        "file in the extends: chain of one): write the result to another file")
+
+
+def write_text(out: Path | str, text: str, option: str = "--out") -> Path:
     """``text`` to ``out`` through a temporary file in the same folder and a rename."""
     out = Path(out)
+    refuse_read(out, option)
     tmp = out.with_name(f".{out.name}.llmpar-{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
@@ -98,6 +131,7 @@ def write_spec(out: Path | str, text: str, kind: str) -> Path:
     from llmpar.specs.registry import load_engine
 
     out = Path(out)
+    refuse_read(out)
     tmp = out.with_name(f".{out.stem}.llmpar-{os.getpid()}.tmp.yaml")
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -235,9 +235,10 @@ def gemm_cmd(hardware, model, out, device, dtype, tps, tokens, square, max_dim, 
             raise UserError(f"--{what} must be a comma list of positive integers, got {text!r}")
         return vals
 
-    from llmpar.outputs import check_out
+    from llmpar.outputs import check_out, spec_inputs
 
-    check_out(out, spec_kind="hardware", spec=hardware)   # before any measurement: never over an input
+    # before any measurement: never over an input (the hardware's chain, the model file's)
+    check_out(out, inputs=spec_inputs(("models", model)), spec_kind="hardware", spec=hardware)
     plan = gemm.GemmPlan(hardware=hardware, model=model, dtype=dtype, tps=ints(tps, "tp"), tokens=ints(tokens, "tokens"),
                          square=ints(square, "square"), max_dim=max_dim, iters=iters, warmup=warmup, peak=peak)
     shapes = gemm.plan_shapes(plan)                # validates model/hardware before touching torch

@@ -175,9 +175,11 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     if stack is None:
         named = {r.stack for r in read.runs if r.stack}
         stack = named.pop() if len(named) == 1 else "megatron-core"
-    from llmpar.outputs import check_out
+    from llmpar.outputs import check_out, spec_inputs
 
-    check_out(out, inputs=files, spec_kind="stacks", spec=stack)    # before any work: never over an input
+    # before any work: never over an input (the tables and logs, the specs given, the stack's chain)
+    check_out(out, inputs=[*files, *spec_inputs(("hardware", hardware), ("models", model))],
+              spec_kind="stacks", spec=stack)
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
     from llmpar.cli.progress import progress_bar
 

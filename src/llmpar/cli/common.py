@@ -183,9 +183,12 @@ def guard_outputs(model, kw: dict, outputs: dict) -> None:
     None) is checked before any work against the files it reads (a model, HF config, hardware or
     stack given as a path; a comma list of profiles too): never written over an input (reliability
     review, writers: `plan m.yaml --html m.yaml` replaced the model with the report)."""
-    from llmpar.outputs import check_out
+    from llmpar.outputs import check_out, spec_inputs
 
-    named = [model, kw.get("hf"), kw.get("stack"), *str(kw.get("hardware") or "").split(",")]
-    inputs = [Path(v) for v in named if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()]
+    if not any(outputs.values()):
+        return
+    # each spec file and every file of its extends: chain (its bases are inputs too)
+    inputs = spec_inputs(("models", model), (None, kw.get("hf")), ("stacks", kw.get("stack")),
+                         *(("hardware", h) for h in str(kw.get("hardware") or "").split(",")))
     for option, path in outputs.items():
         check_out(path, inputs=inputs, option=option)

@@ -148,7 +148,7 @@ def plan(model, **kw):
         from llmpar.cli.report_html import plan_page
         from llmpar.outputs import write_text
 
-        write_text(html_path, plan_page(result, units=units))
+        write_text(html_path, plan_page(result, units=units), option="--html")
     if emit is not None:
         text = _emit(emit, model, kw, result)
         if out is None:

@@ -61,7 +61,7 @@ def step(model, **kw):
         from llmpar.outputs import write_text
         from llmpar.step_trace import chrome_trace
 
-        write_text(trace_path, json.dumps(chrome_trace(result)) + "\n")
+        write_text(trace_path, json.dumps(chrome_trace(result)) + "\n", option="--trace")
     if out["as_json"]:
         echo_json(result.to_dict())
         return

@@ -91,7 +91,7 @@ def sweep(model, **kw):
         from llmpar.cli.report_html import sweep_page
         from llmpar.outputs import write_text
 
-        write_text(html_path, sweep_page(result))
+        write_text(html_path, sweep_page(result), option="--html")
     if as_json:
         echo_json(result.to_dict())
     elif as_csv:

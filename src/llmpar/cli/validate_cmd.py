@@ -166,7 +166,7 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
         from llmpar.cli.report_html import validate_page
         from llmpar.outputs import write_text
 
-        write_text(html_path, validate_page(result))
+        write_text(html_path, validate_page(result), option="--html")
         if not as_json and not (as_markdown and out is None):
             con.print(f"report: {html_path}", highlight=False)
     if tol is not None:
@@ -213,7 +213,7 @@ def _serving(as_json: bool, html_path: Path | None) -> None:
 
         write_text(html_path, H.page("llmpar validate --serving", [
             H.table(f"serving-{i}", cap, cols, rows) for i, (cap, cols, rows) in enumerate(tables)]
-            + [f"<p>{H.e(schemes)}</p>"]))
+            + [f"<p>{H.e(schemes)}</p>"]), option="--html")
     if as_json:
         from llmpar.cli.common import echo_json
 
@@ -272,7 +272,8 @@ def _finetune(as_json: bool, html_path: Path | None) -> None:
 
         write_text(html_path, H.page("llmpar validate --finetune", [
             H.table(f"finetune-{i}", cap, cols, rows) for i, (cap, cols, rows) in enumerate(tables)]
-            + [H.items("sources", [f"{s['name']}: {s['citation']}" for s in block["sources"]], "Sources")]))
+            + [H.items("sources", [f"{s['name']}: {s['citation']}" for s in block["sources"]], "Sources")]),
+                   option="--html")
     if as_json:
         from llmpar.cli.common import echo_json
 

@@ -370,6 +370,9 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8-sig")    # a UTF-8 byte-order mark is read, as in runs CSVs
+        from llmpar.specs.reading import note_read
+
+        note_read(path)
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

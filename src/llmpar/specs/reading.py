@@ -180,6 +180,21 @@ _PARSED_MAX_ENTRIES = 256
 _PARSED_MAX_BYTES = 256 << 10      # spec files are a few KiB; at most 64 MiB held
 
 
+READ_FILES: set[str] = set()
+"""Every spec or runs file this process has read (real paths): :mod:`llmpar.outputs` refuses to write
+over any of them, whichever option named it or whichever ``extends:`` chain or runs table led to it."""
+
+
+def note_read(path) -> None:
+    """Record ``path`` as read by this process (:data:`READ_FILES`)."""
+    import os
+
+    try:
+        READ_FILES.add(os.path.realpath(path))
+    except (OSError, ValueError):
+        pass
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; malformed YAML (including a duplicated key or bytes that are not
     UTF-8), a file beyond MAX_YAML_BYTES or one whose aliases expand beyond MAX_YAML_VALUES is one
@@ -192,6 +207,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    note_read(path)
     hit = _PARSED.get(raw)
     if hit is not None:
         return copy.deepcopy(hit)
