@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from llmpar.errors import UserError
+from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs
 
 MAX_BYTES = 64 * 2**20
 
@@ -210,7 +211,12 @@ def read(path: Path, isl=None, osl=None) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, parse_constant=lambda c: math.inf if c == "Infinity" else math.nan)
+                obj = json.loads(line, parse_constant=lambda c: math.inf if c == "Infinity" else math.nan,
+                                 object_pairs_hook=unique_json_pairs)
+            except RecursionError:
+                raise UserError(f"{path}:{i + 1}: JSON nested too deeply: not a benchmark result") from None
+            except DuplicateKeyError as exc:
+                raise UserError(f"{path}:{i + 1}: JSON: {exc}") from None
             except ValueError:
                 if i == 0 and "\n{" not in stripped:
                     raise UserError(f"{path}: not valid JSON") from None

@@ -385,6 +385,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
     except ValueError as exc:
         raise UserError(f"malformed JSON in {path}: {exc}") from None
+    except RecursionError:   # json's C decoder recurses per nesting level: a bounded reader, as the YAML one
+        raise UserError(f"malformed JSON in {path}: nested too deeply for a model config") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object at the top level")
     return data
