@@ -127,3 +127,19 @@ def test_genai_perf_csv_is_refused_naming_the_json(cli):
     csv = REPO / "tests" / "data" / "serving" / "genai-perf-llama3.1-405b-fp8-dynamo-isl3000.csv"
     assert_one_line_error(cli("calibrate", "serve", csv, "--model", "llama-3.1-405b", "--hardware", "h100-sxm"),
                           "GenAI-Perf's CSV export states no load", "profile_export_genai_perf.json")
+
+
+def test_a_model_and_hardware_given_as_files_fit_as_their_names_do(cli, tmp_path):
+    """`calibrate serve ... --model ./m.yaml --hardware ./h.yaml` read the files, then looked the
+    fit's rows up by name and failed ("unknown model 'm33'"; reliability re-check 2026-12-03).
+    Files that only rename the shipped specs fit exactly as the shipped names do."""
+    (tmp_path / "m33.yaml").write_text("name: m33\nextends: llama-3.3-70b\n")
+    (tmp_path / "h2.yaml").write_text("name: h2\nextends: h200\n")
+    logs = [DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl",
+            DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl"]
+    common = ("--tp", "4", "--engine", "sglang", "--json")
+    by_file = cli("calibrate", "serve", *logs, "--model", tmp_path / "m33.yaml", "--hardware", tmp_path / "h2.yaml",
+                  *common)
+    assert by_file.code == 0, by_file.err
+    by_name = cli("calibrate", "serve", *logs, "--model", "llama-3.3-70b", "--hardware", "h200", *common)
+    assert by_file.json()["cv"] == by_name.json()["cv"]

@@ -86,6 +86,23 @@ def _median_abs(res: list[dict[str, float]]) -> dict[str, float]:
 
 
 def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=None, osl=None) -> dict[str, Any]:
+    # the rows name their model and hardware; the fit looks them up by name (serving/fit._specs), so
+    # the specs given here, files included, stand for those names while this fit runs (a model file
+    # was "unknown model 'm33'": reliability re-check 2026-12-03)
+    key = (model.name, hw.name)
+    saved = F._SPECS.get(key)
+    F._SPECS[key] = (model, hw)
+    try:
+        return _calibrate(files, model, hw, engine, gpus=gpus, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
+                          isl=isl, osl=osl)
+    finally:
+        if saved is None:
+            F._SPECS.pop(key, None)
+        else:
+            F._SPECS[key] = saved
+
+
+def _calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl) -> dict[str, Any]:
     rows = _rows(files, model, hw, engine, gpus=gpus, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype, isl=isl,
                  osl=osl)
     if len(rows) < MIN_RUNS:
