@@ -275,3 +275,16 @@ def test_sweep_deadline_picks_the_smallest_count_that_makes_it():
     assert d["effective_days"] <= 30
     assert all(rows[n].training["goodput"]["effective_days"] > 30 for n in rows if n < d["gpus"])
     assert d["effective_days"] == pytest.approx(rows[d["gpus"]].training["goodput"]["effective_days"])
+
+
+def test_a_failure_rate_too_small_to_mean_anything_is_refused(cli):
+    """λ = 1e-308 per GPU-hour made the job's time between failures 3,600 / (λ·16) overflow to inf
+    and the goodput τ/(τ+δ) read inf/inf = nan (reliability re-check 2026-12-03); below 1e-12 (a
+    million GPUs for a century: 8.8e11 GPU-hours, under one failure) it is refused, at 1e-12 finite."""
+    from conftest import assert_one_line_error
+
+    assert_one_line_error(cli("step", "llama-3-8b", "--gpus", "16", "--tokens", "1T", "--failure-rate", "1e-308"),
+                          "--failure-rate", "1e-12")
+    ok = cli("step", "llama-3-8b", "--gpus", "16", "--tokens", "1T", "--failure-rate", "1e-12")
+    assert ok.code == 0, ok.err
+    assert "nan" not in ok.out and "goodput 100.0 %" in ok.out

@@ -143,6 +143,9 @@ def price_for(prices, hw):
 
 
 MAX_FAILURE_RATE = 1.0      # failures per GPU-hour: one per GPU every hour is already no training
+# and below one failure per 10^12 GPU-hours (a million GPUs for a century see ~0.9) the time between
+# failures overflows nothing but means nothing either: 1e-308 made it inf and the goodput nan
+MIN_FAILURE_RATE = 1e-12
 MAX_RESTART_S = 7 * 86_400.0
 
 
@@ -162,9 +165,9 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
             value = float(failure_rate)
         except (TypeError, ValueError):
             raise UserError(f"--failure-rate must be failures per GPU-hour (e.g. 2e-5), got {failure_rate!r}") from None
-        if not np.isfinite(value) or value <= 0 or value > MAX_FAILURE_RATE:
-            raise UserError(f"--failure-rate must be failures per GPU-hour in (0, {MAX_FAILURE_RATE:g}] (Llama 3: "
-                            f"2.0e-5), got {failure_rate!r}")
+        if not np.isfinite(value) or value < MIN_FAILURE_RATE or value > MAX_FAILURE_RATE:
+            raise UserError(f"--failure-rate must be failures per GPU-hour in [{MIN_FAILURE_RATE:g}, "
+                            f"{MAX_FAILURE_RATE:g}] (Llama 3: 2.0e-5), got {failure_rate!r}")
         out["failure_rate"] = value
     if restart_time is not None:
         text = str(restart_time).strip().lower()
