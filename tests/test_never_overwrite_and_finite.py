@@ -140,3 +140,29 @@ def test_more_sms_held_than_the_gpu_has_is_refused(cli, tmp_path):
     f = tmp_path / "sms.yaml"
     f.write_text("name: x\nextends: megatron-core\noverlap: {ep_sms: 200}\n")   # H100 has 132
     assert_one_line_error(cli("step", "mixtral-8x7b", "--gpus", "64", "--ep", "8", "--stack", f), "ep_sms 200", "132 SMs")
+
+
+def test_every_writer_refuses_a_file_the_process_read(tmp_path):
+    """The class, at the writers themselves (llmpar.outputs): once a spec reader has read a file
+    (specs.reading.READ_FILES), write_text, write_spec and the plot writer refuse it, and it is
+    left as it was."""
+    from llmpar.outputs import write_spec, write_text
+    from llmpar.specs.reading import read_yaml
+
+    victim = tmp_path / "read.svg"           # any name: the plot writer checks the suffix first
+    victim.write_text("name: read\nextends: h100-sxm\n")
+    before = victim.read_bytes()
+    read_yaml(victim)
+    writers = [lambda: write_text(victim, "x"), lambda: write_spec(victim, "name: read\nextends: h100-sxm\n", "hardware")]
+    try:
+        import matplotlib  # noqa: F401
+
+        from llmpar.cli import plots
+
+        writers.append(lambda: plots.save(plots._plt().figure(), victim))
+    except ImportError:
+        pass
+    for write in writers:
+        with pytest.raises(UserError, match="a file this command read"):
+            write()
+        assert victim.read_bytes() == before

@@ -165,16 +165,19 @@ def test_read_yaml_parses_once_and_hands_out_copies(tmp_path, monkeypatch):
     # per process, every caller gets its own copy, and new bytes (even the same size, written
     # within the file system's time resolution) are parsed again
     path = tmp_path / "hw.yaml"
-    path.write_text("gpu:\n  memory: 80 GiB\nname: a\n")
+    # the name is this test's folder: bytes no other test has parsed, so exactly one parse is due
+    name = tmp_path.name
+    path.write_text(f"gpu:\n  memory: 80 GiB\nname: {name}\n")
     calls = []
     parse = reading._parse_yaml
     monkeypatch.setattr(reading, "_parse_yaml", lambda p, raw: calls.append(p) or parse(p, raw))
     first = reading.read_yaml(path)
     first["gpu"]["memory"] = "1 GiB"            # a caller's change reaches no other caller
-    assert reading.read_yaml(path) == {"gpu": {"memory": "80 GiB"}, "name": "a"}
-    assert len(calls) <= 1                      # 0 where another test parsed the same bytes first
-    path.write_text("gpu:\n  memory: 40 GiB\nname: a\n")   # same size, new bytes
+    assert reading.read_yaml(path) == {"gpu": {"memory": "80 GiB"}, "name": name}
+    assert len(calls) == 1
+    path.write_text(f"gpu:\n  memory: 40 GiB\nname: {name}\n")   # same size, new bytes
     assert reading.read_yaml(path)["gpu"]["memory"] == "40 GiB"
+    assert len(calls) == 2
 
 
 def test_read_yaml_errors_are_not_cached_and_name_each_file(tmp_path):

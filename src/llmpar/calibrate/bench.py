@@ -274,7 +274,12 @@ def to_json(result: dict[str, Any]) -> dict[str, Any]:
 
 def write(result: dict[str, Any], out_dir: str | Path, cfg: BenchConfig) -> list[Path]:
     """Rank 0: ``<program>.txt`` per collective (nccl-tests layout) and ``bench.json``."""
+    from llmpar.outputs import refuse_read
+
     out = Path(out_dir)
+    names = [log.file for log in to_logs(result).values()] + ["bench.json"]
+    for name in names:            # never over a file the command read (llmpar.outputs)
+        refuse_read(out / name)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     config_line = (f"nThread 1 nGpus 1 minBytes {min(cfg.sizes)} maxBytes {max(cfg.sizes)} step: "

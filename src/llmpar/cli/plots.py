@@ -54,7 +54,10 @@ def _plt():
 
 def save(fig, path) -> Path:
     """Write ``fig`` to ``path`` (.png or .svg) and release it."""
+    from llmpar.outputs import refuse_read
+
     p = check_path(path)
+    refuse_read(p, "--plot")     # never over a file the command read (llmpar.outputs)
     plt = _plt()
     try:
         fig.savefig(p, dpi=120, bbox_inches="tight", format=p.suffix[1:].lower())
