@@ -69,11 +69,19 @@ _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 _TYPE_BYTES = 4  # nccl-tests default type: float
 
 
+# the largest message priced: 1 PiB, a thousand times a 405B model's bf16 weights (0.81 TB) gathered
+# at once; beyond it a size is a typing slip (reliability re-check 2026-12-03: --size 1e30 printed a
+# 2.4e18 s all-gather)
+MAX_MESSAGE_BYTES = 2.0**50
+
+
 def _whole_bytes(nbytes: float, given, option: str) -> float:
     """A message is a whole number of bytes, at least one (reliability review, item 25: 1.5 B was
-    reported as 2 B and 1e-3 as 0 B, and priced)."""
+    reported as 2 B and 1e-3 as 0 B, and priced), and at most MAX_MESSAGE_BYTES."""
     if nbytes < 1 or nbytes != int(nbytes):
         raise UserError(f"{option} {given}: a message is a whole number of bytes, at least 1 (got {nbytes:g} B)")
+    if nbytes > MAX_MESSAGE_BYTES:
+        raise UserError(f"{option} {given}: a message of at most 1 PiB is priced (got {nbytes:.3g} B)")
     return nbytes
 
 

@@ -146,6 +146,13 @@ def _range(value, option: str, top: int) -> tuple[int, int]:
     return lo, hi
 
 
+# a request rate beyond a million per second is a typing slip for one deployment (the largest
+# published serving rows run tens per second per replica); below one a day it rounds every figure
+# to nothing (reliability re-check 2026-12-03: --rate 1e308 overflowed numpy before the verdict)
+MAX_RATE = 1e6
+MIN_RATE = 1.0 / 86400.0
+
+
 def _rate(text: str) -> float:
     t = str(text).strip().lower()
     if t in ("inf", "infinity", "offline"):
@@ -156,4 +163,7 @@ def _rate(text: str) -> float:
         raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5) or inf") from None
     if not math.isfinite(v) or v <= 0:
         raise UserError(f"--rate {text!r}: expected a positive number of requests per second, or inf")
+    if not MIN_RATE <= v <= MAX_RATE:
+        raise UserError(f"--rate {text!r}: between one request a day ({MIN_RATE:.3g}/s) and {MAX_RATE:,.0f} "
+                        "requests per second, or inf")
     return v

@@ -192,7 +192,12 @@ def _slo(text, name: str) -> float | None:
     v = parse_seconds(t, f"--{name}")
     if not (v > 0 and math.isfinite(v)):
         raise UserError(f"--{name} must be a positive time, got {text!r}")
+    if v > MAX_SLO_S:   # an hour to the first token, or per token, is no serving target (--ttft 1e308)
+        raise UserError(f"--{name} {text}: a serving latency target of at most an hour")
     return v
+
+
+MAX_SLO_S = 3600.0
 
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
@@ -212,14 +217,18 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
     osl = _int(osl, "osl", 1, spec.max_seq)
     gpus = _int(gpus, "gpus", 1, 1_048_576)
     top = _int(top, "top", 1, 1000)
-    if rate is not None:
-        rate = float(rate)
-        if not (math.isfinite(rate) and rate > 0):
-            raise UserError(f"--rate must be a positive number of requests/s, got {rate!r}")
+    if rate is not None:   # serve's rule (serving/deployment._rate); a target load is finite
+        from llmpar.serving.deployment import _rate
+
+        rate = _rate(rate)
+        if math.isinf(rate):
+            raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
     ws = [w.strip() for w in weights.split(",")] if isinstance(weights, str) else weights
     price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price
-    if price is not None and not (isinstance(price, (int, float)) and math.isfinite(price) and price > 0):
-        raise UserError(f"--gpu-hour-price must be a positive number, got {price!r}")
+    if price is not None:   # the training commands' rule: positive, at most a million (cost/training.py)
+        from llmpar.cost.training import _price
+
+        price = _price(price, price)
     t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
                price=price)
