@@ -15,6 +15,7 @@ from conftest import assert_one_line_error
 from llmpar.cost.collectives import collective_time
 from llmpar.errors import UserError
 from llmpar.specs import load_hardware, load_stack
+from llmpar.specs.registry import load_engine
 
 
 @pytest.fixture
@@ -127,13 +128,29 @@ def test_every_float_of_a_spec_refuses_inf_and_nan(tmp_path, kind, base, load):
     ("stacks", "kernels: {elementwise_traffic: 1.0e+300}", "kernels.elementwise_traffic"),
     ("stacks", "kernels: {fp8: {cast_bytes_per_element: 1.0e+300}}", "kernels.fp8.cast_bytes_per_element"),
     ("stacks", "network: {scale_out_latency: 1.0e+300}", "network.scale_out_latency"),
+    # the lower bounds, the class (re-check 2026-12-03: 1e-300 in each printed a 10^58-10^60 s step or TTFT):
+    # every share of a peak or line rate >= 1e-3 (specs/base.py MIN_SHARE), every multiplier too
+    ("stacks", "kernels: {gemm_efficiency: {default: 0.8, hopper: 1.0e-300}}", "kernels.gemm_efficiency"),
+    ("stacks", "kernels: {attention: {forward_efficiency: 1.0e-300}}", "kernels.attention.forward_efficiency"),
+    ("stacks", "kernels: {attention: {backward_efficiency: 1.0e-300}}", "kernels.attention.backward_efficiency"),
+    ("stacks", "kernels: {fp8: {gemm_efficiency: 1.0e-300}}", "kernels.fp8.gemm_efficiency"),
+    ("stacks", "kernels: {elementwise_traffic: 1.0e-300}", "kernels.elementwise_traffic"),
+    ("stacks", "overlap: {dp_bucket_bytes: 1.0e-300 MB}", "overlap.dp_bucket_bytes"),
+    ("stacks", "memory: {activation_factor: 1.0e-300}", "memory.activation_factor"),
+    ("stacks", "network: {scale_out_efficiency: 1.0e-300}", "network.scale_out_efficiency"),
+    ("stacks", "network: {scale_out_latency: 1.0e-300}", "network.scale_out_latency"),
+    ("hardware", "tiers: [{name: infiniband, efficiency: 1.0e-300}]", "tiers.1.efficiency"),
+    ("engines", "kernels: {gemm_efficiency: 1.0e-300}", "kernels.gemm_efficiency"),
+    ("engines", "kernels: {decode_bandwidth: 1.0e-300}", "kernels.decode_bandwidth"),
+    ("engines", "kernels: {attention_efficiency: 1.0e-300}", "kernels.attention_efficiency"),
+    ("engines", "scheduler: {memory_fraction: 1.0e-300}", "scheduler.memory_fraction"),
 ])
 def test_absurd_finite_values_are_one_line(tmp_path, kind, body, field):
-    base = "h100-sxm" if kind == "hardware" else "megatron-core"
+    base = {"hardware": "h100-sxm", "stacks": "megatron-core", "engines": "vllm"}[kind]
     f = tmp_path / "x.yaml"
     f.write_text(f"name: x\nextends: {base}\n{body}\n")
     with pytest.raises(UserError, match=field.replace(".", r"\.")):
-        (load_hardware if kind == "hardware" else load_stack)(str(f))
+        {"hardware": load_hardware, "stacks": load_stack, "engines": load_engine}[kind](str(f))
 
 
 def test_more_sms_held_than_the_gpu_has_is_refused(cli, tmp_path):

@@ -97,7 +97,7 @@ MAX_PRICE = 1e6
 MAX_POWER_PER_GPU_W = 1e5
 
 
-def _price(value, text) -> float:
+def parse_price(value, text) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -121,7 +121,7 @@ def parse_prices(value):
             k, v = part.split("=", 1)
             items.append((k.strip(), v.strip()))
     else:
-        return _price(value, value)
+        return parse_price(value, value)
     from llmpar.specs.registry import resolved_name, shipped_names
 
     out: dict[str, float] = {}
@@ -131,7 +131,7 @@ def parse_prices(value):
             raise UserError(f"--gpu-hour-price: {k!r} is not a hardware profile (`llmpar hardware` lists them)")
         if name in out:
             raise UserError(f"--gpu-hour-price: {k!r} is priced twice")
-        out[name] = _price(v, value)
+        out[name] = parse_price(v, value)
     return out
 
 
@@ -371,5 +371,5 @@ def power_per_gpu_w_of(hw):
     return board
 
 
-__all__ = ["parse_deadline", "parse_prices", "price_for", "checkpoint_bytes_of", "energy_mwh", "estimate", "goodput_of", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
+__all__ = ["parse_deadline", "parse_price", "parse_prices", "price_for", "checkpoint_bytes_of", "energy_mwh", "estimate", "goodput_of", "gpu_hours", "node_share_per_gpu_w", "parse_inputs", "power_per_gpu_w",
            "power_per_gpu_w_of", "scaling_efficiency", "train_days", "train_steps", "train_time_s", "training_cost"]

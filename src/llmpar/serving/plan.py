@@ -226,9 +226,9 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
     ws = [w.strip() for w in weights.split(",")] if isinstance(weights, str) else weights
     price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price
     if price is not None:   # the training commands' rule: positive, at most a million (cost/training.py)
-        from llmpar.cost.training import _price
+        from llmpar.cost.training import parse_price
 
-        price = _price(price, price)
+        price = parse_price(price, price)
     t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
                price=price)

@@ -10,6 +10,14 @@
   non-blank line without control characters (a newline or an ANSI escape in ``name:`` was written
   straight to the terminal); free text (descriptions, sources) may wrap lines but holds no other
   control character.
+- ``MIN_SHARE`` / ``Multiplier``: every efficiency, fraction of a peak or line rate, and every fitted
+  multiplier has a lower bound as well as an upper one (reliability review, item 4, re-checked
+  2026-12-03: ``gemm_efficiency: 1.0e-300`` printed a 10^60-second step, a tier efficiency of 1e-300
+  a 10^58-second one). A kernel's share or a multiplier is at least 1e-3 (MIN_SHARE: no shipped
+  spec states below 0.01). A tier's efficiencies, which `calibrate fit` fits, at least 1e-6
+  (MIN_FITTED_SHARE): the fit switches a path off by driving its share toward 0 (GB200's NVLS on a
+  log whose NCCL never ran it, docs/calibration.md §7: inr_efficiency 1.07e-4), and a step that
+  used it would then read a million times long, not 10^58 times.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Annotated
 
-from pydantic import AfterValidator, ConfigDict
+from pydantic import AfterValidator, ConfigDict, Field
 
 SPEC = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 STRICT_SPEC = ConfigDict(extra="forbid", strict=True, defer_build=True, allow_inf_nan=False)
@@ -45,3 +53,13 @@ def _check_text(v: str) -> str:
 
 Name = Annotated[str, AfterValidator(_check_name)]
 Text = Annotated[str, AfterValidator(_check_text)]
+
+#: the smallest achieved share of a peak a kernel, or a multiplier, may state (0.1 %)
+MIN_SHARE = 1e-3
+#: the smallest share of a line rate a (fitted) interconnect tier may state
+MIN_FITTED_SHARE = 1e-6
+
+
+def Multiplier(default: float, hi: float, description: str, lo: float = MIN_SHARE):  # noqa: N802 - a field type
+    """A fitted multiplier field in [lo, hi] (lo 1e-3 unless given)."""
+    return Field(default, ge=lo, le=hi, description=description)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import STRICT_SPEC, Name, Text
+from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Name, Text
 from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
 
 # counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
@@ -43,7 +43,7 @@ class Scheduler(_Strict):
         True, description="prefill chunks run in the same iterations as the decodes (vLLM V1, TensorRT-LLM in-flight "
                           "batching); false: a prefill batch is an iteration of its own and the decodes wait for it "
                           "(SGLang without --enable-mixed-chunk)")
-    memory_fraction: float = Field(0.9, gt=0, le=1, description="share of the GPU memory the engine may use")
+    memory_fraction: float = Field(0.9, ge=MIN_SHARE, le=1, description="share of the GPU memory the engine may use")
     memory_rule: Literal["total", "free"] = Field(
         "total", description="total: weights + activations + KV fit in memory_fraction x HBM (vLLM, SGLang); "
                              "free: the KV pool is memory_fraction of what is free after weights (TRT-LLM)")

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-from llmpar.specs.base import SPEC, Name, Text
+from llmpar.specs.base import MIN_FITTED_SHARE, SPEC, Name, Text
 from llmpar.specs.stack import GENERATIONS
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
@@ -119,11 +119,11 @@ class TierFit(BaseModel):
     latency: Seconds | None = None
     ll128_latency: Seconds | None = None
     simple_latency: Seconds | None = None
-    efficiency: float | None = Field(None, gt=0, le=1)
-    ll_efficiency: float | None = Field(None, gt=0, le=1)
-    ll128_efficiency: float | None = Field(None, gt=0, le=1)
+    efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
+    ll_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
+    ll128_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
     inr_latency: Seconds | None = None
-    inr_efficiency: float | None = Field(None, gt=0, le=1)
+    inr_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
 
 
 class Tier(BaseModel):
@@ -141,7 +141,7 @@ class Tier(BaseModel):
                                  description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
     latency: Seconds = Field(le=1.0, description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
     in_network_reduction: bool = Field(False, description="NVLS (NVSwitch SHARP) or IB SHARP available")
-    efficiency: float = Field(0.9, gt=0, le=1, description="achieved/line-rate bandwidth for large messages")
+    efficiency: float = Field(0.9, ge=MIN_FITTED_SHARE, le=1, description="achieved/line-rate bandwidth for large messages")
     # --- optional refinements of the collective model (llmpar.cost.collectives; docs/collectives.md).
     # None = derived from `latency` with the ratios of NCCL's hwLatencies table for this tier's kind.
     ll128_latency: Seconds | None = Field(None, description="per-step latency with the LL128 protocol")
@@ -149,13 +149,13 @@ class Tier(BaseModel):
     inr_latency: Seconds | None = Field(
         None, description="latency of one in-network reduction (NVLS on NVSwitch, SHARP on the NIC tier)")
     inr_efficiency: float | None = Field(
-        None, gt=0, le=1, description="achieved/line-rate bandwidth of in-network reduction (NVLS/SHARP)")
+        None, ge=MIN_FITTED_SHARE, le=1, description="achieved/line-rate bandwidth of in-network reduction (NVLS/SHARP)")
     # NCCL picks the protocol by size, so these are the size-dependent efficiency: None = NCCL's
     # ring fractions of the Simple bandwidth (LL 0.5, LL128 0.92); other algorithms scale alike.
     ll_efficiency: float | None = Field(
-        None, gt=0, le=1, description="ring bandwidth of the LL protocol as a fraction of Simple's (NCCL: 0.5)")
+        None, ge=MIN_FITTED_SHARE, le=1, description="ring bandwidth of the LL protocol as a fraction of Simple's (NCCL: 0.5)")
     ll128_efficiency: float | None = Field(
-        None, gt=0, le=1, description="ring bandwidth of the LL128 protocol as a fraction of Simple's (NCCL: 0.92)")
+        None, ge=MIN_FITTED_SHARE, le=1, description="ring bandwidth of the LL128 protocol as a fraction of Simple's (NCCL: 0.92)")
     collectives: dict[str, TierFit] | None = Field(
         None, description="per-collective values of the fit parameters (llmpar calibrate fit); keys: all_reduce, ...")
 

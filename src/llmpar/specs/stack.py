@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import STRICT_SPEC, Name, Text
+from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Multiplier, Name, Text
 from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
@@ -39,8 +39,25 @@ def _check_gen_keys(v):
     return v
 
 
-Fraction = Annotated[float, Field(gt=0, le=1)]
-PerGen = Annotated[Union[Fraction, dict[str, Fraction]], BeforeValidator(_check_gen_keys)]
+def _check_shares(v):
+    """Each value of a (per-generation) share in [MIN_SHARE, 1], named (a union's own error named
+    its first branch: "Input should be a valid number")."""
+    for gen, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+        if not MIN_SHARE <= x <= 1:
+            at = f" ({gen})" if gen else ""
+            raise ValueError(f"{x:g}{at} is not a share between {MIN_SHARE:g} and 1")
+    return v
+
+
+PerGen = Annotated[Union[float, dict[str, float]], BeforeValidator(_check_gen_keys), AfterValidator(_check_shares)]
+
+
+def _bucket(v: float) -> float:
+    """A gradient bucket is 0 (one collective) or at least 1 KiB: DDP's bucket_cap_mb is 25 MB, DeepSpeed's
+    reduce_bucket_size 5e8 elements; 1e-300 MB made ~10^300 collectives of a 10^57-second step."""
+    if 0 < v < 1024:
+        raise ValueError(f"a gradient bucket of {v:g} B: give 0 (one collective) or at least 1 KiB")
+    return v
 def _gen_seconds(v):
     """A time or a per-generation mapping of times ('5 ms', 0.005), parsed in one place so an error
     names the field, not pydantic's union branch."""
@@ -126,8 +143,8 @@ class Kernels(_Strict):
                          "sustained clocks under the power cap, interference from communication kernels")
     attention: AttentionKernel = Field(default_factory=AttentionKernel)
     fp8: Fp8Recipe = Field(default_factory=Fp8Recipe)
-    elementwise_traffic: float = Field(
-        1.0, gt=0, le=100, description="HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)")
+    elementwise_traffic: float = Multiplier(
+        1.0, 100, "HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)", lo=0.01)
     launch_s_per_layer: SECONDS = Field(
         0.0, le=60, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
     moe_s_per_layer: PerGenSeconds = Field(
@@ -157,7 +174,7 @@ class Overlap(_Strict):
     grad_reduce_dtype: Literal["fp32", "model"] = Field(
         "fp32", description="dtype of the data-parallel gradient reduction: fp32 (Megatron-Core grad_reduce_in_fp32, "
                             "nanotron's fp32 accumulation buffer) or the 16-bit model dtype (Megatron-LM 2021 fp16, DeepSpeed)")
-    dp_bucket_bytes: MEMORY_BYTES = Field(
+    dp_bucket_bytes: Annotated[MEMORY_BYTES, AfterValidator(_bucket)] = Field(
         0.0, description="bytes of gradients per data-parallel collective (DDP bucket_cap_mb, Megatron-Core "
                          "bucket_size, DeepSpeed reduce_bucket_size); each bucket pays its own latency; 0 = one collective")
     tp_mode: Literal["none", "async", "userbuffers"] = Field(
@@ -201,12 +218,11 @@ class Network(_Strict):
     """What the framework's collectives achieve of the hardware's links (NCCL plugins, transport,
     SM contention): multipliers on the collective model's tier parameters (cost/collectives.py)."""
 
-    scale_out_efficiency: float = Field(
-        1.0, gt=0, le=1.5, description="multiplier on the scale-out tier's achieved bandwidth (e.g. NCCL over a "
-                                       "provider plugin or sockets vs the InfiniBand the profile measured)")
-    scale_out_latency: float = Field(1.0, gt=0, le=1000, description="multiplier on the scale-out tier's per-step "
-                                                                    "latencies")
-    scale_up_efficiency: float = Field(1.0, gt=0, le=1.5, description="multiplier on the NVLink tier's achieved bandwidth")
+    scale_out_efficiency: float = Multiplier(
+        1.0, 1.5, "multiplier on the scale-out tier's achieved bandwidth (e.g. NCCL over a provider plugin or "
+                  "sockets vs the InfiniBand the profile measured)")
+    scale_out_latency: float = Multiplier(1.0, 1000, "multiplier on the scale-out tier's per-step latencies")
+    scale_up_efficiency: float = Multiplier(1.0, 1.5, "multiplier on the NVLink tier's achieved bandwidth")
 
 
 class MemoryModel(_Strict):
@@ -229,7 +245,7 @@ class MemoryModel(_Strict):
         default_factory=lambda: ["core_attn"],
         description="with selective_recompute = modules: the submodules selective recompute re-runs (Megatron-Core "
                     "TransformerConfig.recompute_modules; default core_attn); --recompute-modules overrides")
-    activation_factor: float = Field(1.0, gt=0, le=100, description="multiplier on the saved-activation bytes (fitted)")
+    activation_factor: float = Multiplier(1.0, 100, "multiplier on the saved-activation bytes (fitted)", lo=0.01)
     working_layers: float = Field(
         0.0, ge=0, le=10_000, description="backward working set: temporaries worth this many layers' saved activations of one "
                                "micro-batch, live once (not per micro-batch in flight); fitted")
