@@ -102,6 +102,9 @@ def test_a_folder_is_not_a_spec_file(cli, tmp_path, args, needle):
      "leave selective out"),
     (["plan", "llama-3-8b", "--gpus", "64", "--fix", ""], "expected KNOB=VALUE"),
     (["plan", "llama-3-8b", "--gpus", "64", "--fix", ","], "expected KNOB=VALUE"),
+    # an empty entry among real ones was dropped silently while --allow refused it (re-check 2026-12-03)
+    (["plan", "llama-3-8b", "--gpus", "64", "--fix", "tp=2,,pp=1"], "an empty entry"),
+    (["plan", "llama-3-8b", "--gpus", "64", "--fix", "tp=2,"], "an empty entry"),
 ])
 def test_options_that_do_not_apply(cli, args, needle):
     assert_one_line_error(cli(*args), needle)

@@ -79,7 +79,11 @@ def parse_assignments(specs, what: str) -> dict[str, tuple]:
     for spec in specs or ():
         text = str(spec).strip()
         if what == "fix":
-            parts = [p for p in text.split(",") if p.strip()]
+            parts = text.split(",")
+            if any(not p.strip() for p in parts) and any(p.strip() for p in parts):
+                # an empty entry ('tp=2,,pp=1', a trailing comma) is a typo, as in --allow's lists
+                raise UserError(f"--fix {text!r}: an empty entry between commas (e.g. --fix tp=8,pp=16)")
+            parts = [p for p in parts if p.strip()]
         else:
             parts = [text]
         if not parts:      # --fix '' or --fix ',': nothing held is a typo, not a request
