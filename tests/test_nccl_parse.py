@@ -251,3 +251,20 @@ def test_real_published_logs(entry):
     f = busbw_factor(log.collective, log.ranks)
     big = [m for r in log.rows for m in r.blocks() if m.algbw_GBps > 10]
     assert big and all(math.isclose(m.busbw_GBps / m.algbw_GBps, f, rel_tol=2e-3) for m in big)
+
+
+ESC_LOG = '# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703\n# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 1 minBytes 1048576 maxBytes 268435456 step: 16(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0\n#\n# Using devices\n#  Rank  0 Group  0 Pid  20101 on     node-a device  0 [0000:18:00] NVIDIA ^[[31mH100\n#  Rank  1 Group  0 Pid  20102 on     node-a device  1 [0000:2a:00] NVIDIA ^[[31mH100\n#  Rank  2 Group  0 Pid  20103 on     node-a device  2 [0000:3a:00] NVIDIA ^[[31mH100\n#  Rank  3 Group  0 Pid  20104 on     node-a device  3 [0000:5d:00] NVIDIA ^[[31mH100\nNCCL version 2.27.3+cuda12.9\n#\n#                                                              out-of-place                       in-place\n#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n     1048576        262144     float     sum      -1    50.00   20.97   31.46        0    50.00   20.97   31.46        0\n    16777216       4194304     float     sum      -1   200.00   83.89  125.80        0   200.00   83.89  125.80        0\n   268435456      67108864     float     sum      -1  2500.00  107.37  161.06        0  2500.00  107.37  161.06        0\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 100\n#\n# Collective test concluded: all_reduce_perf\n#\n'
+
+
+def test_control_characters_in_a_log_never_reach_the_terminal(cli, tmp_path):
+    """A device line whose GPU name holds an ANSI escape (ESC[31m) was printed as it is and
+    recoloured the terminal (reliability review, item 35, for logs): every control character read
+    from a log (device names, hosts, bus ids, the stated program) becomes '?' (nccl_records.printable)."""
+    f = tmp_path / "esc.txt"
+    f.write_text(ESC_LOG.replace("^[", "\x1b").replace("Collective test starting: all_reduce_perf",
+                                                           "Collective test starting: all_reduce\x1b[0m_perf"))
+    res = cli("calibrate", "parse", f)
+    assert res.code == 0, res.err
+    assert "\x1b" not in res.out and "NVIDIA ?[31mH100" in res.out
+    res = cli("calibrate", "parse", f, "--json")
+    assert "\x1b" not in res.out and "\\u001b" not in res.out

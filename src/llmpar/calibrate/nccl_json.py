@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from llmpar.calibrate.nccl_records import Device, Measurement, Row, Section
+from llmpar.calibrate.nccl_records import Device, Measurement, Row, Section, printable
 from llmpar.errors import UserError
 
 
@@ -29,7 +29,7 @@ def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
     sec = Section(json=True)
     args = data.get("args") or []
     if args and isinstance(args[0], str):
-        sec.stated = os.path.basename(args[0].replace("\\", "/"))
+        sec.stated = printable(os.path.basename(args[0].replace("\\", "/")))
     cfg = data.get("config") or {}
     sec.nthread = int(cfg.get("nthreads") or 1)
     sec.ngpus = int(cfg.get("ngpus") or 1)

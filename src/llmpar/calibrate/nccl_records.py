@@ -137,6 +137,15 @@ class Row:
         }
 
 
+def printable(text: str) -> str:
+    """``text`` read from a log, with every control character (an ANSI escape, a carriage return) as
+    '?': what a log says is printed to the terminal, and a device line holding ESC[31m recoloured it
+    (reliability review, item 35, for logs as the spec readers do it for specs: specs/base.py)."""
+    import unicodedata
+
+    return "".join("?" if unicodedata.category(c) == "Cc" else c for c in text)
+
+
 @dataclass
 class Device:
     rank: int
@@ -146,6 +155,9 @@ class Device:
     group: int = 0
     pid: int | None = None
     bus: str = ""
+
+    def __post_init__(self):
+        self.host, self.name, self.bus = printable(self.host), printable(self.name), printable(self.bus)
 
 
 @dataclass

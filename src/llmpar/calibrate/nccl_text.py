@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from llmpar.calibrate.nccl_records import Columns, Device, Measurement, Row, Section
+from llmpar.calibrate.nccl_records import Columns, Device, Measurement, Row, Section, printable
 from llmpar.errors import UserError
 
 
@@ -243,12 +243,12 @@ def _comment(body: str, sec: Section, content: str, lineno: int, new_section) ->
     m = re.match(r"Collective test starting:\s*(\S+)", body)
     if m:
         sec = new_section(force=bool(sec.rows) or sec.stated is not None)
-        sec.stated, sec.stated_line = m.group(1), lineno
+        sec.stated, sec.stated_line = printable(m.group(1)), lineno
         return sec
     m = re.match(r"Collective test concluded:\s*(\S+)", body)
     if m:
         if sec.stated is None:
-            sec.stated, sec.stated_line = m.group(1), lineno
+            sec.stated, sec.stated_line = printable(m.group(1)), lineno
         sec.concluded = True
         return sec
     m = re.match(r"nThread\s+(\d+)\s+nGpus\s+(\d+)", body)
