@@ -187,3 +187,17 @@ def test_read_yaml_errors_are_not_cached_and_name_each_file(tmp_path):
     for p in (a, b):
         with pytest.raises(UserError, match=rf"{p.name}:3.*duplicate key 'layers'"):
             reading.read_yaml(p)
+
+
+@pytest.mark.parametrize("body, field, integer", [("vocab: 1.28e+5", "vocab", "128000"), ("layers: 3e1", "layers", "30")])
+def test_an_integer_in_e_notation_says_what_to_write(tmp_path, body, field, integer):
+    # YAML 1.1/1.2 read 1.28e+5 as a float; the strict integer field said "Input should be a valid
+    # integer" of a whole number (reliability review, item 20, re-checked 2026-12-03): now the field,
+    # why, and the integer to write (1.28e5 = 128,000; 3e1 = 30)
+    f = tmp_path / "m.yaml"
+    f.write_text(f"name: m\nextends: llama-3-8b\n{body}\n")
+    with pytest.raises(UserError, match=rf"field '{field}': a float where an integer is needed.*write {integer}$"):
+        R.load_model(str(f))
+    f.write_text("name: m\nextends: llama-3-8b\nlayers: 3.5\n")     # not whole: pydantic's own message
+    with pytest.raises(UserError, match="field 'layers': Input should be a valid integer"):
+        R.load_model(str(f))

@@ -254,6 +254,11 @@ def validation_message(exc: ValidationError, source: str) -> str:
     err, loc = errors[0], where(errors[0])
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
     msg = re.sub(r" or instance of \w+", "", msg)      # "a valid dictionary or instance of MoESpec"
+    value = err.get("input")
+    if err.get("type") == "int_type" and isinstance(value, float) and value.is_integer():
+        # YAML reads 1.28e+5 or 3e1 as a float: say so and give the integer (reliability review, item 20)
+        msg = (f"a float where an integer is needed (YAML reads e-notation such as 1.28e+5 as a float): "
+               f"write {int(value)}")
     # a union field (a number or a per-generation mapping) fails once per member: count fields
     others = {where(e) for e in errors[1:]} - {loc}
     more = f" (and {len(others)} more field{'s' if len(others) > 1 else ''})" if others else ""
