@@ -288,3 +288,16 @@ def test_a_failure_rate_too_small_to_mean_anything_is_refused(cli):
     ok = cli("step", "llama-3-8b", "--gpus", "16", "--tokens", "1T", "--failure-rate", "1e-12")
     assert ok.code == 0, ok.err
     assert "nan" not in ok.out and "goodput 100.0 %" in ok.out
+
+
+def test_large_quantities_print_with_a_suffix_never_an_exponent_before_it():
+    """`--tokens 10000T` printed "1e+04T tokens" and a cost of "1.28e+04T" (reliability review, item
+    33, re-checked 2026-12-03): quantities are rounded to their significant figures first and take
+    the rounded value's suffix, P (10^15) included; beyond 10^18 plain e-notation."""
+    from llmpar.cli.training import fmt_quantity, fmt_tokens
+
+    assert fmt_tokens(1e16) == "10P"                  # 10,000T = 10^16
+    assert fmt_quantity(1.28e16) == "12.8P"
+    assert fmt_quantity(999_700) == "1M"              # 3 significant figures: 1.00e6, not "1e+03k"
+    assert fmt_tokens(15e12) == "15T" and fmt_tokens(12.8e9) == "12.8B"
+    assert fmt_quantity(2e18) == "2e+18"

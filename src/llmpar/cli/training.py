@@ -3,6 +3,8 @@ token budget (numbers from :mod:`llmpar.cost.training`; docs/sweep.md)."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from llmpar.units import fmt_watts
@@ -40,10 +42,17 @@ def training_options(f):
 
 
 def fmt_quantity(x: float, digits: int = 3, billions: str = "G") -> str:
-    """1.07M, 6.53k, 173 - the significant figures a plan is worth (``billions="B"`` for token counts)."""
-    for div, suffix in ((1e12, "T"), (1e9, billions), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.{digits}g}{suffix}"
+    """1.07M, 6.53k, 173, 12.8P - the significant figures a plan is worth (``billions="B"`` for token
+    counts). Rounded first, so the suffix is the rounded value's (999,700 is 1M, not "1e+03k"); P up
+    to 10^18, plain e-notation beyond (reliability review, item 33: 10,000T tokens read "1e+04T")."""
+    if not math.isfinite(x):
+        return f"{x}"
+    r = float(f"{x:.{digits}g}")
+    if abs(r) >= 1e18:
+        return f"{x:.{digits}g}"
+    for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, billions), (1e6, "M"), (1e3, "k")):
+        if abs(r) >= div:
+            return f"{r / div:.{digits}g}{suffix}"
     return f"{x:.{digits}g}" if abs(x) >= 1 else f"{x:.2g}"
 
 
