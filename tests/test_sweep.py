@@ -146,3 +146,12 @@ def test_api_sweep_is_the_same_function():
     r = api.sweep("llama-3-8b", gpus=[8], tokens="1T")
     assert r.rows[0].ok and r.rows[0].scaling_efficiency == 1.0
     assert r.to_dict()["rows"][0]["days"] == pytest.approx(1e12 / r.rows[0].plan.tokens_per_s / 86_400)
+
+
+@pytest.mark.parametrize("gpus", [[8, "16"], ["8"]])
+def test_a_list_of_gpu_counts_holds_numbers(gpus):
+    # docs/api.md: an integer argument takes an int or a whole float, and "2" raises; a list of
+    # counts was parsed element by element as text (reliability review, item 30, re-checked
+    # 2026-12-03). The text form of the whole list ("8,16") stays the CLI's.
+    with pytest.raises(UserError, match="gpus must be whole numbers"):
+        sweep("llama-3-8b", gpus=gpus)

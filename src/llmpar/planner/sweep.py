@@ -52,6 +52,11 @@ def parse_gpu_list(value) -> list[int]:
         items = [x for x in items if x]
     else:
         items = list(value)
+        # a list holds numbers, as every integer argument of the API does (docs/api.md: "2" raises);
+        # the text form "8,16,...,1024" is the string above
+        for x in items:
+            if isinstance(x, str):
+                raise UserError(f"gpus must be whole numbers, got {x!r} in {value!r} (or give the text '8,16,32')")
     if not items:
         raise UserError("--gpus: no GPU counts given")
     text = ",".join(str(x) for x in items)
