@@ -98,7 +98,7 @@ def test_kv_capacity_llama3_8b_h100_vllm():
     assert cap["activations_bytes"] == 1_364_197_376
     assert cap["kv_pool_bytes"] == pytest.approx(58_274_611_200)
     assert cap["kv_tokens"] == 444_592
-    assert max_concurrency(cap, 1152) == 385
+    assert max_concurrency(cap, L8, 1152) == 385
 
 
 def test_free_rule_takes_a_share_of_what_is_free():
@@ -334,7 +334,7 @@ def test_disaggregated_prefill_and_decode_by_hand():
     dep = {"tp": 2, "pp": 1, "ep": 1, "weights": "fp8", "kv_dtype": "bf16"}
     assert kv_transfer_s(L70, H100, dep, 2048) == pytest.approx(335_544_320 / 47e9, rel=1e-9)
     cap = kv_capacity(L70, H100, e, tp=2, weights="fp8")
-    limit = max_concurrency(cap, 2048 + 256)
+    limit = max_concurrency(cap, L70, 2048 + 256)
     r = disaggregated(L70, H100, e, dep, 2048, 256, 4.0, 1, 3, limit, 8192)
     rho = r["prefill_utilization"]
     s = r["ttft_s"] - r["queue_s"] - r["kv_transfer_s"] - e.overhead.per_request_s

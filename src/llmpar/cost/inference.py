@@ -16,6 +16,7 @@ from llmpar.cost.inflight import _dense_in_span, candidate_stages, stage_span
 from llmpar.cost.shards import embedding_shard, head_shard, layer_shard
 from llmpar.cost.states import INFERENCE_WEIGHT_BYTES, KV_BYTES
 from llmpar.cost.runtime import _capacity, communicators, runtime_bytes, verdict_code, verdict_name
+from llmpar.cost.serving import effective_context
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
@@ -59,7 +60,9 @@ def inference_working_terms(model: ModelSpec, settings: Settings) -> dict[str, f
 def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, settings: Settings, batch, context,
                              reserve=None) -> dict[str, Any]:
     """Serving memory per GPU on the most-loaded stage: weights (no gradients or optimizer) +
-    KV cache for ``batch`` sequences of ``context`` tokens (÷ cp) + a working-activation
+    KV cache for ``batch`` sequences of ``context`` tokens (÷ cp; a sliding-window layer holds at
+    most its window, as vLLM's hybrid KV-cache manager and TensorRT-LLM's cyclic cache keep it —
+    :func:`llmpar.cost.serving.effective_context`) + a working-activation
     estimate for one prefill of ``context`` tokens plus fp32 logits of the batch's last
     positions. max_micro_batch is the largest batch that fits. Array-polymorphic."""
     t = np.asarray(par.tp, dtype=float)
@@ -67,6 +70,7 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
     shard = layer_shard(model, par)
     wb = INFERENCE_WEIGHT_BYTES[settings.dtype]
     T = np.asarray(context, dtype=float) / np.asarray(par.cp, dtype=float)
+    T_kv = np.asarray(effective_context(model, T))      # cached tokens per layer, windows applied
     B = np.asarray(batch, dtype=float)
     kv_tok = np.asarray(kv_cache_per_token_layer(model, par, settings.kv_dtype))
     wt = inference_working_terms(model, settings)
@@ -83,7 +87,7 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
         params = (nd * np.asarray(shard.dense) + nm * (np.asarray(shard.moe) + np.asarray(shard.experts))
                   + np.where(is_first, np.asarray(embedding_shard(model, par)), 0.0)
                   + np.where(is_last, np.asarray(head_shard(model, par)), 0.0))
-        kv_per_seq = n * kv_tok * T
+        kv_per_seq = n * kv_tok * T_kv
         logits_per_seq = np.where(is_last, wt["logits_per_seq"] / t, 0.0)
         work_fixed = T * per_layer_tok
         rows.append({"params_per_gpu": params, "weights_bytes": wb * params, "kv_cache_bytes": kv_per_seq * B,

@@ -18,7 +18,8 @@ fraction of what is free after the rest (TRT-LLM ``free_gpu_memory_fraction``, `
 
 KV tokens = pool / (KV bytes per token per layer x layers on the stage), rounded down to whole
 blocks of ``block_tokens``; the concurrency a request of I + O tokens allows is that ÷ (I + O),
-as vLLM prints at start-up ("Maximum concurrency for N tokens per request"). Array-polymorphic.
+as vLLM prints at start-up ("Maximum concurrency for N tokens per request"); with sliding-window
+layers ÷ the tokens the request keeps per layer on average (windows applied). Array-polymorphic.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from llmpar.cost.arrays import scalar_out
 from llmpar.cost.inference import inference_working_terms
-from llmpar.cost.serving import kv_bytes_per_token, resident_weight_bytes
+from llmpar.cost.serving import effective_context, kv_bytes_per_token, resident_weight_bytes
 from llmpar.specs.stack import per_gen
 
 
@@ -72,7 +73,11 @@ def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16",
     return {k: scalar_out(v) for k, v in out.items()}
 
 
-def max_concurrency(capacity, request_tokens):
-    """Requests of ``request_tokens`` (I + O) the KV pool holds at once, capped at max_num_seqs."""
-    by_kv = np.floor(np.asarray(capacity["kv_tokens"], dtype=float) / np.maximum(request_tokens, 1))
+def max_concurrency(capacity, model, request_tokens):
+    """Requests of ``request_tokens`` (I + O) the KV pool holds at once, capped at max_num_seqs.
+    A sliding-window layer keeps at most its window of each request (vLLM's V1 KV-cache manager
+    frees the blocks that fall out of the window, SGLang keeps a separate SWA pool, TensorRT-LLM a
+    cyclic cache), so a request takes ``effective_context`` full-layer tokens of the pool."""
+    need = np.asarray(effective_context(model, np.maximum(request_tokens, 1)), dtype=float)
+    by_kv = np.floor(np.asarray(capacity["kv_tokens"], dtype=float) / need)
     return scalar_out(np.minimum(by_kv, capacity["max_num_seqs"]))

@@ -9,7 +9,8 @@ of decode batch x prefill tokens and interpolated bilinearly.
 The scheduler (vLLM V1 / Sarathi-Serve's stall-free batching, Agrawal et al. 2024 §4): each
 iteration first takes one token of every decoding request, then fills the rest of the token budget
 (``max_num_batched_tokens``) with prompt chunks, first come first served; a request is admitted
-when a sequence slot (``max_num_seqs``) is free and the KV pool holds its whole I + O tokens (a
+when a sequence slot (``max_num_seqs``) is free and the KV pool holds its whole I + O tokens
+(windows applied: ``effective_context``, as ``max_concurrency`` counts them; a
 reservation: the engines allocate blocks as tokens come and preempt when they run out, which this
 leaves out). Without chunked prefill a prompt waits until it fits the budget whole. Without mixed
 prefill (``scheduler.mixed_prefill`` false, SGLang's default) an iteration with prompts waiting
@@ -36,6 +37,7 @@ from collections import deque
 import numpy as np
 
 from llmpar.errors import UserError
+from llmpar.cost.serving import effective_context
 
 MAX_REQUESTS = 10_000
 MAX_STEPS = 2_000_000
@@ -95,7 +97,8 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
     rng = np.random.default_rng(seed)
     I = rng.integers(isl_range[0], isl_range[1] + 1, n_requests).tolist()
     O = rng.integers(osl_range[0], osl_range[1] + 1, n_requests).tolist()
-    if max(a + b for a, b in zip(I, O)) > kv_tokens:
+    need = np.asarray(effective_context(model, np.add(I, O)), dtype=float).tolist()
+    if max(need) > kv_tokens:
         raise UserError(f"the longest simulated request ({max(a + b for a, b in zip(I, O)):,} tokens) exceeds the "
                         f"KV pool of {int(kv_tokens):,} tokens")
     chunked = engine.scheduler.chunked_prefill
@@ -105,7 +108,7 @@ def simulate(model, hw, engine, dep, *, isl_range, osl_range, n_requests, kv_tok
     D, C, T = step_table(model, hw, engine, dep, (isl_range[0] + isl_range[1]) / 2.0,
                          (osl_range[0] + osl_range[1]) / 2.0, max_seqs, budget)
     arrival, next_new = _arrivals(rng, n_requests, rate, concurrency)
-    run = _Replica(I, O, arrival, next_new, closed=rate is None, kv_tokens=kv_tokens, max_seqs=max_seqs,
+    run = _Replica(I, O, need, arrival, next_new, closed=rate is None, kv_tokens=kv_tokens, max_seqs=max_seqs,
                    budget=budget, chunked=chunked, mixed=mixed)
     run.run(lambda d, c: _time(D, C, T, d, c))
     return _summary(arrival, run.first, run.done_t, O, I)
@@ -130,7 +133,8 @@ def _arrivals(rng, n_requests, rate, concurrency) -> tuple[list[float], int]:
 class _Replica:
     """The scheduler's state through a run (module docstring): the queues, the KV pool and the clock."""
 
-    def __init__(self, I, O, arrival, next_new, *, closed, kv_tokens, max_seqs, budget, chunked, mixed):
+    def __init__(self, I, O, need, arrival, next_new, *, closed, kv_tokens, max_seqs, budget, chunked, mixed):
+        self.need = need    # KV tokens a request reserves (per layer on average, windows applied)
         self.I, self.O, self.arrival, self.next_new, self.closed = I, O, arrival, next_new, closed
         self.kv_tokens, self.max_seqs, self.budget, self.chunked, self.mixed = kv_tokens, max_seqs, budget, chunked, mixed
         self.n = len(I)
@@ -151,7 +155,7 @@ class _Replica:
         """A request ends: its KV reservation and sequence slot are released; a closed loop sends
         its next request at that moment."""
         self.done_t[k] = now
-        self.kv_used -= self.I[k] + self.O[k]
+        self.kv_used -= self.need[k]
         self.running -= 1
         self.finished += 1
         if self.closed and self.next_new < self.n:
@@ -169,9 +173,9 @@ class _Replica:
         """Start the waiting requests a sequence slot and the KV pool hold, first come first served."""
         waiting = self.waiting
         while waiting and self.running < self.max_seqs and \
-                self.kv_used + self.I[waiting[0]] + self.O[waiting[0]] <= self.kv_tokens:
+                self.kv_used + self.need[waiting[0]] <= self.kv_tokens:
             k = waiting.popleft()
-            self.kv_used += self.I[k] + self.O[k]
+            self.kv_used += self.need[k]
             self.running += 1
             self.prefilling.append([k, self.I[k]])
 

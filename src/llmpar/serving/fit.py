@@ -122,7 +122,7 @@ def predict_many(rows: list[ServingRow], engine) -> list[dict[str, float] | None
         isl = np.array([rows[i].isl for i in idx], dtype=float)
         osl = np.array([rows[i].osl for i in idx], dtype=float)
         per_replica = np.array([float(list(rows[i].load.values())[0]) for i in idx], dtype=float) / replicas
-        limit = np.broadcast_to(np.asarray(max_concurrency(cap, isl + osl), dtype=float), isl.shape)
+        limit = np.broadcast_to(np.asarray(max_concurrency(cap, model, isl + osl), dtype=float), isl.shape)
         dep = {"tp": r0.tp, "pp": r0.pp, "ep": r0.ep, "weights": r0.weights, "kv_dtype": r0.kv_dtype}
         budget = int(cap["max_num_batched_tokens"])
         if key[0] == "rate":   # Poisson arrivals: every rate of the deployment in one grid (serving_load.open_loop)

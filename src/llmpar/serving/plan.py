@@ -80,7 +80,7 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl):
     cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights)
     if not cap["fits"]:
         return None
-    limit = int(max_concurrency(cap, isl + osl))
+    limit = int(max_concurrency(cap, model, isl + osl))
     if limit < 1:
         return None
     C = _grid(limit)

@@ -41,7 +41,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, seed, disagg)
     cap = _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction)
     budget = int(cap["max_num_batched_tokens"])
-    limit = max_concurrency(cap, isl + osl)
+    limit = max_concurrency(cap, model, isl + osl)
     out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
                            "load": kind, "isl": isl, "osl": osl, "notes": _notes(hw, weights, d)}
     if not cap["fits"] or limit < 1:
