@@ -10,6 +10,7 @@ import numpy as np
 
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import Parallel
+from llmpar.planner import knobs as K
 from llmpar.planner import space as SP
 from llmpar.planner.evaluate import memory_in_chunks
 
@@ -34,13 +35,25 @@ def layout_text(par: Parallel) -> str:
             + (f", offload_layers={d['offload_layers']}" if d.get("offload_layers") else ""))
 
 
-def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> NoLayout:
+def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed | UserError:
     """A valid request with no runnable layout is a check that failed (exit 1, like "nothing fits"),
-    not bad input (issue 9, item 6): one line, the rules that rejected the layouts, most first."""
+    not bad input (issue 9, item 6): one line, the rules that rejected the layouts, most first.
+    Unless one rule of knobs the user held rejected them all (space.RULE_KNOBS): then the options
+    contradict each other, a FixConflict (exit 2), as `step` refuses the same layout."""
     hits = {k: v for k, v in cand.rejected.items() if v}
     if not cand.total:
         return NoLayout(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
+    if len(hits) == 1:
+        (rule,) = hits
+        knobs = SP.RULE_KNOBS.get(rule, ())
+        if knobs and all(k in spec.allowed for k in knobs):
+            # every candidate broken by one rule of knobs the user held: the options contradict each other
+            from llmpar.planner.arguments import FixConflict
+            held = ", ".join(f"{k}={K.show_values(k, spec.allowed[k])}" for k in knobs)
+            exc = FixConflict(f"--fix/--allow {held}: {SP.REASONS[rule]}")
+            exc.rejected = hits
+            return exc
     return NoLayout(f"no layout of {spec.gpus:,} GPUs can run {model.name} with global batch {spec.global_batch:,} "
                     f"and seq {spec.seq:,}: every one of the {cand.total:,} candidates breaks a rule - {why}", hits)
 

@@ -76,6 +76,18 @@ REASONS = {
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
 
+# the knobs each rule reads alone (no batch, sequence or model size): when one of these rules rejects
+# every candidate and the user held each of its knobs (--fix/--allow/--layout), the options contradict
+# each other -- bad input (exit 2, refusals.nothing_valid), not a search that found nothing
+RULE_KNOBS = {
+    "sp_tp": ("sp", "tp"),
+    "stack": ("zero", "pp"),
+    "convention": ("zero",),
+    "finetune": ("tp", "pp", "cp", "ep"),
+    "optimizer_offload": ("zero",),
+    "param_offload": ("zero",),
+}
+
 # the rules of layout.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
 _DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")
 
