@@ -88,6 +88,12 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
     ]))
     R.print_assumptions(con, r.assumptions)
     con.print()
+    mem = r.memory
+    fmt, unit = R.bytes_formatter(units)
+    if not mem.fits:
+        # the headline says it before the time does (newcomer review: the verdict sat below the table)
+        con.print(R.verdict(False, f"{fmt(mem.memory['total_bytes'])} {unit} per GPU of {fmt(mem.capacity_bytes)} "
+                                   f"{unit} HBM: the step below is the time this layout would take if it fit"))
     con.print(
         f"[bold]{fmt_seconds(r.step_time_s)}[/bold] per step  ·  {r.tokens_per_s:,.0f} tokens/s  ·  "
         f"{r.samples_per_s:,.2f} samples/s  ·  {r.model_tflops_per_gpu:.0f} model TFLOP/s per GPU  ·  "
@@ -111,8 +117,6 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
         con.print()
         con.print(R.terms_table(r.terms(), fmt_seconds, value_header="time",
                                 title="How each term is computed (docs/time-model.md)"))
-    mem = r.memory
-    fmt, unit = R.bytes_formatter(units)
     con.print()
     text = (f"{fmt(mem.memory['total_bytes'])} {unit} per GPU (most-loaded stage) of {fmt(mem.capacity_bytes)} {unit} HBM"
             + ("; no micro-batch fits" if mem.max_micro_batch == 0 else
