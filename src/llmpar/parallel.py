@@ -45,6 +45,38 @@ DEFAULT_SEQ = 8192
 DEFAULT_BATCH_TOKENS = 4_194_304  # docs/architecture.md: the plan's default batch is 4,194,304 tokens / seq sequences
 
 
+class Named(int):
+    """A categorical knob's integer code (the index the cost formulas and arrays use) that reads and
+    compares as its name too, as the JSON writes it: a result's ``parallel.recompute`` is 2, prints
+    ``full`` and equals both ``2`` and ``"full"`` (issue 24: API enums are the JSON's strings)."""
+
+    names: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        i = int(self)
+        return self.names[i] if 0 <= i < len(self.names) else str(i)
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            return str(self) == other
+        return int(self) == other
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = int.__hash__
+
+
+class RecomputeCode(Named):
+    names = RECOMPUTE
+
+
+class ScheduleCode(Named):
+    names = SCHEDULES
+
+
 def code(names: tuple[str, ...], value: str, what: str) -> int:
     try:
         return names.index(value)
@@ -72,6 +104,13 @@ class Parallel:
     virtual_stages: Any = 1
     recompute_layers: Any = 0   # full recompute covers N layers of each pipeline chunk (0: all of them)
     offload_layers: Any = 0     # activations of the first N layers held in host memory (Megatron-Core CPU offloading)
+
+    def __post_init__(self):
+        # a scalar layout's categorical knobs read as their names too (Named); arrays stay codes
+        if isinstance(self.recompute, (int, np.integer)) and not isinstance(self.recompute, (bool, Named)):
+            self.recompute = RecomputeCode(self.recompute)
+        if isinstance(self.schedule, (int, np.integer)) and not isinstance(self.schedule, (bool, Named)):
+            self.schedule = ScheduleCode(self.schedule)
 
     @property
     def gpus(self):

@@ -25,6 +25,8 @@ class PlanRow(StepFigures):
     # layouts with exactly this row's step time and memory (an exact tie: e.g. ZeRO-0 and ZeRO-1
     # when dp*cp = 1 leaves nothing to shard): listed here instead of filling the ranking
     equivalent: list[InstanceOf[Parallel]] = []
+    # days, GPU-hours, energy and cost to train --tokens on this layout (cost.training); None without
+    training: dict[str, Any] | None = None
 
     @property
     def fits(self) -> bool:
@@ -40,8 +42,11 @@ class PlanRow(StepFigures):
         return name, self.breakdown_s[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
-                "equivalent": [p.as_dict() for p in self.equivalent]}
+        out = {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
+               "equivalent": [p.as_dict() for p in self.equivalent]}
+        if self.training is not None:
+            out["training"] = dict(self.training)
+        return out
 
 
 class SpaceSummary(Result):

@@ -298,19 +298,24 @@ def _found_notes(req: PlanRequest, found: dict) -> list[str]:
 
 
 def _training(req: PlanRequest, found: dict) -> dict | None:
-    """Days, GPU-hours, energy and cost to train ``tokens`` with plan #1 (cost.training), with its interval; None without."""
+    """Days, GPU-hours, energy and cost to train ``tokens`` (cost.training), with its interval, for
+    every row shown (``PlanRow.training``; newcomer review: only plan #1 had them); #1's is returned
+    for ``PlanResult.training``. None without --tokens."""
     from llmpar.cost import training as TR
 
-    train_in, hw, best, sp = req.train_in, req.hw, found["plans"][0], req.space
+    train_in, hw, sp = req.train_in, req.hw, req.space
     if train_in["tokens"] is None:
         return None
-    training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=best.tokens_per_s, gpus=sp.gpus,
-                           tokens_per_step=sp.global_batch * sp.seq, pue=train_in["pue"],
-                           gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"],
-                           checkpoint_bytes=TR.checkpoint_bytes_of(req.model, req.settings), train_in=train_in)
-    training["interval"] = EV.speed_json(found["interval"], best.step_time_s, best.tokens_per_s, best.mfu,
-                                         training, hw.gpu.gemm.max_efficiency)
-    return training
+    checkpoint = TR.checkpoint_bytes_of(req.model, req.settings)
+    for row in found["plans"]:
+        training = TR.estimate(hw, tokens=train_in["tokens"], tokens_per_s=row.tokens_per_s, gpus=sp.gpus,
+                               tokens_per_step=sp.global_batch * sp.seq, pue=train_in["pue"],
+                               gpu_hour_price=train_in["gpu_hour_price"], power_per_gpu_w=train_in["power_per_gpu_w"],
+                               checkpoint_bytes=checkpoint, train_in=train_in)
+        training["interval"] = EV.speed_json(found["interval"], row.step_time_s, row.tokens_per_s, row.mfu,
+                                             training, hw.gpu.gemm.max_efficiency)
+        row.training = training
+    return found["plans"][0].training
 
 
 def _result(req: PlanRequest, found: dict, t_start: float) -> PlanResult:
