@@ -33,6 +33,11 @@ from llmpar.results_plan import SweepResult, SweepRow
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
 DEFAULT_HARDWARE = "h100-sxm"
 _NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective")
+# one plan per (count, profile): a sweep is a scaling curve, not a batch job. 64 counts at ~0.05-4 s
+# each is already minutes on two cores; more is a loop over llmpar.plan (issue 24: output sizes
+# capped; the newcomer review timed 1,000 counts at 38 s with no bound)
+MAX_COUNTS = 64
+MAX_CELLS = 256
 
 
 # ------------------------------------------------------------------------------------ inputs
@@ -92,8 +97,16 @@ def parse_gpu_list(value) -> list[int]:
             seq.append(seq[-1] * r)
         if seq[-1] != z:
             raise UserError(f"--gpus {text}: {a} x {r}^k never reaches {z} (last {seq[-2]}, then {seq[-1]})")
-        return seq
-    return sorted({count(x) for x in items})
+        return _capped(seq, text)
+    return _capped(sorted({count(x) for x in items}), text)
+
+
+def _capped(counts: list[int], text: str) -> list[int]:
+    if len(counts) > MAX_COUNTS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UserError(f"--gpus {shown}: {len(counts):,} GPU counts; a sweep takes at most {MAX_COUNTS} "
+                        f"(call llmpar.plan in a loop for more)")
+    return counts
 
 
 def _hardware_list(value) -> list:
@@ -203,6 +216,9 @@ def sweep(
             raise UserError("--deadline is the time to train --tokens in: give the token budget too")
         due = TR.parse_deadline(deadline)
     hws = _hardware_list(hardware)
+    if len(counts) * len(hws) > MAX_CELLS:
+        raise UserError(f"--gpus x --hardware: {len(counts)} counts x {len(hws)} profiles = {len(counts) * len(hws):,} "
+                        f"plans; a sweep runs at most {MAX_CELLS}")
     notes_price = _price_note(train_in, hws)
     defaults: list[str] = []
     notes: list[str] = []
