@@ -142,6 +142,19 @@ def price_for(prices, hw):
     return prices.get(hw.name)
 
 
+def check_prices_used(prices, hws) -> None:
+    """A per-profile price map naming a profile the command does not run is a typo or a forgotten
+    --hardware, not something to ignore (newcomer review: `sweep --hardware h100-sxm
+    --gpu-hour-price h100-sxm=2,b200=4` dropped b200's price without a word): UserError."""
+    if not isinstance(prices, dict):
+        return
+    run = {h.name for h in hws}
+    unused = [k for k in prices if k not in run and not str(k).endswith((".yaml", ".yml"))]
+    if unused:
+        raise UserError(f"--gpu-hour-price prices {', '.join(unused)}, which this command does not run "
+                        f"(--hardware {','.join(sorted(run))}); add it to --hardware or drop its price")
+
+
 MAX_FAILURE_RATE = 1.0      # failures per GPU-hour: one per GPU every hour is already no training
 # and below one failure per 10^12 GPU-hours (a million GPUs for a century see ~0.9) the time between
 # failures overflows nothing but means nothing either: 1e-308 made it inf and the goodput nan

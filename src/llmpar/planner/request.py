@@ -124,6 +124,7 @@ def _space_to_search(a: dict, model, hw, settings: Settings, defaults: list[str]
         notes.append(note)
     train_in = TR.parse_inputs(a["tokens"], a["pue"], a["gpu_hour_price"], a["power_per_gpu"], a["failure_rate"],
                                a["restart_time"], a["checkpoint_bandwidth"], a["checkpoint"])
+    TR.check_prices_used(train_in["gpu_hour_price"], [hw])
 
     # activation offloading is searched where the framework has it and the hardware states its host link
     offload = (settings.stack.activation_offloading and hw.host_bandwidth is not None

@@ -216,6 +216,7 @@ def sweep(
             raise UserError("--deadline is the time to train --tokens in: give the token budget too")
         due = TR.parse_deadline(deadline)
     hws = _hardware_list(hardware)
+    TR.check_prices_used(train_in["gpu_hour_price"], hws)
     if len(counts) * len(hws) > MAX_CELLS:
         raise UserError(f"--gpus x --hardware: {len(counts)} counts x {len(hws)} profiles = {len(counts) * len(hws):,} "
                         f"plans; a sweep runs at most {MAX_CELLS}")

@@ -33,6 +33,7 @@ def run(v: dict[str, Any]) -> StepResult:
                       **pick(v, LAYOUT + PRECISION)))
     spec, _ = load_model_spec(v["model"], v["hf"])
     hw = load_hardware_spec(v["hardware"])
+    TR.check_prices_used(train_in["gpu_hour_price"], [hw])
     settings = _settings(spec, mem.settings, v, overlaps)
     par = mem.parallel
     check_schedule(int(par.schedule), int(par.pp), int(par.microbatches), int(par.virtual_stages))
