@@ -162,6 +162,13 @@ def _ranks_from_rows(f: _Facts) -> None:
     if f.ranks is None and f.dev_ranks:
         f.notes.append(f"the device list is partial (ranks up to {f.lower - 1}): at least {f.lower} ranks")
     if f.overrides.get("ranks"):
+        if f.ranks_src == "device list" and f.ranks != f.overrides["ranks"]:
+            # the device list names every rank the run had: a --ranks against it prices a run that
+            # never happened (reliability review, item 9: --ranks 1000000 on a 4-rank log)
+            from llmpar.errors import UserError
+
+            raise UserError(f"{f.file}: --ranks {f.overrides['ranks']} contradicts the log's device list of "
+                            f"{f.ranks} ranks; leave --ranks out (it is for logs that do not list their devices)")
         if f.ranks is not None and f.ranks != f.overrides["ranks"]:
             f.notes.append(f"{f.ranks} ranks ({f.ranks_src}) overridden by --ranks {f.overrides['ranks']}")
         f.ranks = int(f.overrides["ranks"])
@@ -211,6 +218,8 @@ def _nodes(f: _Facts) -> None:
         elif ranks == 1:
             f.nodes = 1
     if f.overrides.get("nodes"):
+        # (--nodes against a device list stays allowed: with NCCL_P2P_DISABLE=1 and SHM off, --nodes = ranks
+        # models each rank as its own domain, docs/calibration.md; the even-fill rule below still holds)
         if f.nodes is not None and f.nodes != f.overrides["nodes"]:
             f.notes.append(f"{f.nodes} nodes overridden by --nodes {f.overrides['nodes']}")
         f.nodes = int(f.overrides["nodes"])

@@ -94,6 +94,10 @@ def place(log, hw, algorithm: str | None = None) -> Placement:
         nodes = max(1, math.ceil(log.ranks / hw.gpus_per_node))
         notes.append(f"node count not in the log: assuming {nodes} ({hw.gpus_per_node} GPUs per node of {hw.name}); "
                      "pass --nodes")
+    if log.ranks > nodes * hw.gpus_per_node:
+        # more ranks a node than the profile's node holds (reliability review, item 9)
+        raise UserError(f"{label}: {log.ranks} ranks on {nodes} node(s) is {math.ceil(log.ranks / nodes)} a node, but a "
+                        f"{hw.name} node holds {hw.gpus_per_node} GPUs; check --ranks/--nodes or --hardware")
     if log.gpu and _gpu_family(hw.gpu.name) and _gpu_family(hw.gpu.name) not in str(log.gpu).upper():
         notes.append(f"log GPU {log.gpu!r} is not the profile's {hw.gpu.name!r}")
     domain = hw.nvlink_domain
