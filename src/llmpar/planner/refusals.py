@@ -79,9 +79,13 @@ def nothing_fits(model, mem, par: Parallel, units: str, margin: float = 0.0) -> 
     # the runtime (CUDA context + NCCL buffers) is part of the total; "reserved" is the allocator's
     # pool, not a reserve held back from the HBM (main printed it as "the reserve", larger than the HBM)
     rule = f" with --margin {margin:g} (total x {1 + margin:g} must be within the HBM)" if margin else ""
+    # with a margin the inequality is total x (1 + margin) > HBM: show the product, not only the
+    # total (newcomer review: "85.1 GB > 85.9 GB" read as a false inequality)
+    with_margin = f" x {1 + margin:g} = {tot[i] * (1 + margin) / scale:.1f} {unit}" if margin else ""
     return CheckFailed(
         f"no layout fits{rule}: smallest memory needed {tot[i] / scale:.1f} {unit} (of which runtime, CUDA context + "
-        f"NCCL buffers, {run / scale:.1f} {unit}) > {cap / scale:.1f} {unit} of HBM per GPU at {layout_text(par.take(i))}"
+        f"NCCL buffers, {run / scale:.1f} {unit}){with_margin} > {cap / scale:.1f} {unit} of HBM per GPU at "
+        f"{layout_text(par.take(i))}"
     )
 
 
