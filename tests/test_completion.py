@@ -120,3 +120,13 @@ def test_the_work_reports_progress_through_its_callback():
     sweep("llama-3-8b", gpus="8,16", hardware="h100-sxm,a100-80gb", progress=lambda *a: seen.append(a))
     assert [(d, t) for _, d, t in seen] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert seen[0][0] == "h100-sxm x 8"
+
+
+def test_completion_is_named_in_help_and_readme(cli):
+    """Newcomer review: completion was documented only in docs/cli.md."""
+    from pathlib import Path
+
+    res = cli("--help")
+    assert res.code == 0
+    assert "_LLMPAR_COMPLETE=bash_source llmpar" in res.out
+    assert "_LLMPAR_COMPLETE=bash_source llmpar" in (Path(__file__).parents[1] / "README.md").read_text()

@@ -70,6 +70,9 @@ def cli():
     TP/PP/DP/CP/EP layout is best for N GPUs? Every number shows its formula and source
     (--explain). The framework is an input (--stack; `llmpar stacks`): fit one to your own
     training runs (`calibrate runs`) and the network to your NCCL measurements (`calibrate fit`).
+
+    Shell completion (commands, options, shipped model/hardware/stack names):
+    eval "$(_LLMPAR_COMPLETE=bash_source llmpar)" in ~/.bashrc (zsh_source, fish_source: docs/cli.md).
     """
 
 
