@@ -48,7 +48,7 @@ import numpy as np
 from llmpar.calibrate.runs_layouts import Run, RunGroup, prepare
 from llmpar.calibrate.runs_parameters import (FP8_DEFAULT, MEMORY_DEFAULT, PARAMETERS, SPEED_DEFAULT, base_values,
                                               stack_with)
-from llmpar.calibrate.runs_predict import (Predictions, check_physics, comparable_peak, measured_memory,
+from llmpar.calibrate.runs_predict import (Predictions, check_physics, comparable_peak, far_off_speeds, measured_memory,
                                            measured_step_time, predict)
 from llmpar.calibrate.runs_report import configurations, result_rows, result_summary, step_intervals
 from llmpar.errors import UserError
@@ -202,6 +202,9 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     tick("predict", 1, steps)
     t_meas = measured_step_time(runs, pred0)
     check_physics(runs, pred0, t_meas, groups)
+    far, far_notes = far_off_speeds(runs, pred0, t_meas)
+    notes.extend(far_notes)
+    t_fit = np.where(far, np.nan, t_meas)     # shown as measured, not fitted to
     m_meas = measured_memory(runs)
     use = np.ones(len(runs), dtype=bool)
     x0 = base_values(stack, names, generation)
@@ -211,7 +214,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
                                                            intervals=step_intervals(runs, groups, stack, pred0)),
                        summ, generation, files or [],
                        notes, base_path)
-    prob = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, use)
+    prob = _Problem(runs, groups, stack, names, generation, t_fit, m_meas, use)
     x = _solve(prob)
     fitted = stack_with(stack, dict(zip(names, x)), generation)
     pred1 = predict(runs, groups, fitted)

@@ -195,6 +195,29 @@ def check_physics(runs: list[Run], pred: Predictions, t_meas: np.ndarray, groups
                             "step_time_s is seconds, tokens_per_s_per_gpu per GPU)")
 
 
+# a measured step this many times the base stack's prediction (or this many times faster) is a unit
+# or transcription error far more often than a run: llmpar's largest miss on a published run is
+# about 2.3x (docs/validation.md, leave-one-source-out), a millisecond column read as seconds 1000x
+FAR_OFF = 20.0
+
+
+def far_off_speeds(runs: list[Run], pred: Predictions, t_meas: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(mask of runs whose measured step is FAR_OFF from the prediction, a note for each): they are
+    reported as measured but left out of the speed fit (newcomer review: an 8,050 s step, a typo for
+    8.05, read as a 49,298 % error with no word)."""
+    pt = np.asarray(pred.step_time_s, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.isfinite(t_meas) & (pt > 0), t_meas / pt, 1.0)
+    far = (ratio > FAR_OFF) | (ratio < 1.0 / FAR_OFF)
+    notes = []
+    for i in np.flatnonzero(far):
+        r = ratio[i]
+        how = f"{r:,.0f}x the predicted {pt[i]:.4g} s" if r > 1 else f"1/{1 / r:,.0f} of the predicted {pt[i]:.4g} s"
+        notes.append(f"{runs[i].source}: the measured step {t_meas[i]:.4g} s is {how}, more than {FAR_OFF:g}x off: left "
+                     "out of the speed fit (check the unit: milliseconds in a seconds column? and the layout)")
+    return far, notes
+
+
 def measured_memory(runs: list[Run]) -> np.ndarray:
     return np.array([(r.peak_reserved_bytes or r.peak_allocated_bytes or np.nan) if r.status == "ok" else np.nan
                      for r in runs], dtype=float)

@@ -16,11 +16,69 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v * 100:.1f} %"
 
 
+def _at_bound(name: str, value: float) -> str:
+    """A fitted value; one the optimiser drove onto a bound (to within 1e-6 of its range) prints as
+    the bound, 'at bound' (newcomer review: 2.518e-19 for an allocator overhead of 0)."""
+    from llmpar.calibrate.runs_parameters import PARAMETERS
+
+    lo, hi = PARAMETERS[name][:2]
+    tol = 1e-6 * (hi - lo)
+    if abs(value - lo) <= tol:
+        return f"{lo:g} (at bound)"
+    if abs(value - hi) <= tol:
+        return f"{hi:g} (at bound)"
+    return f"{value:.4g}"
+
+
 def _fmt_summary(name: str, s: dict) -> list[str]:
     sp, mem, reg = s["speed"], s["memory"], s["regret"]
     return [name, str(sp["runs"]), _pct(sp["median_abs"]), _pct(sp["mean_abs"]), _pct(sp["max_abs"]),
             str(mem["runs"]), _pct(mem["median_abs"]), _pct(s["fits_agreement"]),
             _pct(reg["median"]) + (f" ({reg['configurations']})" if reg["configurations"] else "")]
+
+
+# below these console widths the per-run table leaves out its least needed columns, so that the
+# source (file:line), the layout and the errors stay whole (issue 24: any width >= 80 columns)
+_WIDE, _MEDIUM = 120, 100
+
+
+def _runs_table(shown: list[dict], width: int):
+    """(the per-run table, whether any knob was searched) for a console ``width`` columns wide."""
+    from rich import box
+    from rich.table import Table
+
+    from llmpar.cli.render import layout_short
+
+    drop = (set() if width >= _WIDE else {"before"}) | (set() if width >= _MEDIUM else {"model", "mem meas."})
+    # (error: predicted-after vs measured tokens/s; mem: peak memory measured and predicted after the fit)
+    table = Table(title="Per run: step time, measured vs predicted (error = predicted/measured tokens/s - 1)"
+                        + (f"; left out at this width: {', '.join(sorted(drop))} (--json has every field)" if drop else ""),
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    cols = [c for c in ("source", "model", "layout", "measured", "before", "after", "error", "mem meas.",
+                        "mem after") if c not in drop]
+    src_width = min(24, max([len(Path(r["source"]).name) for r in shown] + [6]))
+    for col in cols:
+        # the layout wraps at its spaces, a long source folds (never elided: it is how to find the row);
+        # every other cell stays whole
+        table.add_column(col, justify="left" if col in ("source", "model", "layout") else "right",
+                         no_wrap=col not in ("layout", "source"), overflow="fold" if col == "source" else "ellipsis",
+                         min_width={"layout": 14, "source": src_width}.get(col))
+    any_searched = False
+    for r in shown:
+        lay, chosen = r["layout"], r.get("chosen") or {}
+        # the knobs the run did not state are marked: calibrate runs searched them (the fastest that fits)
+        searched = frozenset(k for k in chosen if k not in lay)
+        any_searched |= bool(searched & {"zero", "recompute", "micro_batch", "microbatches", "virtual_stages"})
+        mt, mm = r["measured_step_time_s"], r["measured_memory_bytes"]
+        err = None if mt is None else mt / r["predicted_step_time_s_after"] - 1
+        cells = {"source": Path(r["source"]).name, "model": r["model"], "layout": layout_short({**chosen, **lay}, searched),
+                 "measured": "-" if mt is None else f"{mt:.3f} s",
+                 "before": f"{r['predicted_step_time_s_before']:.3f} s",
+                 "after": f"{r['predicted_step_time_s_after']:.3f} s", "error": _pct(err),
+                 "mem meas.": "-" if mm is None else f"{mm / 2**30:.1f} GiB",
+                 "mem after": f"{r['predicted_memory_bytes_after'] / 2**30:.1f} GiB"}
+        table.add_row(*[cells[c] for c in cols])
+    return table, any_searched
 
 
 def render(result, notes: list[str], check: bool, out: Path | None, show_rows: int) -> None:
@@ -35,21 +93,11 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
         con.print(f"note: {n}", highlight=False)
     if len(notes) > 20:
         con.print(f"note: ... and {len(notes) - 20} more (--json lists all)", highlight=False)
-    rows = Table(title="Per run: step time, measured vs predicted (error = predicted/measured tokens/s - 1)")
-    for col in ("source", "model", "layout", "measured", "before", "after", "error after", "memory meas.", "memory after"):
-        rows.add_column(col, justify="left" if col in ("source", "model", "layout") else "right")
-    for r in result.rows[:show_rows]:
-        lay = r["layout"]
-        layout = f"tp{lay.get('tp', 1)} pp{lay.get('pp', 1)} dp{lay.get('dp', '?')}" + (
-            f" z{lay['zero']}" if lay.get("zero") else "")
-        mt = r["measured_step_time_s"]
-        err = None if mt is None else mt / r["predicted_step_time_s_after"] - 1
-        mm = r["measured_memory_bytes"]
-        rows.add_row(r["source"][-40:], r["model"], layout, "-" if mt is None else f"{mt:.3f} s",
-                     f"{r['predicted_step_time_s_before']:.3f} s", f"{r['predicted_step_time_s_after']:.3f} s",
-                     _pct(err), "-" if mm is None else f"{mm / 2**30:.1f} GiB",
-                     f"{r['predicted_memory_bytes_after'] / 2**30:.1f} GiB")
+    rows, any_searched = _runs_table(result.rows[:show_rows], con.width)
     con.print(rows)
+    if any_searched:
+        con.print("* not stated by the run: searched, the fastest value that fits kept (docs/calibrate-runs.md)",
+                  highlight=False)
     if len(result.rows) > show_rows:
         con.print(f"({len(result.rows) - show_rows} more runs: --json, or --rows N)")
     summ = Table(title="Errors (absolute; speed = tokens/s, memory = peak; regret = the measured tokens/s of "
@@ -68,7 +116,7 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
         for col in ("parameter", "before", "after"):
             par.add_column(col, justify="left" if col == "parameter" else "right")
         for k, v in result.parameters.items():
-            par.add_row(k, f"{v['before']:.4g}", f"{v['after']:.4g}")
+            par.add_row(k, f"{v['before']:.4g}", _at_bound(k, v["after"]))
         con.print(par)
     if out is not None:
         con.print(f"wrote {out} (extends {result.extends(str(out.parent))}; use it with --stack {out})",

@@ -17,6 +17,36 @@ from llmpar.units import unit_scale
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
+def layout_short(d: dict[str, Any], searched: frozenset | set = frozenset()) -> str:
+    """A layout in one cell, as sweep and calibrate runs print it: ``tp8 pp4 dp2 cp2 z1 sel b1 m16
+    v5`` (cp, ep, etp when they differ from 1 / tp; recompute when not none; v with pp > 1). Knobs
+    in ``searched`` (a run did not state them; calibrate runs chose them) carry a ``*``. Keys
+    missing from ``d`` are left out."""
+    def mark(key, text):
+        return text + ("*" if key in searched else "")
+
+    parts = [f"tp{d.get('tp', 1)}", f"pp{d.get('pp', 1)}", f"dp{d.get('dp', '?')}"]
+    if (d.get("cp") or 1) > 1:
+        parts.append(f"cp{d['cp']}")
+    if (d.get("ep") or 1) > 1:
+        parts.append(f"ep{d['ep']}")
+    if d.get("etp") and d["etp"] != d.get("tp", 1):
+        parts.append(f"etp{d['etp']}")
+    if "zero" in d:
+        parts.append(mark("zero", f"z{d['zero']}"))
+    if "recompute" in d:
+        rec = recompute_label(d, short=True)
+        if rec != "none" or "recompute" in searched:
+            parts.append(mark("recompute", rec))
+    if "micro_batch" in d:
+        parts.append(mark("micro_batch", f"b{d['micro_batch']}"))
+    if "microbatches" in d:
+        parts.append(mark("microbatches", f"m{d['microbatches']}"))
+    if (d.get("pp") or 1) > 1 and (d.get("virtual_stages") or 1) > 1:
+        parts.append(mark("virtual_stages", f"v{d['virtual_stages']}"))
+    return " ".join(parts)
+
+
 def recompute_label(d: dict[str, Any], short: bool = False) -> str:
     """The recompute mode of a ``parallel`` dict: none, selective, full, or 'full, N layers per
     chunk' ('full:N' when ``short``) with --recompute-layers; 'none, N layers' activations

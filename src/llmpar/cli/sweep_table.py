@@ -12,21 +12,9 @@ _STATUS_WORDS = {"does_not_fit": "does not fit", "batch_cannot_split": "batch ca
 
 
 def _layout(p) -> str:
-    from llmpar.cli.render import recompute_label
+    from llmpar.cli.render import layout_short
 
-    d = p.parallel.as_dict()
-    text = f"tp{d['tp']} pp{d['pp']} dp{d['dp']}"
-    if d["cp"] > 1:
-        text += f" cp{d['cp']}"
-    if d["ep"] > 1:
-        text += f" ep{d['ep']}"
-    if d.get("etp", d["tp"]) != d["tp"]:
-        text += f" etp{d['etp']}"
-    rec = recompute_label(d, short=True)
-    text += f" z{d['zero']}{'' if rec == 'none' else ' ' + rec} b{d['micro_batch']} m{d['microbatches']}"
-    if d["pp"] > 1 and d["virtual_stages"] > 1:
-        text += f" v{d['virtual_stages']}"
-    return text
+    return layout_short(p.parallel.as_dict())
 
 
 def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:

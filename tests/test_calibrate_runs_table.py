@@ -1,0 +1,69 @@
+"""`calibrate runs` says what it searched and what it left out (newcomer review, §5): the layout
+cell shows cp and v and marks searched knobs, the source is printed whole, a fitted value on its
+bound prints as the bound, and a step far off the prediction is named and left out of the speed
+fit instead of read as a 49,298 % error."""
+
+import dataclasses
+
+import pytest
+
+from llmpar.calibrate import runs as R
+from llmpar.calibrate import runs_layouts as RL
+from llmpar.calibrate.runs_predict import FAR_OFF
+from llmpar.cli.calibrate_runs_cmd import _at_bound
+from llmpar.cli.render import layout_short
+from llmpar.specs import load_stack
+
+CSV = """model,gpus,tp,pp,cp,virtual_stages,zero,micro_batch,global_batch,seq,step_time_s
+llama-3-8b,8,1,1,2,1,1,1,64,8192,8.05
+llama-3-70b,64,8,4,1,5,1,1,128,8192,31.5
+"""
+
+
+def test_layout_cell_shows_cp_v_and_searched_knobs():
+    d = {"tp": 8, "pp": 4, "dp": 2, "cp": 2, "zero": 1, "recompute": "none", "recompute_layers": 0,
+         "micro_batch": 1, "microbatches": 64, "virtual_stages": 5}
+    assert layout_short(d) == "tp8 pp4 dp2 cp2 z1 b1 m64 v5"
+    assert layout_short(d, {"recompute", "microbatches"}) == "tp8 pp4 dp2 cp2 z1 none* b1 m64* v5"
+
+
+def test_runs_table_prints_cp_v_source_and_the_searched_mark(cli, tmp_path):
+    table = tmp_path / "my_runs.csv"
+    table.write_text(CSV)
+    res = cli("calibrate", "runs", str(table), "--hardware", "h100-sxm", "--check")
+    assert res.code in (0, 1), res.err
+    out = res.out
+    assert "my_runs.csv:2" in out and "my_runs.csv:3" in out
+    assert "cp2" in out and "v5" in out
+    assert "none*" in out and "* not stated by the run" in out
+
+
+def test_value_on_its_bound_prints_as_the_bound():
+    """memory.allocator_overhead is bounded to [0, 1]: 2.518e-19 is 0 to within 1e-6 of the range."""
+    assert _at_bound("memory.allocator_overhead", 2.518e-19) == "0 (at bound)"
+    assert _at_bound("kernels.gemm_efficiency", 1.0 - 1e-9) == "1 (at bound)"
+    assert _at_bound("kernels.gemm_efficiency", 0.6101) == "0.6101"
+
+
+def test_far_off_step_is_named_and_left_out_of_the_speed_fit():
+    """Two runs at the base stack's own predictions fit gemm_efficiency at its base value; a third
+    run measured at 500x its prediction (an 8.05 s step typed as 8050) would drag it to the lower
+    bound. Left out of the speed fit, the fitted value is that of the two runs alone, and a note
+    names the row."""
+    base = load_stack("megatron-core")
+    runs = [RL.Run(source=f"syn:{i}", model=m, hardware="h100-sxm",
+                   layout=dict(gpus=g, tp=tp, pp=1, global_batch=gb, seq=8192, micro_batch=1, zero=1, recompute="none"))
+            for i, (m, g, tp, gb) in enumerate([("llama-3-8b", 8, 1, 64), ("llama-3-8b", 16, 2, 128),
+                                                ("llama-3-8b", 32, 2, 256)])]
+    rs, groups = RL.prepare(runs)
+    from llmpar.calibrate.runs_predict import predict
+    pred = predict(rs, groups, base)
+    t = [float(x) for x in pred.step_time_s]
+    good = [dataclasses.replace(r, step_time_s=x) for r, x in zip(rs[:2], t[:2])]
+    bad = dataclasses.replace(rs[2], step_time_s=t[2] * 500)
+    assert 500 > FAR_OFF
+    fit2 = R.fit_runs(good, base, parameters=["kernels.gemm_efficiency"], folds=0)
+    fit3 = R.fit_runs(good + [bad], base, parameters=["kernels.gemm_efficiency"], folds=0)
+    assert fit3.parameters["kernels.gemm_efficiency"]["after"] == pytest.approx(
+        fit2.parameters["kernels.gemm_efficiency"]["after"], rel=1e-9)
+    assert any("syn:2" in n and "500x" in n and "left out of the speed fit" in n for n in fit3.notes)
