@@ -214,7 +214,9 @@ def test_fit_then_check_synthetic(cli, syn, tmp_path):
         t = collective_time(truth, "all_reduce", S, ranks, ranks // nodes) * (1 + rng.uniform(-0.03, 0.03, S.size))
         logs.append(write_log(tmp_path / f"ar-{nodes}.txt", "all_reduce", ranks, nodes, S, t))
     out = tmp_path / "fitted.yaml"
-    assert cli("calibrate", "fit", *logs, "--hardware", "h100-sxm", "--out", out).code == 0
+    # the logs name A100s: the fit starts from the shipped A100 profile (a fit onto another GPU's
+    # profile is refused: test_fit_refuses_a_log_of_another_gpu)
+    assert cli("calibrate", "fit", *logs, "--hardware", "a100-80gb", "--out", out).code == 0
     before = cli("calibrate", "check", *logs, "--hardware", "h100-sxm", "--tolerance", "5%", "--json")
     after = cli("calibrate", "check", *logs, "--hardware", out, "--tolerance", "5%", "--json")
     assert before.code == 1                     # the H100 profile is not this (A100-like) cluster
@@ -310,8 +312,8 @@ def test_real_log_fit_is_robust(log11, change, monkeypatch):
     if change == "data":
         place = F.place
 
-        def moved(log, hw, algorithm=None):
-            pl = place(log, hw, algorithm)
+        def moved(log, hw, algorithm=None, **kw):
+            pl = place(log, hw, algorithm, **kw)
             pl.times = pl.times * (1 + 1e-9 * np.random.default_rng(3).standard_normal(pl.times.size))
             return pl
 
@@ -320,3 +322,18 @@ def test_real_log_fit_is_robust(log11, change, monkeypatch):
         monkeypatch.setattr(FS, "RANDOM_SEED", FS.RANDOM_SEED + int(change.split("+")[1]))
     got = F.fit(logs, base).files[0]["after"]["median_abs_error_ge_1MB"]
     assert got == pytest.approx(ref, abs=0.005)
+
+
+def test_fit_refuses_a_log_of_another_gpu(cli, tmp_path):
+    """Newcomer review §4: an H100 log fitted onto --hardware mi300x proceeded with a trailing
+    note. A fit writes the log's network into the profile: refused, one line; a check still runs
+    and notes it."""
+    S = np.array(SWEEP)
+    truth = load_hardware("h100-sxm")
+    log = write_log(tmp_path / "h100.txt", "all_reduce", 8, 1, S, collective_time(truth, "all_reduce", S, 8, 8),
+                    gpu="NVIDIA H100 80GB HBM3")
+    res = cli("calibrate", "fit", log, "--hardware", "mi300x", "--out", tmp_path / "x.yaml")
+    assert_one_line_error(res, "NVIDIA H100 80GB HBM3", "mi300x")
+    assert not (tmp_path / "x.yaml").exists()
+    chk = cli("calibrate", "check", log, "--hardware", "mi300x", "--tolerance", "1000%")
+    assert chk.code in (0, 1) and "is not the profile's" in chk.out + chk.err

@@ -376,8 +376,8 @@ def test_fit_is_robust_to_tiny_changes(noisy, noisy_fit, monkeypatch):
     assert ref < 0.03
     place, resolved = F.place, F.resolved
 
-    def moved_data(log, hw, algorithm=None):
-        pl = place(log, hw, algorithm)
+    def moved_data(log, hw, algorithm=None, **kw):
+        pl = place(log, hw, algorithm, **kw)
         pl.times = pl.times * (1 + 1e-9 * np.random.default_rng(1).standard_normal(pl.times.size))
         return pl
 

@@ -265,7 +265,7 @@ COMMANDS = {
     "stacks": ["stacks"],
     "stacks show": ["stacks", "show", "megatron-core"],
     "calibrate parse": ["calibrate", "parse", "{log}"],
-    "calibrate fit": ["calibrate", "fit", "{log}", "--hardware", "h100-sxm", "--out", "{dir}/fit.yaml"],
+    "calibrate fit": ["calibrate", "fit", "{log}", "--hardware", "a100-80gb", "--out", "{dir}/fit.yaml"],
     "calibrate check": ["calibrate", "check", "{log}", "--hardware", "{truth}", "--tolerance", "25%"],
     "calibrate runs --check": ["calibrate", "runs", "{runs}", "--check"],
     "validate": ["validate", "--source", "korthikanti2022-table5"],

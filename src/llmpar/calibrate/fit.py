@@ -195,7 +195,7 @@ def fit(logs, hardware: str, *, out_name: str | None = None, algorithm: str | No
     if not logs:
         raise UserError("no logs given")
     base_hw = load_hardware(hardware)
-    placements = [place(log, base_hw, algorithm) for log in logs]
+    placements = [place(log, base_hw, algorithm, strict_gpu=True) for log in logs]
     by_coll: dict[str, list[Placement]] = {}
     for p in placements:
         by_coll.setdefault(p.collective, []).append(p)

@@ -74,12 +74,13 @@ def _samples(log) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return np.asarray(sizes), np.asarray(times), notes
 
 
-def place(log, hw, algorithm: str | None = None) -> Placement:
+def place(log, hw, algorithm: str | None = None, strict_gpu: bool = False) -> Placement:
     """Group shape of a parsed log on ``hw``: ranks, members per scale-up domain, tier fixed.
 
     Nodes map to scale-up domains through the profile: ``nvlink_domain / gpus_per_node`` nodes per
     domain (1 on a DGX, 18 on GB200 NVL72), so 8 GB200 GPUs on 2 trays are one NVLink domain.
     ``algorithm``: the log was measured with ``NCCL_ALGO=<it>``; the model is then held to it.
+    ``strict_gpu``: a log of another GPU is refused (a fit), not noted (a check).
     """
     label = log.file + (f" (table {log.section + 1})" if log.section else "")
     if not log.collective:
@@ -99,6 +100,12 @@ def place(log, hw, algorithm: str | None = None) -> Placement:
         raise UserError(f"{label}: {log.ranks} ranks on {nodes} node(s) is {math.ceil(log.ranks / nodes)} a node, but a "
                         f"{hw.name} node holds {hw.gpus_per_node} GPUs; check --ranks/--nodes or --hardware")
     if log.gpu and _gpu_family(hw.gpu.name) and _gpu_family(hw.gpu.name) not in str(log.gpu).upper():
+        if strict_gpu:
+            # a fit writes the log's network into the profile: another GPU's cluster is another
+            # profile (newcomer review, §4: an H100 log fitted onto mi300x with a trailing note)
+            raise UserError(f"{label}: the log ran on {log.gpu!r}, not {hw.name}'s {hw.gpu.name!r}: a fit would write "
+                            "that cluster's network into this profile; use --hardware of the log's GPU (`llmpar "
+                            "hardware`), or --gpu NAME if the log names its GPU wrongly")
         notes.append(f"log GPU {log.gpu!r} is not the profile's {hw.gpu.name!r}")
     domain = hw.nvlink_domain
     nodes_per_domain = max(1, domain // hw.gpus_per_node)
