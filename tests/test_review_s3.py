@@ -155,7 +155,13 @@ def test_more_input_refused_with_the_reason(cli, tmp_path):
     tabs = tmp_path / "tabs.csv"
     tabs.write_text("model\thardware\tgpus\ttp\tpp\tseq\tglobal_batch\tstep_time_s\n"
                     "llama-3-8b\th100-sxm\t8\t1\t1\t8192\t64\t6.0\n")
-    assert_one_line_error(cli("calibrate", "runs", tabs, "--check"), "separated by tabs")
+    # tabs are read as the separator (unambiguous); semicolons are refused (a decimal comma may follow)
+    res = cli("calibrate", "runs", tabs, "--check", "--json")
+    assert res.code in (0, 1), res.err
+    assert res.json()["rows"][0]["layout"]["gpus"] == 8
+    semi = tmp_path / "semi.csv"
+    semi.write_text("model;hardware;gpus;tp;pp;seq;global_batch;step_time_s\nllama-3-8b;h100-sxm;8;1;1;8192;64;6,0\n")
+    assert_one_line_error(cli("calibrate", "runs", semi, "--check"), "separated by semicolons")
     assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "64", "--allow", "tp=1,,2"), "empty entry")
     assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "64", "--fix", "virtual_stages=2,schedule=1f1b"),
                           "needs the interleaved schedule")

@@ -68,13 +68,20 @@ def _table_rows_csv(text: str, name: str) -> list[tuple[str, dict]]:
     # '#' comment lines are allowed above and between rows; rows keep the file's line numbers
     numbered = [(i, ln) for i, ln in enumerate(text.split("\n"), start=1) if not ln.lstrip().startswith("#")]
     first = next(((i, ln) for i, ln in numbered if ln.strip()), None)
-    if first is not None and "," not in first[1]:
-        for sep, what in (("\t", "tabs"), (";", "semicolons")):
+    if first is not None and first[1].lstrip().startswith("|"):
+        # a Markdown table pasted from a page or an issue: its '|' cells read as one column each line
+        raise UserError(f"{name}:{first[0]}: a Markdown table ('| a | b |'); llmpar reads comma-separated CSV (or a YAML "
+                        "runs table): write the cells separated by commas, without the '|' borders and the '---' line")
+    # tab-separated (a spreadsheet's "copy", a .tsv) is unambiguous: read as such
+    delimiter = "\t" if first is not None and "," not in first[1] and "\t" in first[1] else ","
+    if first is not None and "," not in first[1] and delimiter == ",":
+        # a semicolon file may write decimal commas (8,05): refused rather than guessed
+        for sep, what in ((";", "semicolons"), ("|", "'|' bars")):
             if sep in first[1]:
                 # reliability review, item 26: the header read as one column, named in no message
                 raise UserError(f"{name}:{first[0]}: the header is separated by {what}; llmpar reads comma-separated "
                                 "CSV (or a YAML runs table): replace the separators with commas")
-    reader = csv.reader(ln for _, ln in numbered)
+    reader = csv.reader((ln for _, ln in numbered), delimiter=delimiter)
     header: list[str] | None = None
     out = []
     consumed = 0
@@ -228,8 +235,8 @@ _LOG_SNIFF = re.compile(r"elapsed time per iteration|train_step_timing|step:\s*\
 
 def _kind(path: Path, data: bytes) -> str:
     ext = path.suffix.lower()
-    if ext == ".csv":
-        return "csv"
+    if ext in (".csv", ".tsv"):
+        return "csv"     # a .tsv is a table too (tab-separated headers are read as such)
     if ext in (".jsonl", ".ndjson"):
         return "jsonl"
     if ext in (".yaml", ".yml", ".json"):
