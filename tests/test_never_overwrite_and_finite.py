@@ -73,7 +73,9 @@ def test_a_writer_never_overwrites_its_input(cli, files, args, victim):
 
 def test_a_written_profile_loads_and_no_temporary_file_is_left(cli, files):
     out = files["dir"] / "fitted.yaml"
-    res = cli("calibrate", "fit", files["log"], "--hardware", files["child"], "--out", out)
+    # (the synthetic log names A100s; --gpu restates it for this H100 child, as a fit onto another GPU is refused)
+    res = cli("calibrate", "fit", files["log"], "--hardware", files["child"], "--gpu", "NVIDIA H100 80GB HBM3",
+              "--out", out)
     assert res.code == 0, res.err
     assert load_hardware(str(out)).name == "fitted"
     assert not [p for p in files["dir"].iterdir() if ".llmpar-" in p.name]
