@@ -141,12 +141,8 @@ def test_options_that_change_nothing_are_refused(cli, args, needles):
     assert_one_line_error(cli(*args), *needles)
 
 
-def test_params_keeps_the_batch_split(cli):
-    # the batch split stays allowed with --params (a stack that accumulates unsharded gradients
-    # counts them per micro-batch step); the 7.5B / dp 8 / ZeRO-1 total is unchanged by it
-    a = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--json").json()
-    b = cli("memory", "--params", "7.5B", "--dp", "8", "--zero", "1", "--global-batch", "64", "--json").json()
-    assert a["memory"]["total_bytes"] == b["memory"]["total_bytes"]
+# (test_params_keeps_the_batch_split: superseded by tests/test_params_moot_batch.py, where the batch
+# split is refused with --params unless the stack's states depend on it)
 
 
 def test_more_input_refused_with_the_reason(cli, tmp_path):

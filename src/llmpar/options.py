@@ -78,7 +78,7 @@ LAYOUT = (
     _opt("etp", "Expert tensor-parallel degree (default tp). Below tp, EP also spans the TP ranks: ep*etp divides "
                 "tp*cp*dp (Megatron-Core MoE parallel folding)."),
     _opt("zero", "ZeRO stage over dp*cp.", default=0, int_range=(0, 3), show_default=True),
-    _opt("sp", "Sequence parallelism (default: on when tp > 1).", kind="bool", describes=(_T,)),
+    _opt("sp", "Sequence parallelism (default: on when tp > 1).", kind="bool", describes=(_T, _A)),
     _opt("recompute", None, kind="choice", choices=RECOMPUTE, default="none", show_default=True,
          describes=(_T, _A), unset=(None, "none")),
     _opt("micro_batch", "Sequences per micro-batch (default 1).", describes=(_T, _A)),

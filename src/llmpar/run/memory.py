@@ -169,6 +169,15 @@ def of_count(params, hw, settings, layout, res_bytes, explain) -> MemoryResult:
                                 {"host_bytes": states["host_bytes"], "host_fits": host_ok}, hw,
                                 "ZeRO-Offload / ZeRO-Infinity (Ren et al. 2021 §4; Rajbhandari et al. 2021 §5)"))
     prec = M.bytes_per_param(settings, zero, par.microbatches)
+    batch_flags = [f for f, k in (("--global-batch", "global_batch"), ("--microbatches", "microbatches"))
+                   if layout.get(k) is not None]
+    if batch_flags and _bpp(M.bytes_per_param(settings, zero, 1)) == _bpp(M.bytes_per_param(settings, zero, 2)):
+        # the batch split reaches a bare count's states only through a stack that accumulates unsharded
+        # fp32 gradients over micro-batches (torchtitan's FSDP2 under PP); anywhere else it changes
+        # nothing: refused, not ignored (reliability review, item 15)
+        raise UserError(f"{' and '.join(batch_flags)} change{'s' if len(batch_flags) == 1 else ''} nothing for --params "
+                        f"here (model states do not depend on the batch split under stack {settings.stack.name} at "
+                        f"ZeRO-{zero}, pp {int(par.pp)}): drop {'it' if len(batch_flags) == 1 else 'them'}")
     return MemoryResult.model_construct(
         model=stub.name, model_requested=None, hardware=hw.name, parallel=par, settings=settings,
         mode="model_states", params_total=count, params_per_gpu=float(states["params_per_gpu"]), memory=mem,
