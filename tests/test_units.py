@@ -96,6 +96,8 @@ def test_time_spellings(text, value):
 @pytest.mark.parametrize("text, value", [
     ("7.5B", 7.5e9), ("70B", 70e9), ("1.2T", 1.2e12), ("350M", 350e6), ("12e9", 12e9), ("4k", 4e3), ("4K", 4e3),
     ("1G", 1e9), ("100", 100),
+    # lower-case suffixes, as model names and budgets are written (newcomer review: --tokens 15t refused)
+    ("15t", 15e12), ("70b", 70e9), ("350m", 350e6), ("1g", 1e9),
 ])
 def test_count_spellings(text, value):
     # counts (parameters, tokens): B is a billion, there are no bytes in a count

@@ -32,7 +32,9 @@ _BW_RE = re.compile(
 )
 _FLOPS_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE])?\s*(FLOPS|FLOP/s|flops|flop/s)?\s*$")
 _TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|ms|s)?\s*$")
-_COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKMBTG])?\s*$")
+# suffixes in either case: "70b", "15t" and "350m" are how model names and budgets are written
+# (newcomer review: --tokens 15t was refused); "m" is a million here, never milli
+_COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKmMbBtTgG])?\s*$")
 _POWER_RE = re.compile(rf"^\s*{_NUM}\s*([kKM])?\s*(W|w|watts?)?\s*$")
 
 
@@ -140,7 +142,7 @@ def parse_count(text: str | int | float, what: str = "count") -> float:
     if not m:
         raise UserError(f"cannot read {what} {text!r}: expected e.g. 7.5B, 70B, 350M")
     num, suffix = m.groups()
-    scale = {None: 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[suffix]
+    scale = {None: 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[suffix.upper() if suffix else None]
     return _positive(float(num) * scale, str(text), what)
 
 
