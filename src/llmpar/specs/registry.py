@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,11 @@ def load_model(name: str) -> ModelSpec:
         if path.exists() and not path.is_file():
             raise UserError(f"model {name} is not a regular file")
         if not path.is_file():
+            if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.endswith((".yaml", ".yml")):
+                # newcomer review: a Hugging Face hub id read as a missing file
+                raise UserError(f"model file not found: {name} (a Hugging Face hub id? llmpar does not fetch "
+                                "from the hub: download its config.json and pass --hf path/config.json, or use a "
+                                "shipped name, `llmpar models`)")
             raise UserError(f"model file not found: {name}")
         data = read_yaml(path)
         raw = data
