@@ -29,7 +29,7 @@ def calibrate():
 # ----------------------------------------------------------------------------- parse
 
 def _render_logs(logs) -> None:
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console as make_console
     from rich.table import Table
 
     from llmpar.units import fmt_size
@@ -188,7 +188,7 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
     if as_json:
         echo_json(data)
         return
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console as make_console
 
     console = make_console()
     console.print(f"{data['backend']} on {data['ranks']} ranks, {data['nodes']} node(s), {data['gpu']}; "
@@ -258,7 +258,7 @@ def gemm_cmd(hardware, model, out, device, dtype, tps, tokens, square, max_dim, 
     if as_json:
         echo_json({"measured": True, **result.to_dict(), "out": str(out) if out else None})
         return
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console as make_console
     from rich.table import Table
 
     console = make_console()

@@ -72,7 +72,7 @@ def fit_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, out, as_js
     if as_json:
         echo_json({**result.to_dict(), "out": str(out) if out else None, "profile": result.profile})
         return
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console as make_console
     from rich.table import Table
 
     console = make_console()
@@ -172,7 +172,7 @@ def check_cmd(logs, hardware, collective, ranks, nodes, gpu, algorithm, toleranc
 
 
 def _render_check(result, plot_path, no_chart) -> None:
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console as make_console
     from rich.table import Table
     from rich.text import Text
 

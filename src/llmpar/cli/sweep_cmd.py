@@ -115,6 +115,30 @@ def _csv_row(d: dict) -> dict:
 
 # ------------------------------------------------------------------------------------ render
 
+# the columns a narrow console leaves out first (newcomer review, defect 2: rich elided the GPU
+# count, the step and the days below 150 columns); hardware, GPUs, layout, step, MFU and days stay
+_DROP_ORDER = ("MWh", "GPU-hours", "scaling", "tokens/s", "eff. cost", "eff. days")
+
+
+def fit_columns(cols, rows, width: int) -> tuple[list[int], list[str]]:
+    """(indices of the columns kept, names left out): the least needed columns go, in _DROP_ORDER
+    and then the interval column, until every kept cell fits whole in ``width`` (with the gaps
+    between columns box.SIMPLE_HEAD lays out: three spaces)."""
+    def need(idx):
+        return sum(max([len(cols[i][0])] + [len(r[i]) for r in rows]) for i in idx) + 3 * (len(idx) - 1)
+
+    keep = list(range(len(cols)))
+    names = [c for c, _ in cols]
+    order = [n for n in _DROP_ORDER if n in names] + [n for n in names if n.startswith("days (")]
+    dropped = []
+    for name in order:
+        if need(keep) <= width:
+            break
+        keep.remove(names.index(name))
+        dropped.append(name)
+    return keep, dropped
+
+
 def render(r) -> None:
     from rich import box
     from llmpar.cli.render import make_console
@@ -136,12 +160,17 @@ def render(r) -> None:
     R.print_assumptions(con, r.assumptions)
     con.print()
     cols, cells_rows, notes = sweep_table(r)
-    table = Table(title="Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)",
-                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-    for c, right in cols:
+    keep, dropped = fit_columns(cols, cells_rows, con.width)
+    title = "Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)"
+    if dropped:
+        title += f"; left out at this width: {', '.join(dropped)} (--json, --csv or a wider terminal has them)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    for i in keep:
+        c, right = cols[i]
         table.add_column(c, justify="right" if right else "left", no_wrap=True)
     for cells in cells_rows:
-        table.add_row(*cells)
+        table.add_row(*[cells[i] for i in keep])
     con.print(table)
     for i, n in enumerate(notes, 1):
         con.print(f"[{i}] {n}", highlight=False, markup=False)
