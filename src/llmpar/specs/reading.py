@@ -239,16 +239,43 @@ def _parse_yaml(path: Path, raw: bytes) -> dict[str, Any]:
     return data
 
 
-def validation_message(exc: ValidationError, source: str) -> str:
-    """First validation error as one line: which field, why."""
-    # pydantic puts its validator names into the location (a union member 'constrained-float',
-    # 'function-after[...]', a type tag 'float' / 'str'): keep the field path a user wrote
-    internal = {"int", "float", "str", "bool", "dict", "list", "none"}
+# pydantic puts its validator names into the location (a union member 'constrained-float',
+# 'function-after[...]', a type tag 'float' / 'str'): keep the field path a user wrote
+_INTERNAL = {"int", "float", "str", "bool", "dict", "list", "none"}
 
+
+def field_path(e) -> list:
+    """The field path of one pydantic error as the user wrote it (keys and list indices)."""
+    return [p for p in e.get("loc", ()) if not (isinstance(p, str) and ("-" in p or "[" in p or p in _INTERNAL))]
+
+
+def holder(chain: list, loc: list):
+    """The file of an ``extends:`` chain (child first) whose own YAML sets the field at ``loc``:
+    the child-most file that has the key (a child's value overrides its base's); None if none
+    does (a list merged item by item, or a default)."""
+    for path in chain:
+        try:
+            node: Any = read_yaml(path)
+        except Exception:   # noqa: BLE001 - an unreadable base is named by its own error elsewhere
+            return None
+        found = bool(loc)
+        for part in loc:
+            if isinstance(part, str) and isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                found = False
+                break
+        if found:
+            return path
+    return None
+
+
+def validation_message(exc: ValidationError, source: str, chain=None) -> str:
+    """First validation error as one line: which field, why. ``chain``: a callable giving the
+    ``extends:`` chain (child first); a value inherited from a base file is named in that file
+    (reliability re-check: the error named the file given, not the base that held the .inf)."""
     def where(e) -> str:
-        parts = [str(p) for p in e.get("loc", ())
-                 if not (isinstance(p, str) and ("-" in p or "[" in p or p in internal))]
-        return ".".join(parts) or "(the whole file)"
+        return ".".join(str(p) for p in field_path(e)) or "(the whole file)"
 
     errors = exc.errors()
     err, loc = errors[0], where(errors[0])
@@ -262,10 +289,15 @@ def validation_message(exc: ValidationError, source: str) -> str:
     # a union field (a number or a per-generation mapping) fails once per member: count fields
     others = {where(e) for e in errors[1:]} - {loc}
     more = f" (and {len(others)} more field{'s' if len(others) > 1 else ''})" if others else ""
+    if chain is not None:
+        files = chain()
+        held = holder(files, field_path(err)) if len(files) > 1 else None
+        if held is not None and str(held) != str(files[0]):
+            source = f"{held} (extended by {source})"
     return f"invalid spec {source}: field '{loc}': {msg}{more}"
 
 
-def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
+def validate(cls: type[BaseModel], data: dict[str, Any], source: str, chain=None):
     """``cls`` from a spec file's mapping, in pydantic's strict mode: a YAML ``true`` is not the
     integer 1 and a quoted "80" is not a number (unit strings such as ``80 GiB`` are parsed by the
     fields' own validators before the strict check). A mapping validated before is read back from
@@ -279,6 +311,6 @@ def validate(cls: type[BaseModel], data: dict[str, Any], source: str):
     try:
         obj = cls.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise UserError(validation_message(exc, source)) from None
+        raise UserError(validation_message(exc, source, chain)) from None
     cache.put(key, obj)
     return obj

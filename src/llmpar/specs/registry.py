@@ -171,13 +171,15 @@ def _hardware_dict(name: str, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any
     return _spec_dict("hardware", name, seen)
 
 
-def _spec_validated(cls: type[BaseModel], data: dict[str, Any], source: str):
+def _spec_validated(cls: type[BaseModel], data: dict[str, Any], source: str, kind: str | None = None):
     """A hardware profile or stack from its merged mapping: ``aliases`` (a registry key, not a
-    field of the class) must be a list of names, then the rest is validated strictly."""
+    field of the class) must be a list of names, then the rest is validated strictly. With
+    ``kind``, a bad value inherited through ``extends:`` is named in the file that holds it."""
     aliases = data.pop("aliases", None)
     if aliases is not None and not (isinstance(aliases, list) and all(isinstance(a, str) for a in aliases)):
         raise UserError(f"invalid spec {source}: field 'aliases': expected a list of names, got {aliases!r}")
-    return validate(cls, data, source)
+    chain = (lambda: spec_chain(kind, source)) if kind and "extends" in data else None
+    return validate(cls, data, source, chain=chain)
 
 
 def load_hardware(name: str) -> Hardware:
@@ -185,7 +187,7 @@ def load_hardware(name: str) -> Hardware:
     if isinstance(name, Hardware):
         return name
     data, source = _hardware_dict(str(name))
-    return _spec_validated(Hardware, data, source)
+    return _spec_validated(Hardware, data, source, "hardware")
 
 
 DEFAULT_STACK = "megatron-core"
@@ -194,7 +196,7 @@ DEFAULT_STACK = "megatron-core"
 @functools.lru_cache(maxsize=64)
 def _load_stack_cached(name: str) -> Stack:
     data, source = _spec_dict("stacks", name)
-    return _spec_validated(Stack, data, source)
+    return _spec_validated(Stack, data, source, "stacks")
 
 
 def load_stack(name: str | Stack | None = None) -> Stack:
@@ -205,7 +207,7 @@ def load_stack(name: str | Stack | None = None) -> Stack:
     name = DEFAULT_STACK if name is None else str(name)
     if looks_like_path(name):   # a user file may change between calls: not cached
         data, source = _spec_dict("stacks", name)
-        return _spec_validated(Stack, data, source)
+        return _spec_validated(Stack, data, source, "stacks")
     return _load_stack_cached(name.lower())
 
 
@@ -221,7 +223,7 @@ def load_engine(name=None):
         return name
     name = DEFAULT_ENGINE if name is None else str(name)
     data, source = _spec_dict("engines", name if looks_like_path(name) else name.lower())
-    return _spec_validated(Engine, data, source)
+    return _spec_validated(Engine, data, source, "engines")
 
 
 def load_model(name: str) -> ModelSpec:
@@ -251,7 +253,8 @@ def load_model(name: str) -> ModelSpec:
         if "extends" in data:
             data = _model_extended(str(path))
         data.setdefault("name", path.stem)
-        spec = validate(ModelSpec, data, str(path))
+        spec = validate(ModelSpec, data, str(path),
+                        chain=(lambda: spec_chain("models", str(path))) if "extends" in raw else None)
         own = raw.get("name")
         if isinstance(own, str) and (hit := spec_lookup("models", own.strip().lower())) is not None \
                 and not _same_file(path, hit[1]) and read_yaml(Path(hit[1])) != raw:
