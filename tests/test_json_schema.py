@@ -69,11 +69,14 @@ STEP_PARTS = tuple(f"detail.parts.{k}" for k in (
     "bf16_layers_extra_s", "p2p_per_transfer_s", "has_head", "has_embedding", "dp_total_s", "optimizer_params",
     "microbatches", "param_offload_s"))
 
+VARIANT = ("schedule", "virtual_stages", "step_time_s", "memory_bytes")
 # a plan row lists the layouts that tie with it exactly (issue 9 item 9): their `parallel` objects
 PLAN_ROW = ("rank", *STEP_FIGURES, "memory.stage", "memory.verdict", "memory.host_bytes", "equivalent[]",
             *(f"equivalent[].{k}" for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "sp", "recompute", "micro_batch",
                                             "global_batch", "microbatches", "seq", "schedule", "virtual_stages",
-                                            "recompute_layers", "offload_layers")))
+                                            "recompute_layers", "offload_layers")),
+            # the same layout at other interleaving depths, folded into the row (planner/families.py)
+            "variants[]", *(f"variants[].{k}" for k in VARIANT))
 ERRORS = tuple(f"{s}_abs_error_ge_{n}" for s in ("median", "max") for n in ("1MB", "64MB"))
 BUBBLE = ("schedule", "pp", "microbatches", "virtual_stages", "bubble_over_ideal", "bubble_fraction_of_step",
           "formula_bubble_over_ideal", "formula_bubble_fraction_of_step", "source", "in_flight_microbatches",
@@ -109,7 +112,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "gemm_max_efficiency")),
     "plan": (
         "model", "model_requested", "hardware", "gpus", "seq", "global_batch", "tokens_per_step", "objective",
-        *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]),
+        *SETTINGS, *under("plans[].", PLAN_ROW), *under("pareto[].", PLAN_ROW[:PLAN_ROW.index("equivalent[]") + 1]), "pareto[].variants[]",
+        *(f"pareto[].variants[].{k}" for k in VARIANT),
         *under("space.", ("candidates", "feasible", "memory_evaluated", "step_evaluated", "search_s", "tight",
                           "margin", "recommended", "within_error", "robust_band", "rank_tolerance")),
         *under("space.rejected.", ("tp_heads", "pp_layers", "cp_seq", "ep", "etp", "batch", "sp_seq", "sp_tp", "schedule",
@@ -283,7 +287,8 @@ def test_json_keys_are_pinned(cli, inputs, name):
     assert not got - want, f"keys not in the pinned schema (add them to SCHEMA and docs/json.md): {sorted(got - want)}"
     # keys that appear only for some rows (collective: unavailable_because; plan: the layouts that
     # tie a row exactly, equivalent[], listed only where a tie exists) may be absent here
-    optional = {"algorithms[].unavailable_because", "plans[].equivalent[]"}
+    optional = {"algorithms[].unavailable_because", "plans[].equivalent[]",
+                *(f"{w}[].variants[].{k}" for w in ("plans", "pareto") for k in VARIANT)}
     assert not want - got - optional, f"pinned keys missing: {sorted(want - got - optional)}"
 
 

@@ -27,6 +27,9 @@ class PlanRow(StepFigures):
     equivalent: list[InstanceOf[Parallel]] = []
     # days, GPU-hours, energy and cost to train --tokens on this layout (cost.training); None without
     training: dict[str, Any] | None = None
+    # the same layout at other interleaving depths (planner/families.py): schedule, virtual_stages,
+    # step_time_s and memory_bytes of each, best first; they rank below this row
+    variants: list[dict[str, Any]] = []
 
     @property
     def fits(self) -> bool:
@@ -43,7 +46,7 @@ class PlanRow(StepFigures):
 
     def to_dict(self) -> dict[str, Any]:
         out = {"rank": self.rank, **self.step_json(dict(self.memory), self.fits),
-               "equivalent": [p.as_dict() for p in self.equivalent]}
+               "equivalent": [p.as_dict() for p in self.equivalent], "variants": [dict(v) for v in self.variants]}
         if self.training is not None:
             out["training"] = dict(self.training)
         return out

@@ -339,6 +339,16 @@ def render(r, units: str = "gb") -> None:
         for rank, texts in ties:
             more = f" | +{len(texts) - 4} more (--json lists all)" if len(texts) > 4 else ""
             con.print(f"  #{rank}: " + " | ".join(texts[:4]) + more, highlight=False)
+    depths = [(p, p.variants) for p in r.plans if p.variants]
+    if depths:
+        con.print("the same layout at other interleaving depths shares a row (1f1b is v 1); each also runs at:",
+                  highlight=False)
+        for p, vs in depths:
+            cells = [f"{'1f1b' if v['schedule'] == '1f1b' else 'v' + str(v['virtual_stages'])} "
+                     f"{fmt_seconds(v['step_time_s'])} ({(v['step_time_s'] / p.step_time_s - 1) * 100:+.1f} %, "
+                     f"{fmt(v['memory_bytes'])} {unit})" for v in vs]
+            more = f" | +{len(cells) - 4} more (--json lists all)" if len(cells) > 4 else ""
+            con.print(f"  #{p.rank}: " + " | ".join(cells[:4]) + more, highlight=False)
     if r.comparison is not None:
         con.print()
         for line in _explain_lines(r.comparison, fmt, unit):

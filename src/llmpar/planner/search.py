@@ -34,6 +34,7 @@ from llmpar.parallel import Parallel, Settings
 from llmpar.planner import ranking as RK
 from llmpar.planner import space as SP
 from llmpar.planner.evaluate import Shown, memory_in_chunks
+from llmpar.planner.families import Families
 from llmpar.planner.arguments import FixConflict
 from llmpar.planner.refusals import NoLayout, host_memory_exceeded, nothing_fits, nothing_valid, offload_would_fit
 from llmpar.planner.request import PlanRequest, read_request
@@ -67,30 +68,34 @@ def search(model, hw, settings: Settings, spec: SP.SpaceSpec, *, reserve=None, o
     fit, par, n_fit, rejected = _fitting(model, hw, settings, cand, reserve, margin, units)
     t, total = fit["step_time_s"], fit["total_bytes"]
     order, n_band = _ranked(objective, margin, t, total, par, fit)
-    groups = RK.TieGroups(order, t, total)   # one row per group of exact ties
+    groups = RK.TieGroups(order, t, total)   # exact ties share a group
+    fams = Families(groups, par)              # one row per layout: groups differing only in v fold
     iv, base = _plan_evidence(model, hw, settings, spec, level)
     t1 = float(t[order[0]])
     # layouts whose intervals overlap #1's: t * lo <= t1 * hi (one class: the same ratio bounds)
     within = int(np.count_nonzero(t * iv.lo <= t1 * iv.hi)) - 1
     shown = Shown(model, hw, settings, par, reserve, (iv, base))
-    n_rows = min(top, len(groups))
+    heads = fams.take(max(top, explain_rank, 2))
+    n_rows = min(top, len(heads))
     frontier = points = None
     if pareto or keep_points:
         by_time, keep = RK.frontier(t, total)
     # the layouts shown, evaluated in full in one call: the rows, #explain_rank, the frontier
-    shown.prepare([groups[r][0] for r in range(min(max(n_rows, explain_rank), len(groups)))]
-                  + (list(by_time[keep]) if pareto else []))
+    shown.prepare([groups[g][0] for g in heads[:max(n_rows, explain_rank)]] + (list(by_time[keep]) if pareto else []))
 
     def row(r):
-        return shown.row(r + 1, int(groups[r][0]), groups[r])
+        g = heads[r]
+        out = shown.row(r + 1, int(groups[g][0]), groups[g])
+        out.variants = [_variant(par, t, total, int(groups[h][0])) for h in fams.variants[g]]
+        return out
 
     rows = [row(r) for r in range(n_rows)]
-    comparison = _comparison(rows, row, groups, objective, explain_rank, n_fit)
+    comparison = _comparison(rows, row, len(heads), objective, explain_rank, n_fit)
     if keep_points:
         points = _points(t, total, par, by_time[keep], groups)
     if pareto:
         rank_of = np.empty(order.size, dtype=np.int64)
-        rank_of[order] = np.repeat(np.arange(1, len(groups) + 1), groups.sizes())
+        rank_of[order] = np.repeat(fams.rank_of_groups(), groups.sizes())
         frontier = [shown.row(int(rank_of[i]), int(i)) for i in by_time[keep]]
     n_tight = int(np.count_nonzero(np.asarray(fit["verdict_code"]) == 1))   # fit is the feasible subset here
     summary = SpaceSummary(candidates=cand.total, feasible=n_fit, rejected=rejected, memory_evaluated=cand.size,
@@ -145,14 +150,26 @@ def _plan_evidence(model, hw, settings: Settings, spec: SP.SpaceSpec, level: flo
     return iv, base
 
 
-def _comparison(rows: list[PlanRow], row, groups: RK.TieGroups, objective: str, explain_rank: int,
+def _variant(par: Parallel, t, total, i: int) -> dict[str, Any]:
+    """One folded layout of a row: its schedule depth, step time and memory (PlanRow.variants)."""
+    from llmpar.parallel import SCHEDULES
+
+    def at(x):
+        return np.asarray(x).flat[i] if np.ndim(x) else x
+
+    return {"schedule": SCHEDULES[int(at(par.schedule))], "virtual_stages": int(at(par.virtual_stages)),
+            "step_time_s": float(t[i]), "memory_bytes": float(total[i])}
+
+
+def _comparison(rows: list[PlanRow], row, n_heads: int, objective: str, explain_rank: int,
                 n_fit: int) -> Comparison | None:
-    """Why #1 beats #explain_rank (None with one distinct layout); UserError when that rank does not exist."""
+    """Why #1 beats #explain_rank (None with one distinct layout); UserError when that rank does not
+    exist. ``n_heads``: the rows found (at least explain_rank, or every row there is)."""
     comparison = None
-    if explain_rank > len(groups) and explain_rank != 2:
-        raise UserError(f"--explain-rank {explain_rank}: only {len(groups)} distinct layouts fit "
-                        f"({n_fit} layouts, exact ties grouped)")
-    if len(groups) >= 2:
+    if explain_rank > n_heads and explain_rank != 2:
+        raise UserError(f"--explain-rank {explain_rank}: only {n_heads} distinct layouts fit "
+                        f"({n_fit} layouts; exact ties and interleaving depths grouped)")
+    if n_heads >= 2:
         n = explain_rank
         other = rows[n - 1] if n <= len(rows) else row(n - 1)
         comparison = RK.compare(rows[0], other, objective)
