@@ -67,3 +67,27 @@ def test_far_off_step_is_named_and_left_out_of_the_speed_fit():
     assert fit3.parameters["kernels.gemm_efficiency"]["after"] == pytest.approx(
         fit2.parameters["kernels.gemm_efficiency"]["after"], rel=1e-9)
     assert any("syn:2" in n and "500x" in n and "left out of the speed fit" in n for n in fit3.notes)
+
+
+def test_per_run_table_fits_80_and_120_columns_with_a_long_source():
+    """A 58-character file name: the cell keeps its last 23 characters (the line number), the
+    least needed columns go, and no line is wider than the console (newcomer review, item 13)."""
+    from rich.console import Console
+
+    from llmpar.cli.calibrate_runs_cmd import _runs_table
+
+    row = {"source": "/x/a_very_long_file_name_for_the_runs_of_our_cluster_2026.csv:2", "model": "llama-3-8b",
+           "layout": {"tp": 1, "pp": 1, "dp": 4, "cp": 2, "zero": 1, "micro_batch": 1},
+           "chosen": {"recompute": "none", "recompute_layers": 0, "microbatches": 16},
+           "measured_step_time_s": 8.05, "predicted_step_time_s_before": 7.25, "predicted_step_time_s_after": 7.25,
+           "measured_memory_bytes": 60 * 2**30, "predicted_memory_bytes_after": 74.1 * 2**30}
+    for width, gone in ((120, []), (80, ["before", "mem meas.", "model", "mem after"])):
+        table, searched, dropped = _runs_table([row], width)
+        con = Console(width=width, record=False)
+        with con.capture() as cap:
+            con.print(table)
+        lines = cap.get().splitlines()
+        assert max(len(ln.rstrip()) for ln in lines) <= width
+        assert dropped == gone and searched
+        assert any("_2026.csv:2" in ln for ln in lines)
+        assert any("11.0 %" in ln for ln in lines)

@@ -37,33 +37,24 @@ def _fmt_summary(name: str, s: dict) -> list[str]:
             _pct(reg["median"]) + (f" ({reg['configurations']})" if reg["configurations"] else "")]
 
 
-# below these console widths the per-run table leaves out its least needed columns, so that the
-# source (file:line), the layout and the errors stay whole (issue 24: any width >= 80 columns)
-_WIDE, _MEDIUM = 120, 100
+# the per-run table's columns a narrow console leaves out first, so that the source (file:line),
+# the layout and the errors stay whole (issue 24: any width >= 80 columns)
+_DROP_ORDER = ("before", "mem meas.", "model", "mem after")
+_SOURCE_WIDTH = 24
+_COLS = ("source", "model", "layout", "measured", "before", "after", "error", "mem meas.", "mem after")
 
 
 def _runs_table(shown: list[dict], width: int):
-    """(the per-run table, whether any knob was searched) for a console ``width`` columns wide."""
+    """(the per-run table, whether any knob was searched, the columns left out) for a console
+    ``width`` columns wide (error: predicted-after vs measured tokens/s; mem: peak memory measured
+    and predicted after the fit)."""
     from rich import box
     from rich.table import Table
 
-    from llmpar.cli.render import layout_short
+    from llmpar.cli.render import fit_columns, layout_short
 
-    drop = (set() if width >= _WIDE else {"before"}) | (set() if width >= _MEDIUM else {"model", "mem meas."})
-    # (error: predicted-after vs measured tokens/s; mem: peak memory measured and predicted after the fit)
-    table = Table(title="Per run: step time, measured vs predicted (error = predicted/measured tokens/s - 1)"
-                        + (f"; left out at this width: {', '.join(sorted(drop))} (--json has every field)" if drop else ""),
-                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-    cols = [c for c in ("source", "model", "layout", "measured", "before", "after", "error", "mem meas.",
-                        "mem after") if c not in drop]
-    src_width = min(24, max([len(Path(r["source"]).name) for r in shown] + [6]))
-    for col in cols:
-        # the layout wraps at its spaces, a long source folds (never elided: it is how to find the row);
-        # every other cell stays whole
-        table.add_column(col, justify="left" if col in ("source", "model", "layout") else "right",
-                         no_wrap=col not in ("layout", "source"), overflow="fold" if col == "source" else "ellipsis",
-                         min_width={"layout": 14, "source": src_width}.get(col))
     any_searched = False
+    all_cells = []
     for r in shown:
         lay, chosen = r["layout"], r.get("chosen") or {}
         # the knobs the run did not state are marked: calibrate runs searched them (the fastest that fits)
@@ -71,14 +62,25 @@ def _runs_table(shown: list[dict], width: int):
         any_searched |= bool(searched & {"zero", "recompute", "micro_batch", "microbatches", "virtual_stages"})
         mt, mm = r["measured_step_time_s"], r["measured_memory_bytes"]
         err = None if mt is None else mt / r["predicted_step_time_s_after"] - 1
-        cells = {"source": Path(r["source"]).name, "model": r["model"], "layout": layout_short({**chosen, **lay}, searched),
-                 "measured": "-" if mt is None else f"{mt:.3f} s",
-                 "before": f"{r['predicted_step_time_s_before']:.3f} s",
-                 "after": f"{r['predicted_step_time_s_after']:.3f} s", "error": _pct(err),
-                 "mem meas.": "-" if mm is None else f"{mm / 2**30:.1f} GiB",
-                 "mem after": f"{r['predicted_memory_bytes_after'] / 2**30:.1f} GiB"}
-        table.add_row(*[cells[c] for c in cols])
-    return table, any_searched
+        name = Path(r["source"]).name
+        # a long file name keeps its end, where the line number is (the full source is in --json)
+        name = name if len(name) <= _SOURCE_WIDTH else "…" + name[-(_SOURCE_WIDTH - 1):]
+        all_cells.append([name, r["model"], layout_short({**chosen, **lay}, searched),
+                          "-" if mt is None else f"{mt:.3f} s", f"{r['predicted_step_time_s_before']:.3f} s",
+                          f"{r['predicted_step_time_s_after']:.3f} s", _pct(err),
+                          "-" if mm is None else f"{mm / 2**30:.1f} GiB",
+                          f"{r['predicted_memory_bytes_after'] / 2**30:.1f} GiB"])
+    keep, dropped = fit_columns(list(_COLS), all_cells, width, _DROP_ORDER, {"layout": 14})
+    table = Table(title="Per run: step time, measured vs predicted (error = predicted/measured tokens/s - 1)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for i in keep:
+        col = _COLS[i]
+        # the layout wraps at its spaces (the one column rich may narrow); every other cell stays whole
+        table.add_column(col, justify="left" if col in ("source", "model", "layout") else "right",
+                         no_wrap=col != "layout", min_width=14 if col == "layout" else None)
+    for cells in all_cells:
+        table.add_row(*[cells[i] for i in keep])
+    return table, any_searched, dropped
 
 
 def render(result, notes: list[str], check: bool, out: Path | None, show_rows: int) -> None:
@@ -93,8 +95,10 @@ def render(result, notes: list[str], check: bool, out: Path | None, show_rows: i
         con.print(f"note: {n}", highlight=False)
     if len(notes) > 20:
         con.print(f"note: ... and {len(notes) - 20} more (--json lists all)", highlight=False)
-    rows, any_searched = _runs_table(result.rows[:show_rows], con.width)
+    rows, any_searched, dropped = _runs_table(result.rows[:show_rows], con.width)
     con.print(rows)
+    if dropped:   # a line of its own: a table's title is cut at the table's width
+        con.print(f"left out at this width: {', '.join(dropped)} (--json has every field)", highlight=False)
     if any_searched:
         con.print("* not stated by the run: searched, the fastest value that fits kept (docs/calibrate-runs.md)",
                   highlight=False)

@@ -17,6 +17,29 @@ from llmpar.units import unit_scale
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
+def fit_columns(names: list[str], rows: list[list[str]], width: int, drop_order: Sequence[str],
+                caps: dict[str, int] | None = None) -> tuple[list[int], list[str]]:
+    """(indices of the columns kept, names left out): the columns of ``drop_order`` go, in that
+    order, until every kept cell fits whole in ``width`` with the three-space gaps box.SIMPLE_HEAD
+    lays out; ``caps``: the width a column that wraps or folds needs at least (its cells' longest
+    otherwise). The tables that drop columns instead of letting rich elide their cells (sweep,
+    calibrate runs) share it."""
+    caps = caps or {}
+
+    def size(i):
+        longest = max([len(names[i])] + [len(r[i]) for r in rows])
+        return min(longest, caps[names[i]]) if names[i] in caps else longest
+
+    keep = list(range(len(names)))
+    dropped: list[str] = []
+    for name in drop_order:
+        if sum(size(i) for i in keep) + 3 * (len(keep) - 1) <= width:
+            break
+        keep.remove(names.index(name))
+        dropped.append(name)
+    return keep, dropped
+
+
 def layout_short(d: dict[str, Any], searched: frozenset | set = frozenset()) -> str:
     """A layout in one cell, as sweep and calibrate runs print it: ``tp8 pp4 dp2 cp2 z1 sel b1 m16
     v5`` (cp, ep, etp when they differ from 1 / tp; recompute when not none; v with pp > 1). Knobs

@@ -121,22 +121,12 @@ _DROP_ORDER = ("MWh", "GPU-hours", "scaling", "tokens/s", "eff. cost", "eff. day
 
 
 def fit_columns(cols, rows, width: int) -> tuple[list[int], list[str]]:
-    """(indices of the columns kept, names left out): the least needed columns go, in _DROP_ORDER
-    and then the interval column, until every kept cell fits whole in ``width`` (with the gaps
-    between columns box.SIMPLE_HEAD lays out: three spaces)."""
-    def need(idx):
-        return sum(max([len(cols[i][0])] + [len(r[i]) for r in rows]) for i in idx) + 3 * (len(idx) - 1)
+    """The sweep table's columns for ``width`` (cli/render.py fit_columns): _DROP_ORDER first, then
+    the interval column."""
+    from llmpar.cli.render import fit_columns as fit
 
-    keep = list(range(len(cols)))
     names = [c for c, _ in cols]
-    order = [n for n in _DROP_ORDER if n in names] + [n for n in names if n.startswith("days (")]
-    dropped = []
-    for name in order:
-        if need(keep) <= width:
-            break
-        keep.remove(names.index(name))
-        dropped.append(name)
-    return keep, dropped
+    return fit(names, rows, width, [n for n in _DROP_ORDER if n in names] + [n for n in names if n.startswith("days (")])
 
 
 def render(r) -> None:
@@ -162,8 +152,6 @@ def render(r) -> None:
     cols, cells_rows, notes = sweep_table(r)
     keep, dropped = fit_columns(cols, cells_rows, con.width)
     title = "Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)"
-    if dropped:
-        title += f"; left out at this width: {', '.join(dropped)} (--json, --csv or a wider terminal has them)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   header_style="bold")
     for i in keep:
@@ -172,6 +160,9 @@ def render(r) -> None:
     for cells in cells_rows:
         table.add_row(*[cells[i] for i in keep])
     con.print(table)
+    if dropped:   # a line of its own: a table's title is cut at the table's width
+        con.print(f"left out at this width: {', '.join(dropped)} (--json, --csv or a wider terminal has them)",
+                  highlight=False)
     for i, n in enumerate(notes, 1):
         con.print(f"[{i}] {n}", highlight=False, markup=False)
     for line in deadline_lines(r):
