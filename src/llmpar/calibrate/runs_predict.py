@@ -196,8 +196,10 @@ def check_physics(runs: list[Run], pred: Predictions, t_meas: np.ndarray, groups
 
 
 # a measured step this many times the base stack's prediction (or this many times faster) is a unit
-# or transcription error far more often than a run: llmpar's largest miss on a published run is
-# about 2.3x (docs/validation.md, leave-one-source-out), a millisecond column read as seconds 1000x
+# or transcription error, or a broken run, far more often than physics: llmpar's largest
+# leave-one-source-out miss on a published run is about 2x (docs/validation.md, nemo-2511-h100's
+# 101 %), save the playbook grid's broken runs (up to 71x slower than predicted: what
+# --drop-slower-than is for); a millisecond column read as seconds is 1000x
 FAR_OFF = 20.0
 
 
