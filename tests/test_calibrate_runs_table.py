@@ -1,7 +1,7 @@
 """`calibrate runs` says what it searched and what it left out (newcomer review, §5): the layout
 cell shows cp and v and marks searched knobs, the source is printed whole, a fitted value on its
-bound prints as the bound, and a step far off the prediction is named and left out of the speed
-fit instead of read as a 49,298 % error."""
+bound prints as the bound, and a step far off the prediction is named instead of read silently as
+a 49,298 % error."""
 
 import dataclasses
 
@@ -45,11 +45,11 @@ def test_value_on_its_bound_prints_as_the_bound():
     assert _at_bound("kernels.gemm_efficiency", 0.6101) == "0.6101"
 
 
-def test_far_off_step_is_named_and_left_out_of_the_speed_fit():
-    """Two runs at the base stack's own predictions fit gemm_efficiency at its base value; a third
-    run measured at 500x its prediction (an 8.05 s step typed as 8050) would drag it to the lower
-    bound. Left out of the speed fit, the fitted value is that of the two runs alone, and a note
-    names the row."""
+def test_far_off_step_is_named_and_its_weight_bounded():
+    """Two runs at the base stack's own predictions fit gemm_efficiency at its base value, 0.7452.
+    A third run measured at 500x its prediction (an 8.05 s step typed as 8050) is named in a note;
+    it stays in the fit, whose soft-L1 loss bounds its pull: its log residual ln 500 = 6.2 would
+    drive a least-squares fit to the lower bound, here the value moves by under 5 % (0.718)."""
     base = load_stack("megatron-core")
     runs = [RL.Run(source=f"syn:{i}", model=m, hardware="h100-sxm",
                    layout=dict(gpus=g, tp=tp, pp=1, global_batch=gb, seq=8192, micro_batch=1, zero=1, recompute="none"))
@@ -64,9 +64,12 @@ def test_far_off_step_is_named_and_left_out_of_the_speed_fit():
     assert 500 > FAR_OFF
     fit2 = R.fit_runs(good, base, parameters=["kernels.gemm_efficiency"], folds=0)
     fit3 = R.fit_runs(good + [bad], base, parameters=["kernels.gemm_efficiency"], folds=0)
-    assert fit3.parameters["kernels.gemm_efficiency"]["after"] == pytest.approx(
-        fit2.parameters["kernels.gemm_efficiency"]["after"], rel=1e-9)
-    assert any("syn:2" in n and "500x" in n and "left out of the speed fit" in n for n in fit3.notes)
+    a2 = fit2.parameters["kernels.gemm_efficiency"]["after"]
+    a3 = fit3.parameters["kernels.gemm_efficiency"]["after"]
+    assert a2 == pytest.approx(0.7452, rel=1e-3)
+    assert abs(a3 / a2 - 1) < 0.05
+    assert any("syn:2" in n and "500x" in n and "check the unit" in n for n in fit3.notes)
+    assert not any("syn:0" in n or "syn:1" in n for n in fit3.notes if "x off" in n)
 
 
 def test_per_run_table_fits_80_and_120_columns_with_a_long_source():

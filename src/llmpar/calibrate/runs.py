@@ -202,9 +202,10 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
     tick("predict", 1, steps)
     t_meas = measured_step_time(runs, pred0)
     check_physics(runs, pred0, t_meas, groups)
-    far, far_notes = far_off_speeds(runs, pred0, t_meas)
-    notes.extend(far_notes)
-    t_fit = np.where(far, np.nan, t_meas)     # shown as measured, not fitted to
+    # a step far off the prediction is named (a unit error, or a broken run); it stays in the fit,
+    # whose soft-L1 loss bounds its weight: the playbook's slow runs are real and teach the
+    # per-micro-batch and p2p costs (validation/fit_plans.py, nanotron)
+    notes.extend(far_off_speeds(runs, pred0, t_meas)[1])
     m_meas = measured_memory(runs)
     use = np.ones(len(runs), dtype=bool)
     x0 = base_values(stack, names, generation)
@@ -214,7 +215,7 @@ def fit_runs(runs, stack, *, hardware: str | None = None, parameters: list[str] 
                                                            intervals=step_intervals(runs, groups, stack, pred0)),
                        summ, generation, files or [],
                        notes, base_path)
-    prob = _Problem(runs, groups, stack, names, generation, t_fit, m_meas, use)
+    prob = _Problem(runs, groups, stack, names, generation, t_meas, m_meas, use)
     x = _solve(prob)
     fitted = stack_with(stack, dict(zip(names, x)), generation)
     pred1 = predict(runs, groups, fitted)

@@ -204,9 +204,9 @@ FAR_OFF = 20.0
 
 
 def far_off_speeds(runs: list[Run], pred: Predictions, t_meas: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(mask of runs whose measured step is FAR_OFF from the prediction, a note for each): they are
-    reported as measured but left out of the speed fit (newcomer review: an 8,050 s step, a typo for
-    8.05, read as a 49,298 % error with no word)."""
+    """(mask of runs whose measured step is FAR_OFF from the prediction, a note for each naming the
+    row and the likely cause; newcomer review: an 8,050 s step, a typo for 8.05, read as a 49,298 %
+    error with no word). The runs stay in the fit (its soft-L1 loss bounds their weight)."""
     pt = np.asarray(pred.step_time_s, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(np.isfinite(t_meas) & (pt > 0), t_meas / pt, 1.0)
@@ -215,8 +215,9 @@ def far_off_speeds(runs: list[Run], pred: Predictions, t_meas: np.ndarray) -> tu
     for i in np.flatnonzero(far):
         r = ratio[i]
         how = f"{r:,.0f}x the predicted {pt[i]:.4g} s" if r > 1 else f"1/{1 / r:,.0f} of the predicted {pt[i]:.4g} s"
-        notes.append(f"{runs[i].source}: the measured step {t_meas[i]:.4g} s is {how}, more than {FAR_OFF:g}x off: left "
-                     "out of the speed fit (check the unit: milliseconds in a seconds column? and the layout)")
+        notes.append(f"{runs[i].source}: the measured step {t_meas[i]:.4g} s is {how}, more than {FAR_OFF:g}x off: check "
+                     "the unit (milliseconds in a seconds column?) and the layout; a broken run is best left out "
+                     "(--drop-slower-than, --only)")
     return far, notes
 
 
