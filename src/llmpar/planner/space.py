@@ -284,6 +284,13 @@ def _ranges(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> _Ranges:
 def _degree_rows(G: int, L: int, rg: _Ranges) -> tuple[list, list, list]:
     """Every row of degrees (tp, cp, dp, ep, etp, pp) with its (pp, SP options) key and its count of knob combinations."""
     rows, keys, knobs = [], [], []
+    n_rec: dict[tuple[int, int], int] = {}    # (pp, v) -> distinct recompute options: the same for every tp, cp
+
+    def n_recompute(pp, v):
+        if (pp, v) not in n_rec:
+            n_rec[pp, v] = _n_recompute(rg.rs, L, pp, v)
+        return n_rec[pp, v]
+
     for tp in rg.tps:
         sp_opts = rg.sps
         if tp == 1:   # SP at tp 1 is no SP: one entry, off unless only "on" was asked for (then rule sp_tp)
@@ -296,7 +303,7 @@ def _degree_rows(G: int, L: int, rg: _Ranges) -> tuple[list, list, list]:
                 if rg.dps is not None and dp not in rg.dps:
                     continue
                 pairs = rg.pairs_by_pp[pp]
-                n_knobs = len(rg.bs) * len(rg.zs) * len(sp_opts) * sum(_n_recompute(rg.rs, L, pp, v) for _, v in pairs)
+                n_knobs = len(rg.bs) * len(rg.zs) * len(sp_opts) * sum(n_recompute(pp, v) for _, v in pairs)
                 if n_knobs == 0:
                     continue
                 for ep in rg.eps:
