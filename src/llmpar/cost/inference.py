@@ -16,7 +16,6 @@ from llmpar.cost.inflight import _dense_in_span, candidate_stages, stage_span
 from llmpar.cost.shards import embedding_shard, head_shard, layer_shard
 from llmpar.cost.states import INFERENCE_WEIGHT_BYTES, KV_BYTES
 from llmpar.cost.runtime import _capacity, communicators, runtime_bytes, verdict_code, verdict_name
-from llmpar.cost.serving import effective_context
 from llmpar.parallel import Parallel, Settings
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
@@ -69,6 +68,8 @@ def inference_memory_per_gpu(model: ModelSpec, hw: Hardware, par: Parallel, sett
     p = np.asarray(par.pp)
     shard = layer_shard(model, par)
     wb = INFERENCE_WEIGHT_BYTES[settings.dtype]
+    from llmpar.cost.serving import effective_context   # here: `memory` need not import the serving room
+
     T = np.asarray(context, dtype=float) / np.asarray(par.cp, dtype=float)
     T_kv = np.asarray(effective_context(model, T))      # cached tokens per layer, windows applied
     B = np.asarray(batch, dtype=float)
