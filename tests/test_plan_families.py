@@ -57,3 +57,13 @@ def test_plan_lists_one_row_per_layout(cli):
     depths = {(v["schedule"], v["virtual_stages"]) for v in best["variants"]}
     assert ("1f1b", 1) in depths
     assert all(v["step_time_s"] >= best["step_time_s"] for v in best["variants"])
+
+
+def test_every_layout_knob_but_the_depth_separates_families():
+    """The family key reads Parallel's fields: a knob added there separates rows without an edit
+    here; schedule and virtual_stages are the only ones left out."""
+    from dataclasses import fields
+
+    from llmpar.planner import families
+
+    assert set(families._KNOBS) == {f.name for f in fields(Parallel)} - {"schedule", "virtual_stages"}
