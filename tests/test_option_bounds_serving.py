@@ -34,3 +34,12 @@ def test_the_bounds_themselves_are_accepted(cli):
     assert r.code == 0, r.err
     r = cli("serve", "llama-3-8b", "--rate", str(1 / 86400))
     assert r.code == 0, r.err
+
+
+def test_isl_beyond_the_context_names_the_model_limit(cli):
+    """issue 25, bad input: an ISL beyond the model's context says which limit binds (llama-3-70b's
+    max_seq 8,192)."""
+    for cmd in (("serve", "llama-3-70b", "--tp", "4"), ("serve-plan", "llama-3-70b", "--gpus", "8", "--ttft", "1s",
+                                                        "--tpot", "50ms")):
+        res = cli(*cmd, "--isl", "200000", "--osl", "10")
+        assert_one_line_error(res, "8,192", "llama-3-70b's context")

@@ -43,7 +43,8 @@ class Deployment:
                 "dp_attention": self.dp_attention}
 
 
-def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
+def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS, why: str = "") -> int | None:
+    """A whole number in [lo, hi]; ``why``: what sets the upper bound, said when it binds."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -51,7 +52,8 @@ def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS) -> int | None:
         raise UserError(f"--{name.replace('_', '-')} must be a whole number, got {value!r}")
     v = int(value)
     if not lo <= v <= hi:
-        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}, got {v:,}")
+        limit = f" ({why})" if why and v > hi else ""
+        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}{limit}, got {v:,}")
     return v
 
 

@@ -213,8 +213,8 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
     names = (["vllm"] if engine is None else shipped_names("engines") if engine == "all" else
              [e.strip() for e in engine.split(",")] if isinstance(engine, str) else list(engine))
     engines = [load_engine(n) for n in names]
-    isl = _int(isl, "isl", 1, spec.max_seq)
-    osl = _int(osl, "osl", 1, spec.max_seq)
+    isl = _int(isl, "isl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
+    osl = _int(osl, "osl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
     gpus = _int(gpus, "gpus", 1, 1_048_576)
     top = _int(top, "top", 1, 1000)
     if rate is not None:   # serve's rule (serving/deployment._rate); a target load is finite

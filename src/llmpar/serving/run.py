@@ -89,8 +89,8 @@ def _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, di
                             "with a spread")
         spread = (ir, orr)
         isl, osl = round((ir[0] + ir[1]) / 2), round((orr[0] + orr[1]) / 2)
-    isl = _int(isl, "isl", 1, model.max_seq)
-    osl = _int(osl, "osl", 1, model.max_seq)
+    isl = _int(isl, "isl", 1, model.max_seq, f"{model.name}'s context, max_seq")
+    osl = _int(osl, "osl", 1, model.max_seq, f"{model.name}'s context, max_seq")
     if isl + osl > model.max_seq:
         raise UserError(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds {model.name}'s context of "
                         f"{model.max_seq:,}")
