@@ -68,7 +68,8 @@ def serve(model, as_json, explain, **kw):
       llmpar serve mixtral-8x7b --hardware h200 --tp 2 --rate inf --prompts 1000
       llmpar serve llama-3-70b --gpus 8 --tp 8 --weights fp8 --batch 32 --explain
     """
-    from llmpar import api
+    # the serving room's own entry, not the llmpar.api facade (which loads the training results)
+    from llmpar.serving.run import serve_api
 
     if model is None and kw.get("hf") is None:
         from llmpar.errors import UserError
@@ -81,7 +82,7 @@ def serve(model, as_json, explain, **kw):
 
             raise UserError(f"--{name} and --{name}-range both give the {'prompt' if name == 'isl' else 'output'} "
                             f"length: give one (the range's mean is the --{name})")
-    r = api.serve(model, **kw)
+    r = serve_api(model, **kw)
     if as_json:
         echo_json(r.model_dump())
     else:
