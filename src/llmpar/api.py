@@ -25,9 +25,7 @@ from __future__ import annotations
 from llmpar.errors import CheckFailed, UserError
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note  # noqa: F401 (API)
 from llmpar.parallel import positive_int
-from llmpar.run import collective as RC
 from llmpar.run import memory as RM
-from llmpar.run import step as RS
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, MemoryResult,
                             StepFigures, StepResult, ValidateResult, step_numbers)
 from llmpar.specs.hardware import Hardware
@@ -177,7 +175,10 @@ def step(
     and cost to train that budget on this layout (:func:`llmpar.cost.training.estimate`).
     ``interval_level`` (default 0.8): the level of the result's ``interval`` (:mod:`llmpar.evidence`).
     Raises :class:`llmpar.errors.UserError` for bad input."""
-    return RS.run(dict(locals()))
+    values = dict(locals())
+    from llmpar.run import step as RS   # here: `llmpar memory` need not load the time model
+
+    return RS.run(values)
 
 
 # ---------------------------------------------------------------------------- plan and sweep
@@ -237,6 +238,8 @@ def collective(
     ``"tree"``, ``"nvls"``, ...). ``explain``: add each algorithm's latency and bandwidth terms.
     Raises :class:`~llmpar.errors.UserError` for bad input (and for a forced algorithm that
     cannot run this group)."""
+    from llmpar.run import collective as RC
+
     return RC.run(collective, size=size, gpus=gpus, gpus_per_node=gpus_per_node, hardware=hardware,
                   algorithm=algorithm, sweep=sweep, explain=explain)
 
