@@ -8,11 +8,12 @@ from llmpar.parallel import Parallel, RECOMPUTE, SCHEDULES
 
 
 def test_plan_rows_carry_training_figures():
-    """days = tokens / tokens_per_s / 86,400 (cost/training.estimate, before failures); each row's
+    """days = tokens / tokens_per_s / 86,400 (cost/training.train_days, before failures); each row's
     from its own tokens/s, #1's is PlanResult.training."""
     r = llmpar.plan("llama-3-8b", gpus=8, tokens="1T", top=3)
+    assert len({row.tokens_per_s for row in r.plans}) > 1       # the rows differ, so must their days
     for row in r.plans:
-        assert row.training["days"] >= 1e12 / row.tokens_per_s / 86_400 * 0.999
+        assert row.training["days"] == pytest.approx(1e12 / row.tokens_per_s / 86_400, rel=1e-12)
         assert row.training["interval"]["days"][0] <= row.training["days"] <= row.training["interval"]["days"][1]
         assert row.to_dict()["training"]["days"] == row.training["days"]
     assert r.training["days"] == r.plans[0].training["days"]

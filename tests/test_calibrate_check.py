@@ -336,4 +336,5 @@ def test_fit_refuses_a_log_of_another_gpu(cli, tmp_path):
     assert_one_line_error(res, "NVIDIA H100 80GB HBM3", "mi300x")
     assert not (tmp_path / "x.yaml").exists()
     chk = cli("calibrate", "check", log, "--hardware", "mi300x", "--tolerance", "1000%")
-    assert chk.code in (0, 1) and "is not the profile's" in chk.out + chk.err
+    assert chk.code == 0, chk.err              # an H100 log against the MI300X profile: off, but within 1000 %
+    assert "is not the profile's" in chk.out + chk.err

@@ -31,7 +31,7 @@ def test_runs_table_prints_cp_v_source_and_the_searched_mark(cli, tmp_path):
     table = tmp_path / "my_runs.csv"
     table.write_text(CSV)
     res = cli("calibrate", "runs", str(table), "--hardware", "h100-sxm", "--check")
-    assert res.code in (0, 1), res.err
+    assert res.code == 0, res.err            # --check without --tolerance reports, never fails
     out = res.out
     assert "my_runs.csv:2" in out and "my_runs.csv:3" in out
     assert "cp2" in out and "v5" in out

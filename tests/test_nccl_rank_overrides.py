@@ -31,6 +31,6 @@ def test_more_ranks_a_node_than_the_profile_holds_exit_2(cli):
 def test_overrides_that_agree_are_taken(cli):
     """--ranks 4 --nodes 2 on the headerless log (4 ranks, 2 hosts in its NCCL INFO lines)."""
     res = cli("calibrate", "check", NCCL + "headerless_ncclinfo_allreduce.txt", "--hardware", "h100-sxm",
-              "--ranks", "4", "--nodes", "2")
-    assert res.code in (0, 1), res.err       # 1: the check ran and found the profile off
+              "--ranks", "4", "--nodes", "2", "--tolerance", "1000%")
+    assert res.code == 0, res.err            # the check ran (a tolerance no log misses)
     assert "4 ranks, 2" in res.out

@@ -48,6 +48,7 @@ def test_plan_lists_one_row_per_layout(cli):
     res = cli("plan", "llama-3-70b", "--gpus", "16", "--json")
     assert res.code == 0, res.err
     plans = res.json()["plans"]
+    assert res.json()["space"]["feasible"] == 17 and len(plans) == 2
     assert [p["rank"] for p in plans] == list(range(1, len(plans) + 1))
     keys = [tuple(p["parallel"][k] for k in ("tp", "pp", "dp", "cp", "zero", "recompute", "micro_batch"))
             for p in plans]

@@ -25,6 +25,6 @@ def test_tsv_file_is_read_as_a_table(cli, tmp_path):
     f = tmp_path / "runs.tsv"
     f.write_text("\t".join(HEADER) + "\n" + "\t".join(ROW) + "\n")
     res = cli("calibrate", "runs", f, "--hardware", "h100-sxm", "--check", "--json")
-    assert res.code in (0, 1), res.err
+    assert res.code == 0, res.err            # --check without --tolerance reports, never fails
     row = res.json()["rows"][0]
     assert row["source"].endswith("runs.tsv:2") and row["measured_step_time_s"] == 8.05
