@@ -173,15 +173,35 @@ def test_every_writer_refuses_a_file_the_process_read(tmp_path):
     before = victim.read_bytes()
     read_yaml(victim)
     writers = [lambda: write_text(victim, "x"), lambda: write_spec(victim, "name: read\nextends: h100-sxm\n", "hardware")]
-    try:
-        import matplotlib  # noqa: F401
-
-        from llmpar.cli import plots
-
-        writers.append(lambda: plots.save(plots._plt().figure(), victim))
-    except ImportError:
-        pass
     for write in writers:
         with pytest.raises(UserError, match="a file this command read"):
             write()
         assert victim.read_bytes() == before
+
+
+def test_the_plot_writer_refuses_a_file_the_process_read(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot writer needs the plot extra")
+    from llmpar.cli import plots
+    from llmpar.specs.reading import read_yaml
+
+    victim = tmp_path / "read.svg"
+    victim.write_text("name: read\nextends: h100-sxm\n")
+    before = victim.read_bytes()
+    read_yaml(victim)
+    with pytest.raises(UserError, match="a file this command read"):
+        plots.save(plots._plt().figure(), victim)
+    assert victim.read_bytes() == before
+
+
+def test_a_runs_table_read_is_refused_as_an_output(tmp_path):
+    """The runs reader records its files too (llmpar.outputs' docstring names runs tables)."""
+    from llmpar.calibrate.runs_io import read_runs
+    from llmpar.outputs import write_text
+
+    table = tmp_path / "runs.csv"            # a CSV: read as bytes, not through the YAML reader
+    table.write_text("model,hardware,gpus,global_batch,seq,step_time_s\nllama-3-8b,h100-sxm,8,64,8192,6.0\n")
+    before = table.read_bytes()
+    read_runs([str(table)])
+    with pytest.raises(UserError, match="a file this command read"):
+        write_text(table, "x")
+    assert table.read_bytes() == before

@@ -45,8 +45,12 @@ def _display(path: Path) -> str:
 
 
 def _read_bytes(path: Path) -> bytes:
+    from llmpar.specs.reading import note_read
+
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
+        note_read(path)      # a writer then refuses it, as every file this process read (llmpar.outputs)
+        return data
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a runs table or a training log") from None
     except OSError as exc:
