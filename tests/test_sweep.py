@@ -148,10 +148,16 @@ def test_api_sweep_is_the_same_function():
     assert r.to_dict()["rows"][0]["days"] == pytest.approx(1e12 / r.rows[0].plan.tokens_per_s / 86_400)
 
 
-@pytest.mark.parametrize("gpus", [[8, "16"], ["8"]])
+@pytest.mark.parametrize("gpus", [[8, "16"], ["8"], [None], [8, None], [b"8"]])
 def test_a_list_of_gpu_counts_holds_numbers(gpus):
     # docs/api.md: an integer argument takes an int or a whole float, and "2" raises; a list of
     # counts was parsed element by element as text (reliability review, item 30, re-checked
     # 2026-12-03). The text form of the whole list ("8,16") stays the CLI's.
     with pytest.raises(UserError, match="gpus must be whole numbers"):
         sweep("llama-3-8b", gpus=gpus)
+
+
+def test_gpus_that_is_no_list_is_one_line():
+    """gpus=object(): neither a count, a text nor a list (a TypeError traceback before)."""
+    with pytest.raises(UserError, match="a list of GPU counts"):
+        sweep("llama-3-8b", gpus=object())

@@ -56,11 +56,14 @@ def parse_gpu_list(value) -> list[int]:
             raise UserError(f"--gpus {value}: an empty entry between commas (write e.g. 8,16,32)")
         items = [x for x in items if x]
     else:
-        items = list(value)
+        try:
+            items = list(value)
+        except TypeError:
+            raise UserError(f"gpus must be a list of GPU counts or the text '8,16,32', got {value!r}") from None
         # a list holds numbers, as every integer argument of the API does (docs/api.md: "2" raises);
-        # the text form "8,16,...,1024" is the string above
+        # the text form "8,16,...,1024" is the string above. Anything else (None, "8") is refused here.
         for x in items:
-            if isinstance(x, str):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer, float, np.floating)):
                 raise UserError(f"gpus must be whole numbers, got {x!r} in {value!r} (or give the text '8,16,32')")
     if not items:
         raise UserError("--gpus: no GPU counts given")
