@@ -267,4 +267,5 @@ def test_control_characters_in_a_log_never_reach_the_terminal(cli, tmp_path):
     assert res.code == 0, res.err
     assert "\x1b" not in res.out and "NVIDIA ?[31mH100" in res.out
     res = cli("calibrate", "parse", f, "--json")
+    assert res.code == 0, res.err             # an empty stdout would pass the check below
     assert "\x1b" not in res.out and "\\u001b" not in res.out

@@ -16,8 +16,10 @@
   a 10^58-second one). A kernel's share or a multiplier is at least 1e-3 (MIN_SHARE: no shipped
   spec states below 0.01). A tier's efficiencies, which `calibrate fit` fits, at least 1e-6
   (MIN_FITTED_SHARE): the fit switches a path off by driving its share toward 0 (GB200's NVLS on a
-  log whose NCCL never ran it, docs/calibration.md §7: inr_efficiency 1.07e-4), and a step that
-  used it would then read a million times long, not 10^58 times.
+  log whose NCCL never ran it: `llmpar calibrate fit ../shared/validation/nccl-logs/19-gb200x8-2node-
+  mnnvl-allreduce-noheader-ncclinfo-ocihpcoke.txt --hardware gb200-nvl72 --out x.yaml` prints
+  inr_efficiency 0.6 -> 0.0001073; the log is in the workplace's shared validation set, not
+  shipped), and a step that used it would then read a million times long, not 10^58 times.
 """
 
 from __future__ import annotations
