@@ -12,7 +12,7 @@ from llmpar.errors import UserError
 
 
 def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
-    from llmpar.specs.reading import unique_json_pairs
+    from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs
 
     try:   # a key given twice is refused, as in every JSON and YAML reader (reliability review, item 31)
         data = json.loads(text, object_pairs_hook=unique_json_pairs)
@@ -20,7 +20,7 @@ def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
         at_end = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
         what = "truncated" if at_end else "malformed"
         raise UserError(f"{file}:{exc.lineno}: {what} JSON (nccl-tests -J output): {exc.msg}") from None
-    except ValueError as exc:   # the duplicate key
+    except DuplicateKeyError as exc:
         raise UserError(f"{file}: JSON (nccl-tests -J output): {exc}") from None
     except RecursionError:
         raise UserError(f"{file}: JSON nested too deeply: not nccl-tests -J output") from None

@@ -378,12 +378,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        from llmpar.specs.reading import unique_json_pairs   # a key given twice (reliability review, item 31)
+        from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs   # a key given twice (item 31)
 
         data = json.loads(text, object_pairs_hook=unique_json_pairs)
     except json.JSONDecodeError as exc:
         raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
-    except ValueError as exc:
+    except DuplicateKeyError as exc:
         raise UserError(f"malformed JSON in {path}: {exc}") from None
     except RecursionError:   # json's C decoder recurses per nesting level: a bounded reader, as the YAML one
         raise UserError(f"malformed JSON in {path}: nested too deeply for a model config") from None
