@@ -67,7 +67,11 @@ def files(tmp_path):
 def test_a_writer_never_overwrites_its_input(cli, files, args, victim):
     before = files[victim].read_bytes()
     res = cli(*[a.format(**files) for a in args])
-    assert_one_line_error(res, "--out")
+    # refused as that file, by one of the three checks (llmpar.outputs: the base or its extends:
+    # chain, the command's own inputs, any file the process read), whichever comes first
+    assert_one_line_error(res, f"--out {files[victim]}")
+    assert any(why in res.err for why in ("extends", "one of the files this command reads",
+                                          "a file this command read")), res.err
     assert files[victim].read_bytes() == before
 
 
