@@ -14,7 +14,10 @@
   multiplier has a lower bound as well as an upper one (reliability review, item 4, re-checked
   2026-12-03: ``gemm_efficiency: 1.0e-300`` printed a 10^60-second step, a tier efficiency of 1e-300
   a 10^58-second one). A kernel's share or a multiplier is at least 1e-3 (MIN_SHARE: no shipped
-  spec states below 0.01). A tier's efficiencies, which `calibrate fit` fits, at least 1e-6
+  spec states below 0.01); the two multipliers that scale whole byte counts, the memory-bound ops'
+  HBM traffic and the saved activations, at least 0.01 (``Multiplier(..., lo=0.01)`` in
+  specs/stack.py: a hundredth of Megatron's fused traffic or of the formula's activations is
+  already no kernel llmpar knows of). A tier's efficiencies, which `calibrate fit` fits, at least 1e-6
   (MIN_FITTED_SHARE): the fit switches a path off by driving its share toward 0 (GB200's NVLS on a
   log whose NCCL never ran it: `llmpar calibrate fit ../shared/validation/nccl-logs/19-gb200x8-2node-
   mnnvl-allreduce-noheader-ncclinfo-ocihpcoke.txt --hardware gb200-nvl72 --out x.yaml` prints
