@@ -240,7 +240,7 @@ def test_dtype_and_unit_errors_name_the_row(cli, tmp_path):
 def test_a_malformed_json_table_is_reported_as_json(cli, tmp_path):
     f = tmp_path / "runs.json"
     f.write_text('{"runs": [\n  {"model": "x",, }\n]}\n')          # the error is on line 2
-    assert_one_line_error(cli("calibrate", "runs", f, "--check"), f"{f}:2: JSON:")
+    assert_one_line_error(cli("calibrate", "runs", f, "--check"), f"{f}:2: malformed JSON")
     assert "YAML" not in cli("calibrate", "runs", f, "--check").err
 
 

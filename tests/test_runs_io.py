@@ -302,7 +302,7 @@ BAD = [
     ("syntax.yaml", "runs:\n- {gpus: 8\n- [\n", r"syntax.yaml:\d+: YAML"),
     ("norun.yaml", "common: {seq: 4}\n", r"norun.yaml:1: no 'runs:' list"),
     ("empty.csv", "", r"empty.csv:1: empty runs table"),
-    ("notjson.jsonl", '{"gpus": 8}\n{gpus\n', r"notjson.jsonl:2: not a JSON object"),
+    ("notjson.jsonl", '{"gpus": 8}\n{gpus\n', r"notjson.jsonl:2: malformed JSON"),
     ("missing_log.csv", "gpus,log\n8,nowhere.log\n", r"missing_log.csv:2: log 'nowhere.log' not found"),
     ("optim.csv", "gpus,optimizer\n8,lion\n", r"optim.csv:2: .*optimizer.*lion"),
     ("gdtype.csv", "gpus,grad_dtype\n8,fp16\n", r"gdtype.csv:2: .*grad_dtype.*fp16"),

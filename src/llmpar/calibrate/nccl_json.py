@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from typing import Any
@@ -12,18 +11,9 @@ from llmpar.errors import UserError
 
 
 def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
-    from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs
+    from llmpar.specs.reading import loads_json   # the one JSON reader (a key given twice: item 31)
 
-    try:   # a key given twice is refused, as in every JSON and YAML reader (reliability review, item 31)
-        data = json.loads(text, object_pairs_hook=unique_json_pairs)
-    except json.JSONDecodeError as exc:
-        at_end = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
-        what = "truncated" if at_end else "malformed"
-        raise UserError(f"{file}:{exc.lineno}: {what} JSON (nccl-tests -J output): {exc.msg}") from None
-    except DuplicateKeyError as exc:
-        raise UserError(f"{file}: JSON (nccl-tests -J output): {exc}") from None
-    except RecursionError:
-        raise UserError(f"{file}: JSON nested too deeply: not nccl-tests -J output") from None
+    data = loads_json(text, file, "JSON (nccl-tests -J output)")
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise UserError(f"{file}:1: JSON without a 'results' list: not nccl-tests -J output")
     sec = Section(json=True)

@@ -11,7 +11,6 @@ line. The format, the aliases and the units are documented in ``docs/runs-format
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,8 +25,7 @@ from llmpar.calibrate.runs_row import RowContext, check_rates, choice_of, make_r
 from llmpar.calibrate.train_logs import read_log
 from llmpar.errors import UserError, suggest
 from llmpar.parallel import DTYPES
-from llmpar.specs.reading import DuplicateKeyError as _DuplicateKey   # the one JSON rule
-from llmpar.specs.reading import unique_json_pairs as _unique_pairs
+from llmpar.specs.reading import loads_json   # the one JSON reader
 
 
 @dataclass
@@ -118,12 +116,7 @@ def _table_rows_jsonl(text: str, name: str) -> list[tuple[str, dict]]:
         s = line.strip()
         if not s or s.startswith("#"):
             continue
-        try:
-            obj = json.loads(s, object_pairs_hook=_unique_pairs)
-        except _DuplicateKey as exc:
-            raise UserError(f"{name}:{lineno}: JSON: {exc}") from None
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise UserError(f"{name}:{lineno}: not a JSON object: {getattr(exc, 'msg', exc)}") from None
+        obj = loads_json(s, name, "JSON (a runs table line)", line=lineno)
         if not isinstance(obj, dict):
             raise UserError(f"{name}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
         out.append((f"{name}:{lineno}", obj))
@@ -133,11 +126,9 @@ def _table_rows_jsonl(text: str, name: str) -> list[tuple[str, dict]]:
 def _json_error(text: str, name: str) -> UserError | None:
     """A ``.json`` table that YAML could not read: JSON's own error, with its line (None: valid JSON)."""
     try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        return UserError(f"{name}:{exc.lineno}: JSON: {exc.msg}")
-    except (RecursionError, ValueError) as exc:
-        return UserError(f"{name}: JSON: {exc}")
+        loads_json(text, name, "JSON (a runs table)")
+    except UserError as exc:
+        return exc
     return None
 
 

@@ -22,14 +22,13 @@ lines of the benchmark scripts they come from.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 from llmpar.errors import UserError
-from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs
+from llmpar.specs.reading import JSONReadError, loads_json
 
 MAX_BYTES = 64 * 2**20
 
@@ -211,15 +210,12 @@ def read(path: Path, isl=None, osl=None) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, parse_constant=lambda c: math.inf if c == "Infinity" else math.nan,
-                                 object_pairs_hook=unique_json_pairs)
-            except RecursionError:
-                raise UserError(f"{path}:{i + 1}: JSON nested too deeply: not a benchmark result") from None
-            except DuplicateKeyError as exc:
-                raise UserError(f"{path}:{i + 1}: JSON: {exc}") from None
-            except ValueError:
-                if i == 0 and "\n{" not in stripped:
-                    raise UserError(f"{path}: not valid JSON") from None
+                obj = loads_json(line, str(path), "JSON (a benchmark result)", line=i + 1)
+            except JSONReadError as exc:
+                # a whole-file result must read; in a JSON-lines file a line of other output is passed
+                # over, except a key given twice or absurd nesting (a malformed result, not other text)
+                if (i == 0 and "\n{" not in stripped) or "malformed" not in str(exc):
+                    raise
                 continue
             if isinstance(obj, dict):
                 run = _from_result(obj, f"{path}:{i + 1}")

@@ -11,7 +11,6 @@ or non-integer key (naming the key).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -377,16 +376,9 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise UserError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        from llmpar.specs.reading import DuplicateKeyError, unique_json_pairs   # a key given twice (item 31)
+    from llmpar.specs.reading import loads_json   # the one JSON reader (a key given twice: item 31)
 
-        data = json.loads(text, object_pairs_hook=unique_json_pairs)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"malformed JSON in {path}:{exc.lineno}: {exc.msg} (column {exc.colno})") from None
-    except DuplicateKeyError as exc:
-        raise UserError(f"malformed JSON in {path}: {exc}") from None
-    except RecursionError:   # json's C decoder recurses per nesting level: a bounded reader, as the YAML one
-        raise UserError(f"malformed JSON in {path}: nested too deeply for a model config") from None
+    data = loads_json(text, str(path), "JSON (a model's config.json)")
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object at the top level")
     return data

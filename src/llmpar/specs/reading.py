@@ -97,6 +97,36 @@ def unique_json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class JSONReadError(UserError):
+    """A text that :func:`loads_json` could not read (a UserError whose message names the place)."""
+
+
+def loads_json(text: str, where: str, what: str = "JSON", *, line: int | None = None) -> Any:
+    """The one JSON reader behind every JSON input (HF config.json, nccl-tests -J, runs tables,
+    serving benchmark results): a key given twice is refused (:func:`unique_json_pairs`), nesting
+    deep enough to exhaust the C decoder's recursion is one error, not a traceback, and every
+    failure is one :class:`JSONReadError` '<where>:<line>: <malformed|truncated> <what>: <reason>'.
+    ``line``: the line ``text`` starts on in its file (a JSON-lines record); otherwise the decoder's
+    own line. ``Infinity`` and ``NaN`` read as floats (vLLM writes a request rate of inf as
+    ``Infinity``): each reader's own checks then name the field that holds one."""
+    import json
+
+    def at(lineno: int | None) -> str:
+        n = line if line is not None else lineno
+        return f"{where}:{n}" if n is not None else where
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_json_pairs)
+    except json.JSONDecodeError as exc:
+        at_end = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
+        raise JSONReadError(f"{at(exc.lineno)}: {'truncated' if at_end else 'malformed'} {what}: {exc.msg} "
+                            f"(column {exc.colno})") from None
+    except DuplicateKeyError as exc:
+        raise JSONReadError(f"{at(None)}: {what}: {exc}") from None
+    except RecursionError:   # the C decoder recurses once per nesting level
+        raise JSONReadError(f"{at(None)}: {what} nested too deeply") from None
+
+
 def _construct_int(loader, node) -> int:
     text = loader.construct_scalar(node).replace("_", "")
     if text.startswith("0o"):
