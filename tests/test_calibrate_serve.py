@@ -143,3 +143,8 @@ def test_a_model_and_hardware_given_as_files_fit_as_their_names_do(cli, tmp_path
     assert by_file.code == 0, by_file.err
     by_name = cli("calibrate", "serve", *logs, "--model", "llama-3.3-70b", "--hardware", "h200", *common)
     assert by_file.json()["cv"] == by_name.json()["cv"]
+    # the rows carry the given specs (ServingRow.specs); the name-keyed cache of the fit is never
+    # written with them (it was swapped in and out around the fit: state a second caller could see)
+    from llmpar.serving import fit as F
+
+    assert ("m33", "h2") not in F._SPECS

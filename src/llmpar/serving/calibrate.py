@@ -47,7 +47,9 @@ def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl
             row = ServingRow(source=path.name, row=run["where"], engine=engine.name, model=model.name,
                              hardware=hw.name, gpus=gpus, tp=tp, pp=pp, ep=1, isl=I, osl=O, load=run["load"],
                              weights=weights, kv_dtype=kv_dtype, measured=_measured(run["measured"]),
-                             tpot_stat=tpot_stat(run["measured"]), requests=run.get("requests"))
+                             tpot_stat=tpot_stat(run["measured"]), requests=run.get("requests"),
+                             specs=(model, hw))   # the specs given, files included (not looked up by name:
+                                                  # a model file was "unknown model 'm33'", re-check 2026-12-03)
             if row.measured:
                 rows.append(row)
     return rows
@@ -86,23 +88,6 @@ def _median_abs(res: list[dict[str, float]]) -> dict[str, float]:
 
 
 def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=None, osl=None) -> dict[str, Any]:
-    # the rows name their model and hardware; the fit looks them up by name (serving/fit._specs), so
-    # the specs given here, files included, stand for those names while this fit runs (a model file
-    # was "unknown model 'm33'": reliability re-check 2026-12-03)
-    key = (model.name, hw.name)
-    saved = F._SPECS.get(key)
-    F._SPECS[key] = (model, hw)
-    try:
-        return _calibrate(files, model, hw, engine, gpus=gpus, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
-                          isl=isl, osl=osl)
-    finally:
-        if saved is None:
-            F._SPECS.pop(key, None)
-        else:
-            F._SPECS[key] = saved
-
-
-def _calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl) -> dict[str, Any]:
     rows = _rows(files, model, hw, engine, gpus=gpus, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype, isl=isl,
                  osl=osl)
     if len(rows) < MIN_RUNS:

@@ -82,8 +82,11 @@ _SPECS: dict[tuple[str, str], Any] = {}
 
 
 def _specs(row: ServingRow):
+    """The row's (model, hardware): its own where it carries them, else loaded by name once."""
     from llmpar.specs.registry import load_hardware, load_model
 
+    if row.specs is not None:
+        return row.specs
     key = (row.model, row.hardware)
     if key not in _SPECS:
         _SPECS[key] = (load_model(row.model), load_hardware(row.hardware))

@@ -42,6 +42,9 @@ class ServingRow:
     requests: int | None = None   # the benchmark's request count (num_requests), where published
     tpot_stat: str = "mean"       # "median": the row publishes a median token gap (median ITL)
     fitted: bool = True           # False: the file says `fit: false` (evidence only; README.md, Format)
+    # the (model, hardware) specs themselves where the row was made from specs given to it (calibrate
+    # serve: a model or hardware file that no registry name reaches); None: looked up by name
+    specs: tuple[Any, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def replicas(self) -> int:
