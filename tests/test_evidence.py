@@ -114,6 +114,25 @@ def test_plausibility_against_the_best_published_run_of_the_class():
     assert EV.min_published_tokens_per_gpu(rs) == 4096.0
 
 
+def test_plausibility_uses_the_compared_class_s_own_interval_not_a_widened_one():
+    """With MIN_ROWS (8) or more runs in the comparison class, the yardstick is that class's own
+    80 % interval: here every one of the 8 runs was measured 10 % slower than predicted (residual
+    ln 1.1), so every quantile is ln 1.1 and the upper factor is exactly 1.1. The best run measured
+    0.40, so a prediction is flagged above 0.40 x 1.1 = 0.44: 0.45 is (0.45 / 1.1 = 0.409 > 0.40),
+    0.43 is not (0.391). The query's interval, widened to x2 as an extrapolated one is, would have
+    flagged nothing below 0.80: it is not used (GPT-3 175B on 1,024 A100s under megatron-core, x1.54,
+    was not flagged at 62 % against a class record of 47.6 %)."""
+    rs = [EV.Residual(f"s{i % 2}", "speed", KEY, math.log(1.1), m, 4096.0)
+          for i, m in enumerate((0.30, 0.31, 0.32, 0.33, 0.34, 0.35, 0.36, 0.40))]
+    wide = EV.Interval(0.8, 0.5, 2.0, KEY, (), 8, 2)
+    p = EV.plausibility(np.array([0.43, 0.45, 0.79]), wide, "hopper", False, "bf16", rs)
+    assert p["class_factor"] == pytest.approx(1.1) and p["rows"] == 8
+    assert list(p["above_published"]) == [False, True, True]
+    # below MIN_ROWS the query's interval stands in (7 runs: x2, nothing up to 0.80 flagged)
+    p7 = EV.plausibility(np.array([0.45, 0.79]), wide, "hopper", False, "bf16", rs[1:])
+    assert p7["class_factor"] == 2.0 and list(p7["above_published"]) == [False, False]
+
+
 @pytest.mark.parametrize("text, value", [(None, 0.8), ("80%", 0.8), ("0.9", 0.9), (95, 0.95), ("50 %", 0.5)])
 def test_interval_level_parsing(text, value):
     assert EV.level_value(text) == pytest.approx(value)

@@ -103,9 +103,12 @@ How to read it:
   intervals, each row's built from the *other* sources' residuals only, cover 75-90 % of rows
   (source-weighted); 0 % gives 59 %, 4 % 82 %, 6 % 89 %, 10 % 94 %. The coverage column below is
   that honest check, not an in-sample one.
-- **Plausibility.** A prediction whose MFU, divided by its interval's upper factor, still exceeds the
-  best measured MFU of any published run on the same GPU generation x dense/MoE x dtype recipe is
-  flagged (`plausibility.above_published`), and `plan` says when its #1 is such a row.
+- **Plausibility.** A prediction whose MFU, divided by the upper step-time factor of the interval of
+  the published runs it is compared with (their own residuals; the prediction's interval where that
+  class has fewer than 8 runs), still exceeds the best measured MFU of any published run on the same
+  GPU generation x dense/MoE x dtype recipe x GPU band is flagged (`plausibility.above_published`),
+  and `plan` says when its #1 is such a row. The prediction's own interval is not the yardstick: an
+  extrapolated one is widened, and would flag less exactly where llmpar knows least.
 
 ### Sources llmpar misses by more than 25 % (leave-one-source-out mean |error|)
 
