@@ -22,6 +22,21 @@ GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULES.index(s) for s in 
     "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
 
 
+def p2p_overlap(overlap_pp: float, pp_schedules, schedule):
+    """The share of the pipeline's p2p sends hidden behind compute under ``schedule`` (a code or an
+    array of codes): the stack's overlap.pp under the schedules it achieves it on
+    (overlap.pp_schedules; None = all), 0 (blocking send/recv) under the others. Megatron-Core
+    overlaps p2p only in the interleaved schedule: forward_backward_pipelining_without_interleaving
+    raises "Non-interleaved pipeline parallelism does not support overlapping p2p communication",
+    and megatron/training/arguments.py sets overlap_p2p_comm False without a virtual pipeline size
+    (NVIDIA/Megatron-LM, megatron/core/pipeline_parallel/schedules.py)."""
+    if pp_schedules is None:
+        return overlap_pp
+    codes = [SCHEDULES.index(s) for s in pp_schedules]
+    on = np.isin(np.asarray(schedule), codes)
+    return _out(np.where(on, overlap_pp, 0.0))
+
+
 # ---------------------------------------------------------------------------------------------
 # Activation memory: how many micro-batches' activations stage 1 holds at its peak
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ cost/step.py ``_data_parallel``'s, quoted in the formula.
 
 from __future__ import annotations
 
+from llmpar.cost import pipeline
 from llmpar.cost.pipeline import fp8_bf16_layers
 from llmpar.cost.terms import Term
 from llmpar.specs.stack import per_gen
@@ -66,7 +67,8 @@ def step_terms(r) -> list[Term]:
     m, n = int(par.microbatches), r.detail["critical_stage_layers"]
     f, st = fmt_seconds, r.settings.stack
     ov = st.overlap
-    pp_total = (m * 2.0 * int(par.virtual_stages) * p["p2p_per_transfer_s"] * (1.0 - ov.pp)
+    ov_pp = float(pipeline.p2p_overlap(ov.pp, ov.pp_schedules, int(par.schedule)))
+    pp_total = (m * 2.0 * int(par.virtual_stages) * p["p2p_per_transfer_s"] * (1.0 - ov_pp)
                 if int(par.pp) > 1 else 0.0)
     return _compute_terms(r, p, m, n) + [
         Term("recompute", "re-run forward", m * n * p["layer_recompute_s"] if not p["bf16_layers_extra_s"] else
@@ -76,7 +78,9 @@ def step_terms(r) -> list[Term]:
              f"fwd {f(p['tp_forward_s'])}, bwd {f(p['tp_backward_s'])} per layer, tp={int(par.tp)}, "
              f"{'AG+RS (SP)' if par.sp else 'all-reduce'}", "Shoeybi 2019 §3; Korthikanti 2022 §4.2.2", "s"),
         Term("pp", "p2p sends", pp_total, "m x 2 x v x t_p2p x (1 - overlap.pp)",
-             f"t_p2p={f(p['p2p_per_transfer_s'])}, v={int(par.virtual_stages)}, overlap.pp {ov.pp:g}",
+             f"t_p2p={f(p['p2p_per_transfer_s'])}, v={int(par.virtual_stages)}, overlap.pp {ov_pp:g}"
+             + (f" (the stack overlaps p2p under {', '.join(ov.pp_schedules)} only)"
+                if ov.pp_schedules is not None and ov_pp != ov.pp else ""),
              "Narayanan 2021 §2.2, §4.1", "s"),
         Term("bubble", "pipeline bubble", b["bubble"], "(p-1)(t_f + t_b), / v if interleaved",
              f"p={int(par.pp)}, t_f={f(r.detail['stage_forward_s'])}, t_b={f(r.detail['stage_backward_s'])}",

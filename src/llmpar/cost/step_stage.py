@@ -144,8 +144,10 @@ def critical_stage(model, hw, par, settings, place, e, L, C, E):
         bf_n = np.where(dual, np.where(pair_wins, (bf_first + bf_last) / 2.0, 0.0), bf_n)
     pp_one, pp_bytes = comm.pp_microbatch(hw, model, par, place, e)
     # p2p: blocking send/recv is on the critical path; async p2p (Megatron-Core overlap_p2p_comm)
-    # hides the stack's overlap.pp of it behind the next micro-batch's compute.
-    pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - settings.stack.overlap.pp)
+    # hides the stack's overlap.pp of it behind the next micro-batch's compute, under the schedules
+    # that achieve it (pipeline.p2p_overlap)
+    ov = settings.stack.overlap
+    pp_f = pp_b = par.virtual_stages * pp_one * (1.0 - pipeline.p2p_overlap(ov.pp, ov.pp_schedules, par.schedule))
     heads_f = has_head * (E.head_f + D * E.mtp_f)
     heads_b = has_head * (E.head_b + D * E.mtp_b)
     bf_f, bf_b, bf_rec = bf_n * L.bf_f, bf_n * L.bf_b, bf_n * L.bf_rec

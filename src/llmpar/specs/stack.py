@@ -196,6 +196,11 @@ class Overlap(_Strict):
                           "gradient buckets (dp_bucket_bytes)")
     zero3_prefetch: float = Field(0.0, ge=0, le=1, description="ZeRO-3 / FSDP parameter gathers behind compute")
     pp: float = Field(0.0, ge=0, le=1, description="pipeline p2p behind compute (1 = async send/recv, 0 = blocking)")
+    pp_schedules: list[Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]] | None = Field(
+        None, description="pipeline schedules under which the stack's overlap.pp is achieved; under the others its "
+                          "p2p sends are blocking (Megatron-Core: overlap_p2p_comm only with the interleaved schedule; "
+                          "1F1B raises 'Non-interleaved pipeline parallelism does not support overlapping p2p "
+                          "communication'); None = every schedule")
     cp: float = Field(1.0, ge=0, le=1, description="CP K/V exchange behind the attention core (ring attention)")
     ep: float = Field(0.0, ge=0, le=1, description="EP all-to-alls behind compute (beyond DualPipe's own pairing)")
     ep_sms: int = Field(
