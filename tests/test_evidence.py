@@ -231,3 +231,14 @@ def EV_dir():
     from llmpar.specs.registry import data_dir
 
     return data_dir("validation")
+
+
+def test_the_step_at_the_class_record_is_the_same_flops_at_the_record_s_rate():
+    # a 10 s step predicted at 60 % MFU does the work of 10 x 0.60 = 6 s at the peak; at the class's
+    # best measured 40 % that work takes 6 / 0.40 = 15 s
+    p = {"best_published_mfu": 0.40, "best_source": "s", "class": "c", "rows": 8, "class_factor": 1.1,
+         "above_published": True}
+    assert EV.with_step_at_best(p, 10.0, 0.60)["step_time_at_best_s"] == pytest.approx(15.0)
+    assert EV.with_step_at_best(None, 10.0, 0.60) is None
+    note = EV.implausible_note(0.60, p, step_time_s=10.0)
+    assert note.endswith("at that run's 40.0 % the step would take 15 s")

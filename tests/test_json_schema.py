@@ -40,7 +40,7 @@ EVIDENCE = tuple(f"evidence.{k}" for k in ("class", "used_class", "rows", "sourc
 SPEED_INTERVAL = tuple(f"interval.{k}" for k in ("level", "step_time_s[]", "tokens_per_s[]", "mfu[]", *EVIDENCE))
 MEMORY_INTERVAL = ("level", "total_bytes[]", "may_not_fit", *EVIDENCE)
 PLAUSIBILITY = tuple(f"plausibility.{k}" for k in ("best_published_mfu", "best_source", "class", "rows",
-                                                    "class_factor", "above_published"))
+                                                    "class_factor", "above_published", "step_time_at_best_s"))
 
 MEMORY = COMMON + SETTINGS + MEMORY_COMPONENTS + (
     "model_requested", "mode", "params_total", "params_per_gpu",

@@ -298,14 +298,31 @@ def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: st
     return None
 
 
-def implausible_note(mfu_full: float, p: dict[str, Any] | None, who: str = "MFU") -> str | None:
+def with_step_at_best(p: dict[str, Any] | None, step_time_s: float, mfu_full: float) -> dict[str, Any] | None:
+    """``p`` (:func:`plausibility` of one prediction) with ``step_time_at_best_s``: the step time
+    at the class's best measured MFU, the same FLOPs at that rate (step x MFU / best); None stays
+    None."""
+    if p is None:
+        return None
+    best = p["best_published_mfu"]
+    return {**p, "step_time_at_best_s": float(step_time_s * mfu_full / best) if best > 0 else None}
+
+
+def implausible_note(mfu_full: float, p: dict[str, Any] | None, who: str = "MFU",
+                     step_time_s: float | None = None) -> str | None:
     """The line `step` and `plan` print when a prediction is above every published run of its
-    class (:func:`plausibility`); None when it is not."""
+    class (:func:`plausibility`); None when it is not. With ``step_time_s``, the line also gives the
+    step time at the class's best measured MFU (the same FLOPs at that rate: step x MFU / best), the
+    figure a planner can budget on when the prediction is beyond every measurement."""
     if not p or not p.get("above_published"):
         return None
+    at_best = ""
+    if step_time_s is not None and (t := with_step_at_best(p, step_time_s, mfu_full)["step_time_at_best_s"]):
+        at_best = f"; at that run's {p['best_published_mfu'] * 100:.1f} % the step would take {t:.4g} s"
     return (f"implausible: {who} {mfu_full * 100:.1f} % (attention in full) is above the best published run of its "
             f"class ({p['class']}: {p['best_published_mfu'] * 100:.1f} %, {p['best_source']}) by more than llmpar's "
-            f"errors on that class's {p['rows']} runs reach (x{p['class_factor']:.2f}): treat the time as optimistic")
+            f"errors on that class's {p['rows']} runs reach (x{p['class_factor']:.2f}): treat the time as optimistic"
+            + at_best)
 
 
 def min_published_tokens_per_gpu(residuals=None) -> float | None:

@@ -118,7 +118,10 @@ def plan_row(rank, model, hw, settings, par, out, mem, i, equivalent=(), evidenc
         interval = EV.speed_json(iv, numbers["step_time_s"], numbers["tokens_per_s"], numbers["mfu"],
                                  mfu_cap=hw.gpu.gemm.max_efficiency)
         if base is not None:
-            plaus = {**base, "above_published": bool(numbers["mfu_full_attention"] / base["class_factor"] > base["best_published_mfu"])}
+            plaus = EV.with_step_at_best(
+                {**base, "above_published": bool(numbers["mfu_full_attention"] / base["class_factor"]
+                                                 > base["best_published_mfu"])},
+                numbers["step_time_s"], numbers["mfu_full_attention"])
     return PlanRow(
         rank=rank, model=model.name, hardware=hw.name, parallel=par.take(i), settings=settings,
         **numbers, interval=interval, plausibility=plaus, memory=memory, equivalent=list(equivalent),

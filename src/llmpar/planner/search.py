@@ -364,7 +364,8 @@ def evidence_notes(iv, best: PlanRow, space: SpaceSummary, gpus: int, tokens_per
         out.append(f"{space.robust_band:,} layouts within {space.rank_tolerance * 100:g} % of the fastest are ranked by "
                    "robustness (no offload, no CP, fewer parallel dimensions), then time; TIGHT layouts are listed "
                    "after every other one (--margin 0 ranks by predicted time alone)")
-    if (note := EV.implausible_note(best.mfu_full_attention, best.plausibility, "plan #1's MFU")) is not None:
+    if (note := EV.implausible_note(best.mfu_full_attention, best.plausibility, "plan #1's MFU",
+                                     best.step_time_s)) is not None:
         out.append(note)
     floor = EV.min_published_tokens_per_gpu()
     per_gpu = tokens_per_step / gpus

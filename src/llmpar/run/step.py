@@ -52,9 +52,10 @@ def run(v: dict[str, Any]) -> StepResult:
     if mem.interval is not None and level != EV.DEFAULT_LEVEL:
         mem.interval = EV.memory_json(EV.query("memory", settings, hw, spec, par, level),
                                       float(mem.memory["total_bytes"]), float(mem.capacity_bytes))
-    plaus = EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype,
-                            gpus=float(par.gpus))
-    if (note := EV.implausible_note(numbers["mfu_full_attention"], plaus)) is not None:
+    plaus = EV.with_step_at_best(
+        EV.plausibility(numbers["mfu_full_attention"], iv, hw.gpu.generation, spec.is_moe, settings.dtype,
+                        gpus=float(par.gpus)), numbers["step_time_s"], numbers["mfu_full_attention"])
+    if (note := EV.implausible_note(numbers["mfu_full_attention"], plaus, step_time_s=numbers["step_time_s"])) is not None:
         notes.append(note)
     return StepResult(
         model=spec.name, model_requested=mem.model_requested, hardware=hw.name, parallel=par, settings=settings,
