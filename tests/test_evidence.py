@@ -242,3 +242,15 @@ def test_the_step_at_the_class_record_is_the_same_flops_at_the_record_s_rate():
     assert EV.with_step_at_best(None, 10.0, 0.60) is None
     note = EV.implausible_note(0.60, p, step_time_s=10.0)
     assert note.endswith("at that run's 40.0 % the step would take 15 s")
+
+
+def test_plausibility_never_compares_across_dtype_or_dense_and_moe():
+    """An FP8 run's MFU is against the FP8 peak and an MoE run's is lowered by its routing: neither
+    bounds a dense 16-bit prediction. With only FP8 and MoE runs of a generation published, a dense
+    BF16 prediction has no class to be compared with (None), however high it is."""
+    fp8 = ("x", "blackwell", "dense", "fp8", "65-512 GPUs", "seq <=4K")
+    moe = ("x", "blackwell", "moe", "16-bit", "65-512 GPUs", "seq <=4K")
+    rs = [EV.Residual("a", "speed", fp8, 0.0, 0.35, 4096.0), EV.Residual("b", "speed", moe, 0.0, 0.30, 4096.0)]
+    iv = EV.Interval(0.8, 0.9, 1.1, KEY, KEY, 10, 2)
+    assert EV.plausibility(0.9, iv, "blackwell", False, "bf16", rs, gpus=256) is None
+    assert EV.plausibility(0.9, iv, "blackwell", False, "fp8", rs, gpus=256)["best_published_mfu"] == 0.35

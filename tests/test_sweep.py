@@ -161,3 +161,21 @@ def test_gpus_that_is_no_list_is_one_line():
     """gpus=object(): neither a count, a text nor a list (a TypeError traceback before)."""
     with pytest.raises(UserError, match="a list of GPU counts"):
         sweep("llama-3-8b", gpus=object())
+
+
+def test_a_row_above_every_published_run_of_its_class_is_marked_with_its_days_at_that_run(cli):
+    """GPT-3 175B on 1,024 A100s: plan #1 predicts 63.3 % MFU (attention in full) where the best
+    published run of A100 · dense · 16-bit · 513-4,096 GPUs measured 47.6 % (NeMo Megatron 2022).
+    The MFU cell is marked `!` and a line gives the days at that MFU: the same FLOPs at 47.6 %, so
+    days x (step at the record / predicted step) = days x 63.3 / 47.6."""
+    res = cli("sweep", "gpt3-175b", "--gpus", "1024", "--hardware", "a100-80gb", "--tokens", "300B", "--json")
+    row = res.json()["rows"][0]
+    pl = row["plan"]["plausibility"]
+    assert pl["above_published"] and pl["best_published_mfu"] == pytest.approx(0.47608)
+    ratio = pl["step_time_at_best_s"] / row["plan"]["step_time_s"]
+    assert ratio == pytest.approx(row["plan"]["mfu_full_attention"] / 0.47608)
+    text = cli("sweep", "gpt3-175b", "--gpus", "1024", "--hardware", "a100-80gb", "--tokens", "300B").out
+    from llmpar.cli.training import fmt_days
+
+    assert "%!" in text and "! a100-80gb x 1,024: MFU" in text
+    assert f"{fmt_days(row['training']['days'] * ratio)} days" in text

@@ -267,7 +267,10 @@ def level_value(level) -> float:
 def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: str | None,
                  residuals=None, gpus: float | None = None) -> dict[str, Any] | None:
     """The best measured MFU among published runs of the same GPU generation x dense/MoE x dtype
-    recipe x GPU band (falling back to fewer of them, from the band back to the generation), and
+    recipe x GPU band (falling back to the class without the band, never further: an FP8 run's MFU
+    is counted against the FP8 peak and an MoE run's is lower by its routing, so neither bounds a
+    dense 16-bit prediction; until 2026-12-03 the fallback went on to the generation, and a BF16
+    Llama-3 70B on 256 B200s was compared with Blackwell FP8 runs), and
     whether ``mfu`` lies above it by more than the class's interval: ``above_published`` when
     mfu / hi > best, where hi is the upper step-time factor of the ``iv.level`` interval of that
     class's own residuals (how far llmpar's predictions of those very runs fell short of the
@@ -278,13 +281,13 @@ def plausibility(mfu, iv: Interval, generation: str | None, moe: bool, dtype: st
     wider band would flag less exactly where llmpar knows least (GPT-3 175B on 1,024 A100s under
     megatron-core, never measured on A100: x1.54, so 62 % MFU / 1.54 = 41 % did not beat the
     class's 47.6 %). ``mfu`` may be an array (the planner's candidates); then ``above_published``
-    is an array. None: no run of the generation was published."""
+    is an array. None: no run of that generation x dense/MoE x dtype recipe was published."""
     pool = [r for r in (shipped_residuals() if residuals is None else residuals)
             if r.kind == "speed" and r.measured_mfu is not None]
     key = (str(generation or "unknown generation"), "moe" if moe else "dense", dtype_recipe(dtype),
            scale_band(gpus) if gpus is not None else None)
     pos = (1, 2, 3, 4)                     # where each dimension sits in an evidence class key
-    for depth in ((4, 3, 2, 1) if gpus is not None else (3, 2, 1)):
+    for depth in ((4, 3) if gpus is not None else (3,)):
         vals = [r for r in pool if all(r.key[pos[j]] == key[j] for j in range(depth))]
         if vals:
             best = max(vals, key=lambda r: r.measured_mfu)

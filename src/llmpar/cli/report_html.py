@@ -95,7 +95,7 @@ def _training_lines(t: dict[str, Any] | None, who: str) -> list[str]:
 def sweep_page(r) -> str:
     """The page for a :class:`llmpar.results_plan.SweepResult`."""
     from llmpar.cli import plots
-    from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
+    from llmpar.cli.sweep_table import deadline_lines, implausible_lines, legend, sweep_table
     from llmpar.cli.training import fmt_tokens
 
     cols, rows, notes = sweep_table(r)
@@ -108,7 +108,7 @@ def sweep_page(r) -> str:
         items("deadline", deadline_lines(r), "Deadline"),
         table("plans", "Plan #1 at each GPU count (scaling = tokens/s per GPU vs the smallest count with a layout)",
               cols, rows),
-        items("notes", [f"[{i}] {n}" for i, n in enumerate(notes, 1)]),
+        items("notes", [f"[{i}] {n}" for i, n in enumerate(notes, 1)] + implausible_lines(r)),
         f'<p class="legend">{e(legend(r))}</p>',
         "<h2>Figures</h2>" + figure(lambda: plots.sweep_figure(r)),
         items("assumptions", r.assumptions, "Assumptions"),

@@ -13,7 +13,7 @@ import click
 
 from llmpar.cli.common import (guard_outputs, complete_hardware, complete_model, echo_json, html_option, overlap_options,
                                plot_option, precision_options)
-from llmpar.cli.sweep_table import deadline_lines, legend, sweep_table
+from llmpar.cli.sweep_table import deadline_lines, implausible_lines, legend, sweep_table
 from llmpar.cli.training import fmt_tokens, training_options
 from llmpar.errors import CheckFailed, UserError
 
@@ -165,7 +165,7 @@ def render(r) -> None:
                   highlight=False)
     for i, n in enumerate(notes, 1):
         con.print(f"[{i}] {n}", highlight=False, markup=False)
-    for line in deadline_lines(r):
-        con.print(line, highlight=False)
+    for line in implausible_lines(r) + deadline_lines(r):
+        con.print(line, highlight=False, markup=False)
     con.print()
     con.print(f"[dim]{len(r.rows)} plans in {r.elapsed_s:.2f} s; {legend(r)}[/dim]", highlight=False)

@@ -42,7 +42,7 @@ def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:
             continue
         p = row.plan
         cells = [row.hardware, f"{row.gpus:,}", _layout(p), secs_text(p.step_time_s), rate_text(p.tokens_per_s),
-                 f"{p.mfu * 100:.1f}%", f"{row.scaling_efficiency * 100:.0f}%"]
+                 f"{p.mfu * 100:.1f}%" + ("!" if _implausible(p) else ""), f"{row.scaling_efficiency * 100:.0f}%"]
         if has_t:
             t = row.training
             cells += [fmt_days(t["days"])]
@@ -59,6 +59,29 @@ def sweep_table(r) -> tuple[list[tuple[str, bool]], list[list[str]], list[str]]:
                 cells.append(fmt_quantity(g["effective_cost"]) if g.get("effective_cost") is not None else "-")
         rows.append(cells)
     return cols, rows, notes
+
+
+def _implausible(plan) -> bool:
+    return bool(plan.plausibility and plan.plausibility.get("above_published"))
+
+
+def implausible_lines(r) -> list[str]:
+    """One line per row whose plan #1 is above every published run of its class (the MFU cell's
+    `!`; llmpar.evidence.plausibility), with its step and days at that run's MFU (terminal and `--html`)."""
+    out = []
+    for row in r.rows:
+        if not row.ok or not _implausible(row.plan):
+            continue
+        pl = row.plan.plausibility
+        t_best = pl.get("step_time_at_best_s")
+        days = ""
+        if t_best and row.training and row.training.get("days") is not None:
+            days = f", {fmt_days(row.training['days'] * t_best / row.plan.step_time_s)} days"
+        at = f"; at that MFU: step {secs_text(t_best)}{days}" if t_best else ""
+        out.append(f"! {row.hardware} x {row.gpus:,}: MFU {row.plan.mfu_full_attention * 100:.1f} % (attention in full) "
+                   f"is above the best published run of its class ({pl['class']}: {pl['best_published_mfu'] * 100:.1f} %, "
+                   f"{pl['best_source']}) by more than llmpar's errors on it (x{pl['class_factor']:.2f}){at}")
+    return out
 
 
 def deadline_lines(r) -> list[str]:
@@ -81,9 +104,11 @@ def legend(r) -> str:
     """The line under the table that says what its abbreviations and columns mean."""
     level = next((x.plan.interval["level"] for x in r.rows if x.ok and x.plan.interval), None)
     has_t = r.tokens is not None
+    flagged = any(x.ok and _implausible(x.plan) for x in r.rows)
     return ("layout: tp pp dp (cp ep when > 1), z = ZeRO stage, "
             "sel/full = recompute (full:N: N layers per chunk), off:N = N layers' activations offloaded, b = micro-batch, m = micro-batches per step"
             + (f"; days ({(level or 0) * 100:.0f} %): the interval from published runs like it, * = extrapolated (no "
                "published run of its class; --json has the evidence)" if has_t and level is not None else "")
             + ("; eff. days (goodput %): with failures, checkpoints and restarts, days / goodput; eff. cost the same; "
-               "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else ""))
+               "GPU-hours and MWh ideal (docs/sweep.md, Goodput; --json has both)" if has_t else "")
+            + ("; ! = MFU above every published run of its class (--json: plan.plausibility)" if flagged else ""))
