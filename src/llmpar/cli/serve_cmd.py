@@ -33,7 +33,7 @@ from llmpar.errors import CheckFailed
 @click.option("--simulate", type=int, metavar="N", help="Also run N requests (per replica, at most 10,000) through a "
                                                       "discrete-event model of the scheduler: TTFT, TPOT and "
                                                       "end-to-end p50/p90/p99 with the queue's own tail.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --simulate's arrivals and lengths.")
+@click.option("--seed", type=int, help="Seed of --simulate's arrivals and lengths (default 0; only with --simulate).")
 @click.option("--concurrency", type=int, help="Closed loop: C clients, each sending its next request when one ends.")
 @click.option("--rate", default=None, help="Open loop: Poisson arrivals, requests/s; inf = all --prompts at once "
                                            "(the default, as vllm bench serve).")

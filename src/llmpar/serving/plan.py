@@ -206,13 +206,22 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
     from llmpar.serving.deployment import _int
+    from llmpar.serving.run import check_engine_runs_on, runs_on
     from llmpar.specs.registry import load_engine, shipped_names
 
     spec = load_model_spec(model, hf)[0]
     hw = load_hardware_spec(hardware)
-    names = (["vllm"] if engine is None else shipped_names("engines") if engine == "all" else
-             [e.strip() for e in engine.split(",")] if isinstance(engine, str) else list(engine))
+    if engine == "all":   # every shipped engine that runs on the GPU (TensorRT-LLM: NVIDIA's only)
+        names = [n for n in shipped_names("engines") if runs_on(load_engine(n), hw)]
+    else:
+        names = (["vllm"] if engine is None else
+                 [e.strip() for e in engine.split(",")] if isinstance(engine, str) else list(engine))
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise UserError(f"--engine {dup!r} is given twice: name each engine once")
     engines = [load_engine(n) for n in names]
+    for e in engines:
+        check_engine_runs_on(e, hw)
     isl = _int(isl, "isl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
     osl = _int(osl, "osl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
     gpus = _int(gpus, "gpus", 1, 1_048_576)
@@ -230,6 +239,9 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
 
         price = parse_price(price, price)
     t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
+    if t_tpot is not None and osl == 1:   # an option that changes nothing is refused, not ignored
+        raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
+                        "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
                price=price)
     out["candidates"] = out["candidates"][:top]

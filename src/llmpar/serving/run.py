@@ -28,10 +28,11 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
           max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
           prefix_hit=None, dp_attention=False, disagg=None, isl_range=None, osl_range=None, simulate=None,
-          seed=0) -> dict[str, Any]:
+          seed=None) -> dict[str, Any]:
     """One deployment under one load: the figures of docs/serving.md as a plain dict. ``isl_range`` /
     ``osl_range`` ((lo, hi), or "LO-HI"): uniform length spreads; the state is the mean lengths'
     and ``percentiles`` the requests' spread in it (cost/serving_tails.py)."""
+    check_engine_runs_on(engine, hw)
     spread, isl, osl = _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg)
     d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
                    spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
@@ -97,6 +98,19 @@ def _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, di
     return spread, isl, osl
 
 
+def runs_on(engine, hw) -> bool:
+    """Whether ``engine`` runs on ``hw``'s GPU generation (Engine.generations; a GPU of no stated
+    generation is taken to)."""
+    gens = engine.generations
+    return gens is None or hw.gpu.generation is None or hw.gpu.generation in gens
+
+
+def check_engine_runs_on(engine, hw) -> None:
+    if not runs_on(engine, hw):
+        raise UserError(f"--engine {engine.name} runs on {', '.join(engine.generations)} GPUs only, not "
+                        f"{hw.name}'s {hw.gpu.generation} (give --engine vllm or sglang)")
+
+
 def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, seed, disagg) -> None:
     """The load's own options, each checked once, before anything is priced: the numbers' ranges
     (concurrency, batch, prompts, rate, --simulate, --seed, --disagg) and which combinations are
@@ -107,11 +121,18 @@ def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, se
     if rate is not None and not float(rate) > 0:
         raise UserError(f"--rate must be positive requests/s or inf, got {rate!r}")
     poisson = kind == "rate" and rate is not None and math.isfinite(float(rate))
+    if seed is not None and simulate is None:   # an option that changes nothing is refused, not ignored
+        raise UserError("--seed seeds --simulate's arrivals and lengths: give --simulate N with it (the fluid "
+                        "model's figures have no randomness)")
+    if simulate is not None and disagg is not None:
+        raise UserError("--simulate with --disagg is not modelled: the scheduler simulation runs one colocated "
+                        "replica, and the disaggregated pools are priced at their steady state")
     if simulate is not None:
         from llmpar.cost.serving_sim import MAX_REQUESTS as SIM_MAX   # only when asked: not on serve's start-up path
 
         _int(simulate, "simulate", 1, SIM_MAX)
-        _int(seed, "seed", 0, 2**31)
+        if seed is not None:
+            _int(seed, "seed", 0, 2**31)
         if not poisson:
             # a closed loop of identical requests keeps its waves in the published runs (vLLM, 1,000
             # prompts at concurrency 100: TTFT 1.64 s measured), which this scheduler model does not
@@ -276,7 +297,7 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
               interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False,
-              disagg=None, isl_range=None, osl_range=None, simulate=None, seed=0):
+              disagg=None, isl_range=None, osl_range=None, simulate=None, seed=None):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec

@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Name, Text
-from llmpar.specs.stack import MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
+from llmpar.specs.stack import GENERATIONS, MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
 
 # counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
 Count = Annotated[int, Field(gt=0, le=1_048_576)]
@@ -99,6 +99,9 @@ class Engine(_Strict):
     version: Text = Field("", description="the engine version the values describe")
     sources: list[Text] = Field(default_factory=list, description="where the values come from")
     fitted_on: list[Text] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
+    generations: list[Literal[GENERATIONS]] | None = Field(
+        None, description="the GPU generations the engine runs on (TensorRT-LLM: NVIDIA's only); `serve` refuses "
+                          "it on another and `serve-plan --engine all` leaves it out there; None = every generation")
     scheduler: Scheduler = Field(default_factory=Scheduler)
     kernels: Kernels = Field(default_factory=Kernels)
     overhead: Overheads = Field(default_factory=Overheads)
