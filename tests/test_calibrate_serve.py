@@ -83,8 +83,8 @@ def test_physics_refuses_an_impossible_tpot(cli, tmp_path):
     f = tmp_path / "fast.json"
     f.write_text('{"completed": 10, "total_input_tokens": 1000, "total_output_tokens": 1000, "request_rate": "inf", '
                  '"max_concurrency": 1, "output_throughput": 900.0, "median_tpot_ms": 1.0, "median_ttft_ms": 20.0}')
-    g = tmp_path / "fast2.json"
-    g.write_text(f.read_text())
+    g = tmp_path / "fast2.json"   # another run (concurrency 2): the same run twice is refused on its own
+    g.write_text(f.read_text().replace('"max_concurrency": 1', '"max_concurrency": 2'))
     assert_one_line_error(cli("calibrate", "serve", f, g, "--model", "llama-3-70b", "--hardware", "h200"),
                           "below the", "weight")
 
@@ -148,3 +148,49 @@ def test_a_model_and_hardware_given_as_files_fit_as_their_names_do(cli, tmp_path
     from llmpar.serving import fit as F
 
     assert ("m33", "h2") not in F._SPECS
+
+
+# ----------------------------------------------- measurements refused before a fit (review of 2026-12-03)
+R70 = DATA / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.json"
+
+
+def test_a_log_of_another_model_is_refused(cli):
+    """The vLLM result names its model ("/workspace/models/Llama-3.1-70B"): a fit under --model
+    llama-3-8b (another size) or mixtral-8x7b (another family) had fitted the engine to the wrong
+    model's runs, exit 0."""
+    assert_one_line_error(cli("calibrate", "serve", R70, "--model", "llama-3-8b", "--tp", "1"),
+                          f"{R70}:1", "states 70b, not llama-3-8b's")
+    assert_one_line_error(cli("calibrate", "serve", R70, "--model", "mixtral-8x7b", "--tp", "8"),
+                          "is a llama model, not mixtral-8x7b")
+
+
+def test_one_run_given_twice_is_refused(cli):
+    """The same file twice, or one run in its JSON and its text summary (they agree to the text's
+    2 decimals), had been fitted as independent runs and cross-validated 'leave-one-file-out'."""
+    assert_one_line_error(cli("calibrate", "serve", R70, R70, "--model", "llama-3.1-70b", "--tp", "8"), "given twice")
+    txt = R70.with_suffix(".txt")
+    assert_one_line_error(cli("calibrate", "serve", R70, txt, "--model", "llama-3.1-70b", "--tp", "8"),
+                          "the same run as", "one benchmark in two formats")
+
+
+@pytest.mark.parametrize("field, value", [("median_tpot_ms", "0"), ("median_ttft_ms", "-5"),
+                                          ("output_throughput", "NaN")])
+def test_an_impossible_summary_figure_is_refused_not_replaced(cli, tmp_path, field, value):
+    """A zero TPOT fell back to the mean's 17 ms, a negative TTFT to another field, a NaN
+    throughput was dropped: each is now refused with the file and line."""
+    import json
+
+    d = json.loads(R70.read_text())
+    text = json.dumps(d).replace(f'"{field}": {json.dumps(d[field])}', f'"{field}": {value}')
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    assert_one_line_error(cli("calibrate", "serve", R70, f, "--model", "llama-3.1-70b", "--tp", "8"),
+                          f"{f}:1", field, "positive number")
+
+
+def test_isl_osl_for_files_that_state_their_lengths_are_refused(cli):
+    """--isl/--osl are for trtllm-bench reports that print no lengths; on a vLLM result they
+    changed nothing and exit 0."""
+    assert_one_line_error(cli("calibrate", "serve", R70, R70.with_name(
+        "sglang-bench-serving-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.jsonl"), "--model", "llama-3.1-70b",
+        "--tp", "8", "--isl", "5000", "--osl", "7"), "--isl/--osl", "states its own request lengths")

@@ -91,6 +91,18 @@ def _from_genai_perf(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     return {"isl": isl, "osl": osl, "load": load, "measured": m, "where": where, "model_id": cfg.get("model")}
 
 
+def _measure(d: dict[str, Any], key: str, where: str) -> float | None:
+    """A measured figure of a result object: None when the key is absent or null; a value that is
+    not a positive finite number (a zero TPOT, a negative TTFT, NaN throughput) is refused with the
+    place, never passed over for another field (it had been: a zero median TPOT fell back to the mean)."""
+    if d.get(key) is None:
+        return None
+    v = _num(d.get(key))
+    if v is None or not math.isfinite(v) or v <= 0:
+        raise UserError(f"{where}: {key} = {d.get(key)!r}: a measured figure must be a positive number")
+    return v
+
+
 def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     """One run from a vLLM or SGLang result object (their key sets, all versions we know)."""
     if isinstance(d.get("request_throughput"), dict):
@@ -108,16 +120,19 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     else:
         load = {"rate": rate}
     m: dict[str, Any] = {}
-    out = _num(d.get("output_throughput"))
-    if out:
+    one_token = tout / done <= 1.0   # every answer one token: no gap between tokens to measure
+    out = _measure(d, "output_throughput", where)
+    if out is not None:
         m["output_tokens_per_s"] = out
     for key, names in (("ttft_ms", ("median_ttft_ms", "mean_ttft_ms")),
                        ("tpot_ms", ("median_tpot_ms", "mean_tpot_ms")),
                        ("itl_ms", ("median_itl_ms", "mean_itl_ms")),
                        ("e2e_ms", ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms", "mean_e2e_latency_ms"))):
+        if one_token and key in ("tpot_ms", "itl_ms"):
+            continue
         for n in names:
-            v = _num(d.get(n))
-            if v is not None and v > 0 and math.isfinite(v):
+            v = _measure(d, n, where)
+            if v is not None:
                 m[key] = {"median" if n.startswith("median") else "mean": v}
                 break
     # the run's request count: a rate run is predicted as that many requests (serving_finite.finite_rate)
@@ -177,6 +192,7 @@ def _trtllm(text: str, path: Path, isl, osl) -> list[dict[str, Any]]:
     if not m:
         return []
     a_in, a_out = _num(_field(text, "Average Input Length (tokens)")), _num(_field(text, "Average Output Length (tokens)"))
+    from_options = not (a_in and a_out)
     isl = a_in if a_in else isl
     osl = a_out if a_out else osl
     if isl is None or osl is None:
@@ -190,7 +206,8 @@ def _trtllm(text: str, path: Path, isl, osl) -> list[dict[str, Any]]:
                                 ("kv_dtype", _field(text, "KV Cache Dtype"))) if v is not None}
     line = text[:m.start()].count("\n") + 1
     return [{"isl": float(isl), "osl": float(osl), "load": {"offline": int(reqs) if reqs else 1000}, "measured": meas,
-             "where": f"{path}:{line}", "model_id": _field(text, "Model"), "stated": stated}]
+             "where": f"{path}:{line}", "model_id": _field(text, "Model"), "stated": stated,
+             "lengths_from_options": from_options}]
 
 
 def read(path: Path, isl=None, osl=None) -> list[dict[str, Any]]:

@@ -27,11 +27,72 @@ MIN_RUNS = 2
 MAX_FIT_RMS = 1.0   # log units: a fit this far off is a wrong deployment, not a profile
 
 
+_FAMILIES = ("llama", "mixtral", "mistral", "qwen", "deepseek", "gemma", "phi", "gpt-oss", "falcon", "mpt",
+             "nemotron", "grok", "kimi", "glm")
+
+
+def _size_and_family(text: str) -> tuple[str | None, str | None]:
+    """(the parameter count token, e.g. '70b' or '8x7b', and the family) a model name or a log's
+    model id states; None where it states none."""
+    import re
+
+    t = text.lower().rsplit("/", 1)[-1]
+    size = re.search(r"(?<![a-z0-9.])(\d+x)?\d+(\.\d+)?b(?![a-z0-9])", t)
+    family = next((f for f in _FAMILIES if f in t), None)
+    return (size.group(0) if size else None), family
+
+
+def model_id_conflict(model_id, model) -> str | None:
+    """Why a log's model id names another model than ``model`` (a different family or parameter
+    count; each compared only where both state one), or None. Aliases count: any of the model's
+    names that agrees is enough."""
+    if not model_id:
+        return None
+    size, family = _size_and_family(str(model_id))
+    names = [model.name, *getattr(model, "aliases", [])]
+    ours = [_size_and_family(n) for n in names]
+    if family and all(f is not None and f != family for _, f in ours):
+        return f"the log's model {model_id!r} is a {family} model, not {model.name}"
+    if size and all(s is not None and s != size for s, _ in ours):
+        return f"the log's model {model_id!r} states {size}, not {model.name}'s"
+    return None
+
+
+def _figures(measured: dict) -> dict[str, float]:
+    return {k: float(next(iter(v.values())) if isinstance(v, dict) else v) for k, v in measured.items() if v}
+
+
+def _same_run(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Two copies of one run: every figure both give agrees to the 2 decimals a text summary prints
+    (vLLM's and SGLang's text and JSON of one run differ only there). A repeat of a benchmark is not
+    one: SGLang's two offline runs of 1,500 identical prompts differ by 2.1 tokens/s and 7 s of TTFT."""
+    common = set(a) & set(b)
+    return bool(common) and all(abs(a[k] - b[k]) <= 0.0051 + 1e-6 * abs(a[k]) for k in common)
+
+
 def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl) -> list[ServingRow]:
     rows = []
-    for f in files:
-        path = Path(f)
+    paths = [Path(f) for f in files]
+    seen_paths: dict[Path, str] = {}
+    for path in paths:   # the same file twice would count its runs as independent measurements
+        key = path.resolve()
+        if key in seen_paths:
+            raise UserError(f"{path}: given twice (also as {seen_paths[key]}): each run counts once in a fit")
+        seen_paths[key] = str(path)
+    seen_runs: dict[tuple, list] = {}
+    lengths_used = False
+    for path in paths:
         for run in read(path, isl, osl):
+            lengths_used |= bool(run.get("lengths_from_options"))
+            if (why := model_id_conflict(run.get("model_id"), model)) is not None:
+                raise UserError(f"{run['where']}: {why}: check --model")
+            ident = (round(float(run["isl"])), round(float(run["osl"])), str(sorted(run["load"].items())))
+            figs = _figures(run["measured"])
+            for where, other in seen_runs.get(ident, []):
+                if _same_run(figs, other):
+                    raise UserError(f"{run['where']}: the same run as {where} (same lengths, load and figures to the "
+                                    "printed digits: one benchmark in two formats?): give it once")
+            seen_runs.setdefault(ident, []).append((run["where"], figs))
             st = run.get("stated", {})
             if "tp" in st and int(st["tp"]) != tp:
                 raise UserError(f"{run['where']}: the run states TP Size {int(st['tp'])}; --tp {tp} was given")
@@ -52,6 +113,9 @@ def _rows(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl, osl
                                                   # a model file was "unknown model 'm33'", re-check 2026-12-03)
             if row.measured:
                 rows.append(row)
+    if (isl is not None or osl is not None) and not lengths_used:   # an option that changes nothing is refused
+        raise UserError("--isl/--osl: every file states its own request lengths; these options are for "
+                        "trtllm-bench reports that print none")
     return rows
 
 
