@@ -31,3 +31,16 @@ def test_the_seed_still_seeds_a_simulation_and_all_engines_leave_trtllm_out_on_a
     res = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--hardware", "mi300x", "--engine", "all", "--json")
     assert res.code in (0, 1), res.err
     assert "trtllm" not in res.json()["engines"] and "vllm" in res.json()["engines"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    # a bare number is seconds: `per_seq_s: 59` meant as 59 us read as 59 s ("TTFT 3222540.901 s")
+    ("overhead:\n  per_seq_s: 59\n", "write e.g. '59 us'"),
+    ("overhead:\n  per_step_s: {default: 2 ms, hopper: 2.19}\n", "2.19 s (hopper) is more than any engine spends"),
+    # a bare `1.5` is 1.5 bytes ("workspace 0.00 GB")
+    ("memory:\n  workspace_bytes: 1.5\n", "write e.g. '1.5 GiB'"),
+])
+def test_an_engine_file_s_bare_numbers_are_refused_with_the_unit(cli, tmp_path, body, needle):
+    f = tmp_path / "e.yaml"
+    f.write_text("name: e\nextends: vllm\n" + body)
+    assert_one_line_error(cli("serve", "llama-3-8b", "--engine", str(f)), str(f), needle)

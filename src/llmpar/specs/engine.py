@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
 from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Name, Text
 from llmpar.specs.stack import GENERATIONS, MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
@@ -78,17 +78,42 @@ class Kernels(_Strict):
         0.5, description="fraction of the dense 16-bit peak the prefill attention kernel reaches")
 
 
-class Overheads(_Strict):
-    """Host-side and launch costs the GPU work does not hide."""
+def _at_most(limit: float, example: str):
+    """An engine overhead no engine spends, per generation: a bare number is seconds, so `59` meant
+    as microseconds is 59 s ("TTFT 3222540.901 s"), refused with the unit suggested (review of
+    2026-12-03), as hardware refuses `memory: 80`."""
+    def check(v):
+        for gen, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+            if x > limit:
+                at = f" ({gen})" if gen else ""
+                raise ValueError(f"{x:g} s{at} is more than any engine spends ({limit:g} s): a bare number is "
+                                 f"seconds, so a unit is probably missing (write e.g. '{example}')")
+        return v
+    return AfterValidator(check)
 
-    per_step_s: PerGenSeconds = Field(0.002, description="per iteration: scheduling, input preparation, sampling launch")
-    per_seq_s: PerGenSeconds = Field(0.0, description="per sequence in an iteration: sampling, detokenisation")
-    per_layer_s: PerGenSeconds = Field(0.0, description="per layer per iteration: launch gaps CUDA graphs do not remove")
-    per_request_s: PerGenSeconds = Field(0.0, description="per request, on the first token: HTTP, tokenisation, admission")
+
+class Overheads(_Strict):
+    """Host-side and launch costs the GPU work does not hide (bounds: the fit's own bounds,
+    serving/fit.PARAMS, times 20 or more)."""
+
+    per_step_s: Annotated[PerGenSeconds, _at_most(1.0, "2 ms")] = Field(
+        0.002, description="per iteration: scheduling, input preparation, sampling launch (at most 1 s)")
+    per_seq_s: Annotated[PerGenSeconds, _at_most(0.1, "59 us")] = Field(
+        0.0, description="per sequence in an iteration: sampling, detokenisation (at most 0.1 s)")
+    per_layer_s: Annotated[PerGenSeconds, _at_most(0.1, "20 us")] = Field(
+        0.0, description="per layer per iteration: launch gaps CUDA graphs do not remove (at most 0.1 s)")
+    per_request_s: Annotated[PerGenSeconds, _at_most(10.0, "5 ms")] = Field(
+        0.0, description="per request, on the first token: HTTP, tokenisation, admission (at most 10 s)")
+
+
+def _workspace(v: float) -> float:
+    if 0 < v < 2**20:   # a bare `1.5` is 1.5 bytes ("workspace 0.00 GB")
+        raise ValueError(f"{v:g} bytes is below 1 MiB: a unit is probably missing (write e.g. '1.5 GiB')")
+    return v
 
 
 class Memory(_Strict):
-    workspace_bytes: MEMORY_BYTES = Field(
+    workspace_bytes: Annotated[MEMORY_BYTES, AfterValidator(_workspace)] = Field(
         1.5 * 2**30, le=2**40, description="CUDA context, CUDA graphs and library workspaces per GPU, outside the KV pool")
 
 
