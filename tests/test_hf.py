@@ -313,6 +313,52 @@ def test_gemma2_9b_counts_by_hand(tmp_path):
     assert (m.sliding_window, m.sliding_window_share) == (4096, 0.5)
 
 
+# google/gemma-3-27b-it config.json (Gemma3ForConditionalGeneration: the text model under
+# text_config; the keys that count)
+GEMMA3_27B = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
+    "model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "sliding_window": 1024,
+    "sliding_window_pattern": 6, "vocab_size": 262208, "max_position_embeddings": 131072},
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "num_hidden_layers": 27}}
+
+
+def test_gemma3_27b_text_model_counts_by_hand(tmp_path):
+    """model_type gemma3 (4B/12B/27B) was refused as unsupported (review of 2026-12-03).
+    Embedding 262,208 x 5,376 = 1,409,630,208 (tied); per layer q 5,376 x 4,096 (32 heads of 128)
+    = 22,020,096, k and v 5,376 x 2,048 = 11,010,048 each, o 22,020,096 -> 66,060,288; gated MLP
+    3 x 5,376 x 21,504 = 346,816,512; four norms 21,504 -> 412,898,304 x 62 = 25,599,694,848; final
+    norm 5,376: 27,009,330,432 (the vision tower is not priced, and the description says so).
+    Windows: layer i slides unless (i + 1) % 6 == 0, so 62 - floor(62 / 6) = 52 of 62 layers."""
+    from llmpar.cost.params import total_params
+
+    m = load_hf_config(write(tmp_path, GEMMA3_27B, "gemma-3-27b-it"))
+    assert total_params(m) == 27_009_330_432
+    assert (m.sliding_window, m.sliding_window_share) == (1024, pytest.approx(52 / 62))
+    assert "vision tower is not priced" in m.description
+
+
+def test_gemma3_1b_sliding_window_pattern_is_read(tmp_path):
+    """gemma3_text without layer_types: sliding_window_pattern (default 6) sets which layers slide;
+    it had been read as every other layer (share 0.5). 26 layers: 26 - floor(26 / 6) = 22 slide."""
+    cfg = dict(GEMMA3_27B["text_config"], num_hidden_layers=26, sliding_window=512)
+    assert load_hf_config(write(tmp_path, cfg, "gemma-3-1b")).sliding_window_share == pytest.approx(22 / 26)
+    # the default pattern when the key is absent is transformers' 6 as well
+    cfg.pop("sliding_window_pattern")
+    assert load_hf_config(write(tmp_path, cfg, "gemma-3-1b-b")).sliding_window_share == pytest.approx(22 / 26)
+
+
+@pytest.mark.parametrize("key, value", [("num_local_experts", 8), ("sliding_window", 4096)])
+def test_a_cost_key_the_model_type_does_not_have_is_refused(tmp_path, key, value):
+    """A model_type llama config with experts or a window read as a dense, unwindowed model,
+    silently (transformers' LlamaModel ignores them too): refused, naming the key."""
+    from llmpar.errors import UserError
+
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096, key: value}
+    with pytest.raises(UserError, match=f"key '{key}' changes the cost, but model_type 'llama' has no such field"):
+        load_hf_config(write(tmp_path, cfg, "odd-llama"))
+
+
 def test_sandwich_norms_save_two_more_inputs(tmp_path):
     # each extra RMSNorm saves its h-wide bf16 input: 2 x 2 B x h per token per layer more
     from llmpar.cost.activations import activation_terms

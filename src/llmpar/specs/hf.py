@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gpt_oss, deepseek_v3, gpt2,
-gpt_neox, phi3, gemma2, gemma3_text, llama4. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
+gpt_neox, phi3, gemma2, gemma3_text, gemma3, llama4. Keys follow the transformers configuration classes of those models (``LlamaConfig``,
 ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``,
 ``GptOssConfig``, ``DeepseekV3Config``, ``GPT2Config``, ``GPTNeoXConfig``, ``Phi3Config``); where a
 key may be absent, the default is the one those classes use. Bad input is a :class:`UserError`:
@@ -15,64 +15,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from llmpar.errors import UserError
+from llmpar.specs.hf_keys import ConfigReader as _Config
 from llmpar.specs.model import ModelSpec
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neox",
-             "phi3", "gemma2", "gemma3_text", "llama4")
+             "phi3", "gemma2", "gemma3_text", "gemma3", "llama4")
 
-_MISSING = object()
-
-
-class _Config:
-    """A config dict with one-line errors that name the file and the key."""
-
-    def __init__(self, data: dict[str, Any], path: Path, model_type: str):
-        self.data, self.path, self.model_type = data, path, model_type
-
-    def _fail(self, msg: str) -> UserError:
-        return UserError(f"{self.path}: {msg} (model_type {self.model_type!r})")
-
-    def integer(self, key: str, default: Any = _MISSING, allow_null: bool = False) -> int | None:
-        value = self.data.get(key, _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                raise self._fail(f"missing key {key!r}")
-            return default
-        if value is None:
-            if allow_null:
-                return None
-            if default is not _MISSING:
-                return default
-            raise self._fail(f"key {key!r} is null; expected a positive integer")
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self._fail(f"key {key!r} must be a positive integer, got {value!r}")
-        return value
-
-    def count(self, key: str, default: int) -> int:
-        """A count that may be zero (first_k_dense_replace, n_shared_experts)."""
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._fail(f"key {key!r} must be a non-negative integer, got {value!r}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._fail(f"key {key!r} must be true or false, got {value!r}")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._fail(f"key {key!r} must be a number, got {value!r}")
-        return float(value)
-
+#: keys that change what a step costs (experts, windows, per-layer patterns): present with a value
+#: and unread by the model_type's builder, a key is refused rather than dropped (transformers'
+#: LlamaModel ignores a `num_local_experts` and would run a dense model; llmpar says so)
+COST_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+             "sliding_window", "layer_types", "sliding_window_pattern", "attention_chunk_size", "use_sliding_window",
+             "interleave_moe_layer_step", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank")
 
 def _llama_like(c: _Config, family: str) -> dict[str, Any]:
     """LlamaConfig / MistralConfig / MixtralConfig / Qwen2Config: SwiGLU, RMSNorm, RoPE, GQA."""
@@ -121,7 +75,9 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
     """``sliding_window`` and its share of the layers into ``out`` (ModelSpec fields), as the
     transformers attention classes apply it: ``layer_types`` (one entry per layer,
     "sliding_attention" or "full_attention") when the config states it; otherwise ``default``:
-    "all" (Mistral, Mixtral: every layer), "alternate" (GPT-OSS: the even layers) or "qwen"
+    "all" (Mistral, Mixtral: every layer), "alternate" (GPT-OSS: the even layers), "pattern"
+    (Gemma 3: ``sliding_window_pattern`` p, default 6: layer i slides unless (i + 1) % p == 0,
+    transformers Gemma3TextConfig, "five sliding to one full") or "qwen"
     (Qwen2/Qwen3: only with ``use_sliding_window`` true, on the layers from ``max_window_layers``
     on; Qwen2Config: "the first max_window_layers layers use full attention"). A window of null,
     or one at least the model's max_seq, changes nothing and is not set."""
@@ -129,7 +85,7 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
     if window is None:
         return
     layers = out["layers"]
-    types = c.data.get("layer_types")
+    types = c.raw("layer_types")
     if types is not None:
         if not (isinstance(types, list) and len(types) == layers):
             raise c._fail(f"key 'layer_types' must list one type per layer ({layers}), got {types!r}")
@@ -145,6 +101,9 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
         share = max(layers - min(first, layers), 0) / layers
     elif default == "alternate":
         share = (layers + 1) // 2 / layers     # transformers GptOssConfig: sliding on even layers
+    elif default == "pattern":
+        p = c.integer("sliding_window_pattern", default=6)
+        share = sum(1 for i in range(layers) if (i + 1) % p) / layers
     else:
         share = 1.0
     if share > 0 and window < out["max_seq"]:
@@ -173,8 +132,20 @@ def _gemma2(c: _Config) -> dict[str, Any]:
     out = _llama_like(c, "llama")
     out.update(sandwich_norms=True, tied_embeddings=c.flag("tie_word_embeddings", True),
                head_dim=c.integer("head_dim", default=256))
-    _sliding(c, out, "alternate")
+    _sliding(c, out, "pattern" if c.model_type.startswith("gemma3") else "alternate")
     return out
+
+
+def _gemma3(c: _Config) -> dict[str, Any]:
+    """Gemma3Config (Gemma 3 4B / 12B / 27B, image-text): the language model under ``text_config``
+    (a Gemma3TextConfig, read as ``gemma3_text``). The SigLIP vision tower (``vision_config``,
+    ~0.4B parameters) and its projector are not priced: llmpar plans the text model; the
+    description says so."""
+    text = c.raw("text_config")
+    if not isinstance(text, dict):
+        raise c._fail(f"key 'text_config' must be a mapping (Gemma3Config's language model), got {text!r}")
+    c.raw("vision_config")   # read: not priced, and said so (load_hf_config)
+    return _gemma2(_Config(text, c.path, "gemma3_text", c.seen))
 
 
 def _llama4(c: _Config) -> dict[str, Any]:
@@ -186,10 +157,10 @@ def _llama4(c: _Config) -> dict[str, Any]:
     layers with RoPE (``no_rope_layers`` 1; absent: three of every four) attend inside
     ``attention_chunk_size`` chunks: priced as that window on those layers (equal up to one chunk;
     beyond it a chunk's queries see half of it on average, so attention is overcounted there)."""
-    text = c.data.get("text_config", c.data)
+    text = c.raw("text_config", c.data)
     if not isinstance(text, dict):
         raise c._fail(f"key 'text_config' must be a mapping, got {text!r}")
-    t = _Config(text, c.path, c.model_type)
+    t = _Config(text, c.path, c.model_type, c.seen)
     out = _llama_like(t, "llama")
     layers, step = out["layers"], t.integer("interleave_moe_layer_step", default=1)
     moe_idx = [i for i in range(layers) if (i + 1) % step == 0]
@@ -198,7 +169,7 @@ def _llama4(c: _Config) -> dict[str, Any]:
                       shared_experts=1, expert_ffn_hidden=t.integer("intermediate_size"),
                       dense_layers=[i for i in range(layers) if i not in moe_idx], router_bias=False)
     chunk = t.integer("attention_chunk_size", default=None, allow_null=True)
-    rope = text.get("no_rope_layers")
+    rope = t.raw("no_rope_layers")
     share = (sum(1 for x in rope if x) / layers if isinstance(rope, list) and len(rope) == layers
              else sum(1 for i in range(layers) if (i + 1) % 4 != 0) / layers)
     if chunk is not None and share > 0 and chunk < out["max_seq"]:
@@ -222,7 +193,7 @@ def _qwen3_moe(c: _Config) -> dict[str, Any]:
     layer i is MoE unless it is in ``mlp_only_layers`` or (i + 1) % ``decoder_sparse_step`` != 0."""
     out = _qwen3(c)
     step = c.integer("decoder_sparse_step", default=1)
-    only = c.data.get("mlp_only_layers") or []
+    only = c.raw("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise c._fail(f"key 'mlp_only_layers' must be a list of layer indices, got {only!r}")
     dense = sorted({i for i in range(out["layers"]) if i in only or (i + 1) % step})
@@ -291,7 +262,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
             shared_experts=c.count("n_shared_experts", 0),
             expert_ffn_hidden=c.integer("moe_intermediate_size"),
             dense_layers=dense,
-            router_bias=c.data.get("topk_method") == "noaux_tc",  # e_score_correction_bias
+            router_bias=c.raw("topk_method") == "noaux_tc",  # e_score_correction_bias
         )
         out["mtp_layers"] = c.count("num_nextn_predict_layers", 0)   # the MTP modules (DeepSeek-V3 §2.2)
         # group-limited routing (DeepseekV3TopkRouter: n_group groups, topk_group of them per token)
@@ -362,6 +333,7 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "phi3": _phi3,
     "gemma2": _gemma2,
     "gemma3_text": _gemma2,
+    "gemma3": _gemma3,
     "llama4": _llama4,
 }
 
@@ -404,10 +376,17 @@ def load_hf_config(path: Path) -> ModelSpec:
         raise UserError(f"{path}: missing key 'model_type' (supported: {', '.join(SUPPORTED)})")
     if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
-    spec = _BUILDERS[model_type](_Config(data, path, model_type))
+    c = _Config(data, path, model_type)
+    spec = _BUILDERS[model_type](c)
+    unread = [k for k in COST_KEYS if k in data and data[k] not in (None, False, 0, [], {}) and k not in c.seen]
+    if unread:   # an unknown field that would change the cost is never silently dropped
+        raise UserError(f"{path}: key {unread[0]!r} changes the cost, but model_type {model_type!r} has no such "
+                        "field (transformers would ignore it too); if the model has it, its config names another "
+                        f"model_type (supported: {', '.join(SUPPORTED)})")
     spec.update(
         name=_name(path, data),
-        description=f"{model_type} model read from a Hugging Face config.json",
+        description=f"{model_type} model read from a Hugging Face config.json"
+                    + (" (the text model: its vision tower is not priced)" if "vision_config" in data else ""),
         source=f"Hugging Face config.json: {path}",
     )
     return validate(ModelSpec, spec, str(path))

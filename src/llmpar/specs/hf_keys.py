@@ -1,0 +1,75 @@
+"""The typed key reader of a Hugging Face ``config.json`` (:class:`ConfigReader`), below the
+builders of ``specs/hf.py``: each key read as the transformers configuration classes type it, a
+bad value one :class:`UserError` naming the file, the key and the model_type, and every key a
+builder read recorded (``seen``), so that a cost-changing key no builder read is refused
+(``specs/hf.py`` ``COST_KEYS``), never dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llmpar.errors import UserError
+
+_MISSING = object()
+
+
+class ConfigReader:
+    """A config dict with one-line errors that name the file and the key."""
+
+    def __init__(self, data: dict[str, Any], path: Path, model_type: str, seen: set[str] | None = None):
+        self.data, self.path, self.model_type = data, path, model_type
+        self.seen = set() if seen is None else seen   # the keys a builder read (unread_cost_keys)
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        """The value as stated (a builder that checks it itself); the key counts as read."""
+        self.seen.add(key)
+        return self.data.get(key, default)
+
+    def _fail(self, msg: str) -> UserError:
+        return UserError(f"{self.path}: {msg} (model_type {self.model_type!r})")
+
+    def integer(self, key: str, default: Any = _MISSING, allow_null: bool = False) -> int | None:
+        self.seen.add(key)
+        value = self.data.get(key, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self._fail(f"missing key {key!r}")
+            return default
+        if value is None:
+            if allow_null:
+                return None
+            if default is not _MISSING:
+                return default
+            raise self._fail(f"key {key!r} is null; expected a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._fail(f"key {key!r} must be a positive integer, got {value!r}")
+        return value
+
+    def count(self, key: str, default: int) -> int:
+        """A count that may be zero (first_k_dense_replace, n_shared_experts)."""
+        self.seen.add(key)
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._fail(f"key {key!r} must be a non-negative integer, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        self.seen.add(key)
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(f"key {key!r} must be true or false, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        self.seen.add(key)
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(f"key {key!r} must be a number, got {value!r}")
+        return float(value)
