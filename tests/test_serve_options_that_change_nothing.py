@@ -44,3 +44,16 @@ def test_an_engine_file_s_bare_numbers_are_refused_with_the_unit(cli, tmp_path, 
     f = tmp_path / "e.yaml"
     f.write_text("name: e\nextends: vllm\n" + body)
     assert_one_line_error(cli("serve", "llama-3-8b", "--engine", str(f)), str(f), needle)
+
+
+def test_serve_settings_round_trip_through_the_api():
+    """A result's settings, less its two informational keys, are keywords that give the same
+    result; they had carried acceptance 0.0 beside spec_tokens 0, which serve() refuses ("give
+    --spec-tokens K with it")."""
+    import llmpar
+
+    r = llmpar.serve("llama-3-8b", concurrency=8)
+    assert r.settings["spec_tokens"] == 0 and r.settings["acceptance"] is None
+    again = llmpar.serve("llama-3-8b", concurrency=8,
+                         **{k: v for k, v in r.settings.items() if k not in ("engine_version", "replicas")})
+    assert (again.ttft_s, again.tpot_s) == (r.ttft_s, r.tpot_s)

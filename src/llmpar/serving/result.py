@@ -71,7 +71,7 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                 "osl": out["osl"], "max_num_seqs": int(cap["max_num_seqs"]),
                 "max_num_batched_tokens": int(cap["max_num_batched_tokens"]),
                 "memory_fraction": engine.scheduler.memory_fraction, "spec_tokens": d.spec_tokens,
-                "acceptance": d.acceptance, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention}
+                "acceptance": d.acceptance if d.spec_tokens else None, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention}
     for key in ("isl_range", "osl_range"):
         if key in out:
             settings[key] = out[key]
