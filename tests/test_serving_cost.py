@@ -397,3 +397,16 @@ def test_a_finite_run_above_capacity_has_a_finite_queue():
     assert r["ttft_s"] == pytest.approx(396 ** 2 / (2 * 400 * X) + 0.015, rel=0.01)
     assert r["duration_s"] == pytest.approx(396 / X + 1.285, rel=0.01)
     assert r["saturated"] and math.isfinite(r["tpot_s"])
+
+
+def test_serve_json_terms_add_up_to_each_iteration():
+    """`serve --json` carries its breakdown's explained terms (as `step --json` does; `--explain`
+    had added nothing to the JSON): each phase's terms sum to its total_s, each with a formula and
+    a source."""
+    import llmpar
+
+    r = llmpar.serve("llama-3-70b", tp=4, concurrency=16)
+    for phase in ("decode", "prefill"):
+        terms = [t for t in r.terms if t["component"] == phase]
+        assert len(terms) == 6 and all(t["formula"] and t["source"] for t in terms)
+        assert sum(t["seconds"] for t in terms) == pytest.approx(r.breakdown[phase]["total_s"], rel=1e-12)

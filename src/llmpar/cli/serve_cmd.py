@@ -230,16 +230,11 @@ def _explain(con, r) -> None:
     from llmpar.units import fmt_bytes, fmt_seconds
 
     b = r.breakdown
-    for title, t in (("decode iteration at the modelled batch", b["decode"]),
-                     ("prefill of one prompt, alone", b["prefill"])):
-        rows = [(name, fmt_seconds(t[key]), why) for key, name, why in (
-            ("linear_s", "weight GEMMs", "max(weight bytes / bandwidth, 2 x active params x tokens / peak)"),
-            ("attention_s", "attention", "max(KV bytes / bandwidth, score FLOPs / peak); prefill causal FLOPs"),
-            ("tp_s", "TP all-reduces", "2 per layer of tokens x hidden x 2 B (alpha-beta model)"),
-            ("ep_s", "EP all-to-alls", "dispatch + combine of tokens x top_k x hidden x 2 B"),
-            ("pp_s", "PP hand-offs", "(pp - 1) sends of tokens x hidden x 2 B / tp"),
-            ("overhead_s", "engine overhead", "per iteration + per sequence + per layer (engine profile)"),
-            ("total_s", "total", ""))]
+    for title, phase in (("decode iteration at the modelled batch", "decode"),
+                         ("prefill of one prompt, alone", "prefill")):
+        terms = [t for t in r.terms if t["component"] == phase]   # cost/serving_explain.py
+        rows = [(t["name"], fmt_seconds(t["seconds"]), t["formula"]) for t in terms]
+        rows.append(("total", fmt_seconds(b[phase]["total_s"]), ""))
         con.print(simple_table(("term", "time", "formula"), rows, title=title))
     d = b["decode"]
     con.print(f"  decode batch per micro-batch {b['decode_batch']:.1f}: reads {fmt_bytes(d['weight_bytes'])} of weights and "

@@ -38,6 +38,9 @@ class ServeResult(BaseModel):
     max_concurrency: int
     memory: dict[str, Any]
     breakdown: dict[str, Any] = {}
+    # the breakdown's terms with their formulas, values and sources (cost/serving_explain.py): each
+    # phase's add up to its total_s
+    terms: list[dict[str, Any]] = []
     interval: dict[str, Any] = {}
     # --isl-range / --osl-range: the requests' p50/p90/p99 in the mean lengths' state (cost/serving_tails.py)
     percentiles: dict[str, Any] = {}
@@ -61,6 +64,14 @@ def _result(**fields) -> ServeResult:
     fields["max_concurrency"] = int(fields["max_concurrency"])
     fields["fits"] = bool(fields["fits"])
     return ServeResult.model_construct(**fields)
+
+
+def _terms(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
+    if not {"decode", "prefill"} <= set(breakdown):
+        return []
+    from llmpar.cost.serving_explain import serving_terms
+
+    return [t.as_dict() for t in serving_terms(breakdown)]
 
 
 def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> ServeResult:
@@ -117,6 +128,7 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> 
                    output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / d.gpus,
                    output_tokens_per_s_per_user=(1.0 / tpot if tpot else None),
                    requests_per_s=f["requests_per_s"], max_concurrency=out["max_concurrency"], memory=memory,
-                   breakdown=out["breakdown"], interval=iv or {}, percentiles=out.get("percentiles") or {},
+                   breakdown=out["breakdown"], terms=_terms(out["breakdown"]), interval=iv or {},
+                   percentiles=out.get("percentiles") or {},
                    simulation=out.get("simulation") or {},
                    notes=out["notes"])
