@@ -47,7 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 RUN_LANGS = {"", "bash", "sh", "shell", "console"}
-ENV = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "100"}
+# COLUMNS: the pages show what a pipe prints, 120 columns (cli/render.console reads COLUMNS when set)
+ENV = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}
 
 # Figures that change from run to run on the same inputs (wall-clock times of a search or fit).
 # They are masked on both sides before the test compares a page's block with the fresh output.

@@ -21,6 +21,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # the validated-spec cache (llmpar/specs/cache.py) stays out of the suite's way: no test writes to
 # the user's ~/.cache; tests/test_spec_cache.py turns it on in a temporary directory
 os.environ.setdefault("LLMPAR_NO_CACHE", "1")
+# piped output is COLUMNS wide when the environment sets it (cli/render.console): the suite's pages
+# and tables are checked at the 120 columns of a pipe without it, whatever the shell exports
+os.environ.pop("COLUMNS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

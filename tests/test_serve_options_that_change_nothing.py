@@ -57,3 +57,22 @@ def test_serve_settings_round_trip_through_the_api():
     again = llmpar.serve("llama-3-8b", concurrency=8,
                          **{k: v for k, v in r.settings.items() if k not in ("engine_version", "replicas")})
     assert (again.ttft_s, again.tpot_s) == (r.ttft_s, r.tpot_s)
+
+
+def test_serve_plan_at_80_columns_drops_columns_instead_of_eliding_cells(cli, monkeypatch):
+    """At 80 columns the table showed `engi…`, `trtl…`, `18.4… s` and wrapped the layout; it now
+    leaves out its least needed columns whole and says so (render.fit_columns, as plan and sweep).
+    COLUMNS sets a pipe's width (cli/render.console)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    res = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--engine", "all", "--gpu-hour-price", "2", "--top", "4")
+    assert res.code == 0, res.err
+    assert "…" not in res.out and all(len(line) <= 80 for line in res.out.splitlines())
+    assert "left out at this width: $/M tok" in res.out and "trtllm" in res.out and "tp1 pp4 x2" in res.out
+
+
+def test_serve_plan_searches_every_pipeline_depth_that_fills_the_gpus(cli):
+    """3 GPUs: tp 1 x pp 3 (Llama 3 70B's 140 GB of bf16 weights over three 80 GB GPUs) fits;
+    the power-of-two pp list had said "no KV pool at any tp x pp"."""
+    res = cli("serve-plan", "llama-3-70b", "--gpus", "3", "--json")
+    assert res.code == 0, res.err
+    assert [(c["tp"], c["pp"]) for c in res.json()["candidates"]] == [(1, 3)]

@@ -9,6 +9,7 @@ source). rich is imported lazily, inside the functions.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -101,9 +102,17 @@ def make_console(**kw):
 
 
 def console():
-    """A rich Console on the current stdout; wide enough for the tables when not a terminal."""
+    """A rich Console on the current stdout; when not a terminal, ``COLUMNS`` wide if the
+    environment sets it (40 to 1,000 columns: a script that pipes `llmpar plan` at 80 gets the
+    80-column tables), else 120, wide enough for the tables."""
     c = make_console()
-    return c if c.is_terminal else make_console(width=120, highlight=False)
+    if c.is_terminal:
+        return c
+    try:
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        width = 0
+    return make_console(width=width if 40 <= width <= 1000 else 120, highlight=False)
 
 
 def bar(fraction: float, width: int = 24) -> str:

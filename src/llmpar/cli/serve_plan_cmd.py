@@ -57,7 +57,7 @@ def serve_plan(model, as_json, plot_path, **kw):
 
 
 def _render(r) -> None:
-    from llmpar.cli.render import console, header, simple_table
+    from llmpar.cli.render import console, fit_columns, header, simple_table
     from llmpar.units import fmt_seconds
 
     con = console()
@@ -75,8 +75,15 @@ def _render(r) -> None:
                      f"{d['output_tokens_per_s_per_gpu']:,.0f}",
                      f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))
     if rows:
-        con.print(simple_table(("#", "engine", "weights", "layout", "GPUs", "C/replica", "TTFT", "TPOT", "tok/s",
-                                "tok/s/GPU", "$/M tok"), rows))
+        names = ["#", "engine", "weights", "layout", "GPUs", "C/replica", "TTFT", "TPOT", "tok/s", "tok/s/GPU", "$/M tok"]
+        cells = [[str(x) for x in row] for row in rows]
+        # narrow terminals drop the least needed columns whole (render.fit_columns, as plan and sweep
+        # do) instead of letting rich elide "trtllm" to "trtl…" and wrap the layout
+        keep, dropped = fit_columns(names, cells, con.width, ("$/M tok", "C/replica", "GPUs", "tok/s", "weights"))
+        con.print(simple_table([names[i] for i in keep], [[c[i] for i in keep] for c in cells]))
+        if dropped:
+            con.print(f"left out at this width: {', '.join(dropped)} (--json or a wider terminal has them)",
+                      highlight=False)
         con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
                   "(docs/serving.md)", highlight=False)
         unfitted = [n for n, ev in r["engine_evidence"].items() if ev == "prior only"]

@@ -102,10 +102,13 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
         if w not in WEIGHT_DTYPES:
             raise UserError(f"unknown --weights {w!r}; choose from {', '.join(WEIGHT_DTYPES)}")
     cands: list[Candidate] = []
+    # pp: every depth up to max_pp that fills whole replicas of --gpus (3 GPUs: tp 1 x pp 3, which
+    # a power-of-two list missed, and said "no KV pool at any tp x pp"); by rate, powers of two
+    pps = [p for p in (range(1, max_pp + 1) if gpus is not None else (1, 2, 4, 8)) if p <= max_pp and p <= model.layers]
     for eng in engines:
         for w in weights:
             for tp in _tps(model, hw):
-                for pp in (p for p in (1, 2, 4, 8) if p <= max_pp and p <= model.layers):
+                for pp in pps:
                     size = tp * pp
                     if gpus is not None and (gpus % size):
                         continue
@@ -115,7 +118,7 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
                     limit, C, f = got
                     cands.append(_choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price))
     if not cands:
-        raise_nothing_fits(model, hw, gpus)
+        raise_nothing_fits(model, hw, gpus, _tps(model, hw), pps)
     key = ((lambda c: (-c.output_tokens_per_s,)) if gpus is not None
            else (lambda c: (c.gpus, -(c.output_tokens_per_s / c.gpus))))
     ok = sorted((c for c in cands if c.meets), key=key)
@@ -123,9 +126,12 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
     return {"candidates": ok, "missed": miss, "frontier": _frontier(cands), "evaluated": len(cands)}
 
 
-def raise_nothing_fits(model, hw, gpus):
+def raise_nothing_fits(model, hw, gpus, tps=(), pps=()):
+    searched = (f" searched: tp in {{{', '.join(map(str, tps))}}} (powers of two dividing {model.heads} heads, within "
+                f"the {hw.nvlink_domain}-GPU NVLink domain), pp in {{{', '.join(map(str, pps))}}}"
+                + (f", tp x pp dividing {gpus}" if gpus else "")) if tps else ""
     raise CheckFailed(f"no deployment of {model.name} fits on {hw.name}" + (f" within {gpus} GPUs" if gpus else "")
-                      + ": the weights leave no KV pool at any tp x pp")
+                      + ": the weights leave no KV pool at any tp x pp" + (";" + searched if searched else ""))
 
 
 def _choose(engine, weights, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price) -> Candidate:
