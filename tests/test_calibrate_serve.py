@@ -194,3 +194,15 @@ def test_isl_osl_for_files_that_state_their_lengths_are_refused(cli):
     assert_one_line_error(cli("calibrate", "serve", R70, R70.with_name(
         "sglang-bench-serving-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.jsonl"), "--model", "llama-3.1-70b",
         "--tp", "8", "--isl", "5000", "--osl", "7"), "--isl/--osl", "states its own request lengths")
+
+
+def test_a_fitted_value_on_its_bound_is_named():
+    """PARAMS' ranges: decode_bandwidth and gemm_efficiency 0.3-1.0, per_step_s 0-50 ms,
+    per_request_s 0-0.5 s, per_seq_s 0-1 ms. A fit had printed `gemm_efficiency 1` and
+    `per_seq_s 1e-09` as if estimates; on a bound (within 1e-6 of the range) each is named."""
+    from llmpar.serving import fit as F
+
+    assert F.at_bounds([0.8, 1.0, 0.002, 0.005, 1e-12]) == {"gemm_efficiency": "upper", "per_seq_s": "lower"}
+    assert F.at_bounds({"values": [0.3, 0.9, 0.05, 0.1, 5e-5], "by_gen": {}}) == {"decode_bandwidth": "lower",
+                                                                                 "per_step_s": "upper"}
+    assert F.at_bounds([0.8, 0.9, 0.002, 0.005, 5e-5]) == {}

@@ -85,7 +85,16 @@ def _render(r, base: str, out) -> None:
     else:
         con.print("no cross-validation: two runs are too few to hold one out", highlight=False)
     vals, by_gen = F.unpack_fit(r["fitted"])
-    con.print("fitted: " + ", ".join(f"{n} {v:.4g}" for (_, n, *_), v in zip(F.PARAMS, vals))
+    bound = r.get("at_bound") or {}
+    con.print("fitted: " + ", ".join(f"{n} {v:.4g}" + (f" (at its {bound[n]} bound)" if n in bound else "")
+                                     for (_, n, *_), v in zip(F.PARAMS, vals))
               + "".join(f", decode_bandwidth[{g}] {v:.4g}" for g, v in by_gen.items()), highlight=False)
+    if any(v == "upper" for v in bound.values()):
+        con.print("  a value on its upper bound is a bound, not an estimate: the runs ask for more than any engine "
+                  "achieves (a term the model lacks, or a deployment other than the one given: check --tp, "
+                  "--weights, --kv-dtype)", highlight=False)
+    if any(v == "lower" for v in bound.values()):
+        con.print("  a value on its lower bound: the runs would take less than none of it (the other terms already "
+                  "account for their time)", highlight=False)
     if out is not None:
         con.print(f"wrote {out} (extends {base}); use it with --engine {out}", highlight=False)

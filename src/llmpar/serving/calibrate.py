@@ -186,7 +186,8 @@ def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=
     for held in folds:
         rest = [r for r in rows if r not in held]
         cv.extend(_errors(held, F.with_params(engine, F.fit(rest, engine))))
-    return {"rows": rows, "fitted": fitted, "engine": after_engine, "before": _median_abs(before),
+    return {"rows": rows, "fitted": fitted, "at_bound": F.at_bounds(fitted), "engine": after_engine,
+            "before": _median_abs(before),
             "after": _median_abs(after), "cv_scheme": scheme, "cv": _median_abs(cv) if cv else None,
             "per_row": [{"where": r.row, "isl": r.isl, "osl": r.osl, "load": r.load, "measured": r.measured,
                          "error_before": b, "error_after": a} for r, b, a in zip(rows, before, after)]}
@@ -207,6 +208,8 @@ def engine_yaml(base_name: str, result: dict[str, Any], files) -> str:
     lines += sections["kernels"] + ["overhead:"] + sections["overhead"]
     lines += ["calibration:", f"  date: '{date.today().isoformat()}'", "  method: llmpar calibrate serve (serving/fit.py)",
               f"  runs: {len(result['rows'])}",
+              *([f"  at_bound: {{{', '.join(f'{k}: {v}' for k, v in result['at_bound'].items())}}}   # a bound, not "
+                 "an estimate"] if result.get("at_bound") else []),
               "  in_sample_median_abs_error: {" + ", ".join(f"{k}: {v:.4f}" for k, v in result["after"].items()) + "}"]
     if result["cv"]:
         lines.append(f"  {result['cv_scheme'].replace('-', '_')}_median_abs_error: {{"

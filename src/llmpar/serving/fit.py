@@ -39,6 +39,21 @@ PARAMS = (("kernels", "decode_bandwidth", 0.3, 1.0, 0.5), ("kernels", "gemm_effi
 MIN_GENERATION_ROWS = 2
 
 
+def at_bounds(values) -> dict[str, str]:
+    """{parameter: "lower" | "upper"} for each fitted PARAMS value on (within 1e-6 of the range
+    of) one of its bounds: the fit wanted to go further, so the value is a bound, not an estimate
+    (another term is missing, or the deployment given is not the one that ran)."""
+    vals, _ = unpack_fit(values)
+    out = {}
+    for (_, name, lo, hi, _), v in zip(PARAMS, vals):
+        tol = 1e-6 * (hi - lo)
+        if v <= lo + tol:
+            out[name] = "lower"
+        elif v >= hi - tol:
+            out[name] = "upper"
+    return out
+
+
 def unpack_fit(values):
     """A fit result: a list (PARAMS only) or {"values": [...], "by_gen": {generation: bandwidth}}."""
     if isinstance(values, dict):
