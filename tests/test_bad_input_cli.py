@@ -234,3 +234,9 @@ def test_inference_refuses_optimizer_convention_sp(cli):
 
     with pytest.raises(UserError, match="--sp/--no-sp describes training"):
         llmpar.memory("llama-3-8b", inference=True, sp=False)
+
+
+def test_a_count_split_by_a_space_says_so(cli):
+    """`memory --params 7.5 B`: the shell hands "B" over as the MODEL, and the message had been
+    "give either a MODEL or --params, not both" (review of 2026-12-03)."""
+    assert_one_line_error(cli("memory", "--params", "7.5", "B"), "--params 7.5 B", "--params 7.5B")

@@ -76,3 +76,13 @@ def test_serve_plan_searches_every_pipeline_depth_that_fills_the_gpus(cli):
     res = cli("serve-plan", "llama-3-70b", "--gpus", "3", "--json")
     assert res.code == 0, res.err
     assert [(c["tp"], c["pp"]) for c in res.json()["candidates"]] == [(1, 3)]
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_say_they_multiply_in_16_bit(cli):
+    """An A100 states no fp8 peak: fp8 weights are weight-only there (read at 8 bits, multiplied in
+    16-bit), which `serve` now says, as it says for fp4 on H100; the prefill is bf16's."""
+    fp8 = cli("serve", "llama-3-8b", "--weights", "fp8", "--hardware", "a100", "--concurrency", "4", "--json").json()
+    bf16 = cli("serve", "llama-3-8b", "--hardware", "a100", "--concurrency", "4", "--json").json()
+    assert any("states no fp8 peak" in n for n in fp8["notes"])
+    assert fp8["breakdown"]["prefill"]["peak_linear"] == bf16["breakdown"]["prefill"]["peak_linear"]
+    assert fp8["breakdown"]["decode"]["weight_bytes"] < 0.6 * bf16["breakdown"]["decode"]["weight_bytes"]

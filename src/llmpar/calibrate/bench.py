@@ -287,13 +287,12 @@ def write(result: dict[str, Any], out_dir: str | Path, cfg: BenchConfig) -> list
                    f"iters: {cfg.iters} agg iters: 1 validation: {int(cfg.check)} graph: 0")
     preamble = [f"llmpar calibrate bench: torch {result['torch_version']}, torch.distributed backend {result['backend']}, "
                 f"dtype {cfg.dtype}"]
+    from llmpar.outputs import write_text   # temp file + rename, as every writer of llmpar
+
     for coll, log in to_logs(result).items():
-        p = out / log.file
-        p.write_text(to_text(log, program=PROGRAM_OF[coll], config_line=config_line, preamble=preamble))
-        written.append(p)
-    p = out / "bench.json"
-    p.write_text(json.dumps(to_json(result), indent=2) + "\n")
-    written.append(p)
+        written.append(write_text(out / log.file, to_text(log, program=PROGRAM_OF[coll], config_line=config_line,
+                                                        preamble=preamble)))
+    written.append(write_text(out / "bench.json", json.dumps(to_json(result), indent=2) + "\n"))
     return written
 
 

@@ -56,12 +56,20 @@ def save(fig, path) -> Path:
     """Write ``fig`` to ``path`` (.png or .svg) and release it."""
     from llmpar.outputs import refuse_read
 
+    import os
+
     p = check_path(path)
     refuse_read(p, "--plot")     # never over a file the command read (llmpar.outputs)
     plt = _plt()
+    tmp = p.with_name(f".{p.name}.llmpar-{os.getpid()}.tmp")   # temp file + rename, as llmpar.outputs.write_text
     try:
-        fig.savefig(p, dpi=120, bbox_inches="tight", format=p.suffix[1:].lower())
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=p.suffix[1:].lower())
+        os.replace(tmp, p)
     except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
         raise UserError(f"cannot write {p}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)

@@ -81,6 +81,10 @@ def _checked(v: dict[str, Any]) -> dict[str, Any]:
 
 def _check_count(v: dict[str, Any]) -> None:
     """``--params``: no MODEL beside it, and none of the options a bare count has no use for."""
+    if isinstance(v["model"], str) and v["model"].strip().upper() in ("K", "M", "B", "G", "T"):
+        # `--params 7.5 B`: the shell split the count, and its suffix arrived as the MODEL
+        raise UserError(f"--params {v['params']} {v['model']}: write the count without a space "
+                        f"(--params {v['params']}{v['model'].strip()})")
     if v["model"] is not None or v["hf"] is not None:
         raise UserError("give either a MODEL (or --hf) or --params, not both")
     if v["inference"]:

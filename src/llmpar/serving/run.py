@@ -187,6 +187,11 @@ def _notes(hw, weights, d) -> list[str]:
     if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
         notes.append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
                      "multiplied in 16-bit (weight-only)")
+    elif weights == "fp8" and compute_dtype(hw, weights) != "fp8":
+        # an A100 has no FP8 tensor cores: the weights are read at 8 bits and dequantised (vLLM's
+        # Marlin FP8 weight-only kernels on Ampere), the prefill is a 16-bit GEMM
+        notes.append(f"{hw.name} states no fp8 peak: fp8 weights are read at 8 bits and multiplied in 16-bit "
+                     "(weight-only: the decode reads half the bytes, the prefill computes at the bf16 peak)")
     if d.spec_tokens:
         notes.append(f"speculative decoding: {d.spec_tokens} draft tokens at acceptance {d.acceptance:g} emit "
                      f"{load.accepted_per_step(d.dep()):.2f} tokens per step (Leviathan et al. 2023 eq. 1); no "
