@@ -86,3 +86,17 @@ def test_fp8_weights_on_a_gpu_without_fp8_say_they_multiply_in_16_bit(cli):
     assert any("states no fp8 peak" in n for n in fp8["notes"])
     assert fp8["breakdown"]["prefill"]["peak_linear"] == bf16["breakdown"]["prefill"]["peak_linear"]
     assert fp8["breakdown"]["decode"]["weight_bytes"] < 0.6 * bf16["breakdown"]["decode"]["weight_bytes"]
+
+
+def test_serve_plan_searches_kv_precision_and_expert_parallelism(cli):
+    """Issue 25 §2 asks serve-plan to search the knobs users deploy; it had fixed the KV cache at
+    bf16 and ep at 1. An fp8 KV cache holds twice the tokens (1 byte a value against 2) in the same
+    pool; an MoE model's experts may spread over the TP ranks (ep = tp)."""
+    r = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--kv-dtype", "bf16,fp8", "--top", "100", "--json").json()
+    by = {(c["tp"], c["pp"], c["kv_dtype"]): c for c in r["candidates"]}
+    # tp 4: the same pool at half the bytes a token holds twice the sequences (420 -> 840)
+    assert by[(4, 1, "fp8")]["max_concurrency"] >= 2 * by[(4, 1, "bf16")]["max_concurrency"] - 1
+    m = cli("serve-plan", "mixtral-8x7b", "--gpus", "8", "--top", "100", "--json").json()
+    assert {c["ep"] for c in m["candidates"] if c["tp"] == 2} == {1, 2}
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--kv-dtype", "fp8,fp8"), "given twice")
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--kv-dtype", "int3"), "unknown --kv-dtype")

@@ -23,6 +23,7 @@ from llmpar.errors import CheckFailed
 @click.option("--ttft", help="Time-to-first-token target, with a unit (500ms).")
 @click.option("--tpot", help="Time-per-output-token target, with a unit (30ms).")
 @click.option("--weights", default=None, help="Weight precisions to compare, e.g. bf16,fp8 (default bf16).")
+@click.option("--kv-dtype", default=None, help="KV-cache precisions to compare, e.g. bf16,fp8 (default bf16).")
 @click.option("--gpu-hour-price", type=float, help="Price per GPU-hour: cost per million output tokens.")
 @click.option("--top", type=int, default=10, show_default=True, help="Rows shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve-plan).")
@@ -70,7 +71,9 @@ def _render(r) -> None:
     rows = []
     for i, c in enumerate(r["candidates"], 1):
         d = c.as_dict()
-        rows.append((i, c.engine, c.weights, f"tp{c.tp} pp{c.pp} x{c.replicas}", c.gpus, c.concurrency,
+        kv = "" if c.kv_dtype == "bf16" else f"/kv {c.kv_dtype}"
+        ep = f" ep{c.ep}" if c.ep > 1 else ""
+        rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep} x{c.replicas}", c.gpus, c.concurrency,
                      fmt_seconds(c.ttft_s), fmt_seconds(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
                      f"{d['output_tokens_per_s_per_gpu']:,.0f}",
                      f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))

@@ -3,8 +3,10 @@
 docs/serving.md, "serve-plan". Every candidate is evaluated with the same functions as
 `llmpar serve` (:mod:`llmpar.cost.serving_load`), on arrays of concurrencies at once:
 
-* candidates: engine x weight precision x (tp, pp) with tp a power of two dividing the heads,
-  at most the scale-up domain, and tp·pp replicas that fit the model and hold a KV pool;
+* candidates: engine x weight precision x KV-cache precision (``--kv-dtype bf16,fp8``) x (tp, pp)
+  with tp a power of two dividing the heads, at most the scale-up domain, x for an MoE model the
+  experts sharded over TP (ep 1) or spread over the replica's GPUs (ep = tp: vLLM
+  --enable-expert-parallel), and tp·pp replicas that fit the model and hold a KV pool;
 * operating point of one replica: the closed loop at C = 1, 2, 4, ... up to its max concurrency
   (and the max itself); the steady state of a closed loop at C is that of an open loop at its
   throughput X(C), so the largest X(C) whose TTFT and TPOT meet the targets is the replica's rate
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.cost import serving_load as load
-from llmpar.cost.serving import WEIGHT_DTYPES
+from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
 from llmpar.errors import CheckFailed, UserError
 
@@ -51,9 +53,12 @@ class Candidate:
     binding: str = ""
     miss_ratio: float = 0.0           # the binding target's value at C = 1 over the target (> 1: missed)
     points: list[dict[str, float]] = field(default_factory=list)
+    kv_dtype: str = "bf16"
+    ep: int = 1
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("engine", "weights", "tp", "pp", "replicas", "gpus", "max_concurrency",
+        d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
+                                           "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -69,29 +74,38 @@ def _tps(model, hw) -> list[int]:
     return out
 
 
+def _eps(model, tp: int) -> list[int]:
+    """Expert parallelism searched at ``tp``: 1 (every expert sharded over the TP ranks) and, for an
+    MoE model whose experts divide over them, tp (each GPU holds experts/tp whole experts: vLLM
+    --enable-expert-parallel, TRT-LLM --ep)."""
+    if model.moe is None or tp == 1 or model.moe.experts % tp:
+        return [1]
+    return [1, tp]
+
+
 def _grid(limit: int) -> np.ndarray:
     """Concurrencies 1 .. limit in steps of 2^(1/4) (about 19 %), whole numbers, and the limit."""
     k = np.arange(0, math.floor(4 * math.log2(max(limit, 1))) + 1)
     return np.unique(np.append(np.round(2.0 ** (k / 4.0)), float(limit)))
 
 
-def _points(model, hw, engine, weights, tp, pp, isl, osl):
+def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1):
     """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit."""
-    cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights)
+    cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype)
     if not cap["fits"]:
         return None
     limit = int(max_concurrency(cap, model, isl + osl))
     if limit < 1:
         return None
     C = _grid(limit)
-    dep = {"tp": tp, "pp": pp, "ep": 1, "weights": weights, "kv_dtype": "bf16"}
+    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype}
     f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
     return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}
 
 
 def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
          gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
-         price: float | None = None, max_pp: int = 8) -> dict[str, Any]:
+         price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None) -> dict[str, Any]:
     """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
     if (gpus is None) == (rate is None):
         raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
@@ -101,22 +115,31 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
     for w in weights:
         if w not in WEIGHT_DTYPES:
             raise UserError(f"unknown --weights {w!r}; choose from {', '.join(WEIGHT_DTYPES)}")
+    kv_dtypes = kv_dtypes or ["bf16"]
+    for k in kv_dtypes:
+        if k not in KV_DTYPES:
+            raise UserError(f"unknown --kv-dtype {k!r}; choose from {', '.join(KV_DTYPES)}")
+    for name, vals in (("--weights", weights), ("--kv-dtype", kv_dtypes)):
+        if len(set(vals)) != len(vals):
+            raise UserError(f"{name}: {next(v for v in vals if vals.count(v) > 1)!r} is given twice")
     cands: list[Candidate] = []
     # pp: every depth up to max_pp that fills whole replicas of --gpus (3 GPUs: tp 1 x pp 3, which
     # a power-of-two list missed, and said "no KV pool at any tp x pp"); by rate, powers of two
     pps = [p for p in (range(1, max_pp + 1) if gpus is not None else (1, 2, 4, 8)) if p <= max_pp and p <= model.layers]
     for eng in engines:
         for w in weights:
-            for tp in _tps(model, hw):
-                for pp in pps:
-                    size = tp * pp
-                    if gpus is not None and (gpus % size):
-                        continue
-                    got = _points(model, hw, eng, w, tp, pp, isl, osl)
-                    if got is None:
-                        continue
-                    limit, C, f = got
-                    cands.append(_choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price))
+            for tp, pp, kv, ep in ((t, p, k, e) for t in _tps(model, hw) for p in pps for k in kv_dtypes
+                                   for e in _eps(model, t)):
+                size = tp * pp
+                if gpus is not None and (gpus % size):
+                    continue
+                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep)
+                if got is None:
+                    continue
+                limit, C, f = got
+                cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
+                cand.kv_dtype, cand.ep = kv, ep
+                cands.append(cand)
     if not cands:
         raise_nothing_fits(model, hw, gpus, _tps(model, hw), pps)
     key = ((lambda c: (-c.output_tokens_per_s,)) if gpus is not None
@@ -207,7 +230,7 @@ MAX_SLO_S = 3600.0
 
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
-                   ttft=None, tpot=None, weights=None, gpu_hour_price=None, top=10):
+                   ttft=None, tpot=None, weights=None, kv_dtype=None, gpu_hour_price=None, top=10):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -239,6 +262,7 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
         if math.isinf(rate):
             raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
     ws = [w.strip() for w in weights.split(",")] if isinstance(weights, str) else weights
+    kvs = [k.strip() for k in kv_dtype.split(",")] if isinstance(kv_dtype, str) else kv_dtype
     price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price
     if price is not None:   # the training commands' rule: positive, at most a million (cost/training.py)
         from llmpar.cost.training import parse_price
@@ -249,7 +273,7 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
-               price=price)
+               price=price, kv_dtypes=kvs)
     out["candidates"] = out["candidates"][:top]
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
