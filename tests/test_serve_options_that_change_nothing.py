@@ -100,3 +100,16 @@ def test_serve_plan_searches_kv_precision_and_expert_parallelism(cli):
     assert {c["ep"] for c in m["candidates"] if c["tp"] == 2} == {1, 2}
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--kv-dtype", "fp8,fp8"), "given twice")
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--kv-dtype", "int3"), "unknown --kv-dtype")
+
+
+def test_serve_plan_searches_the_chunk_size_where_asked(cli):
+    """--max-num-batched-tokens 2048,8192: each deployment at each per-iteration token budget (the
+    engine's knob; vLLM's default is 8192 on an H100). A smaller chunk interleaves prefill with the
+    decodes in smaller pieces; each row names its budget."""
+    r = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--max-num-batched-tokens", "2048,8192", "--top", "100",
+            "--json").json()
+    assert {c["max_num_batched_tokens"] for c in r["candidates"]} == {2048, 8192}
+    default = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--top", "100", "--json").json()
+    assert {c["max_num_batched_tokens"] for c in default["candidates"]} == {8192}   # the engine's own
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--max-num-batched-tokens", "8k"),
+                          "whole numbers of tokens")

@@ -24,6 +24,8 @@ from llmpar.errors import CheckFailed
 @click.option("--tpot", help="Time-per-output-token target, with a unit (30ms).")
 @click.option("--weights", default=None, help="Weight precisions to compare, e.g. bf16,fp8 (default bf16).")
 @click.option("--kv-dtype", default=None, help="KV-cache precisions to compare, e.g. bf16,fp8 (default bf16).")
+@click.option("--max-num-batched-tokens", default=None,
+              help="Per-iteration token budgets (chunk sizes) to compare, e.g. 2048,8192,16384 (default: the engine's).")
 @click.option("--gpu-hour-price", type=float, help="Price per GPU-hour: cost per million output tokens.")
 @click.option("--top", type=int, default=10, show_default=True, help="Rows shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (docs/json.md, serve-plan).")
@@ -69,11 +71,14 @@ def _render(r) -> None:
                      [("goal", goal), ("requests", f"{r['isl']:,} in / {r['osl']:,} out"), ("targets", slo),
                       ("searched", f"{r['evaluated']} deployments of {', '.join(r['engines'])}")]))
     rows = []
+    # the chunk size in the layout cell only where --max-num-batched-tokens made it a searched knob
+    show_budget = len({c.max_num_batched_tokens for c in r["candidates"]}) > 1
     for i, c in enumerate(r["candidates"], 1):
         d = c.as_dict()
         kv = "" if c.kv_dtype == "bf16" else f"/kv {c.kv_dtype}"
         ep = f" ep{c.ep}" if c.ep > 1 else ""
-        rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep} x{c.replicas}", c.gpus, c.concurrency,
+        bt = f" tok{c.max_num_batched_tokens}" if show_budget else ""
+        rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep}{bt} x{c.replicas}", c.gpus, c.concurrency,
                      fmt_seconds(c.ttft_s), fmt_seconds(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
                      f"{d['output_tokens_per_s_per_gpu']:,.0f}",
                      f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))

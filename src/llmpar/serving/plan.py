@@ -55,10 +55,11 @@ class Candidate:
     points: list[dict[str, float]] = field(default_factory=list)
     kv_dtype: str = "bf16"
     ep: int = 1
+    max_num_batched_tokens: int | None = None   # the engine's per-iteration token budget
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
-                                           "max_concurrency",
+                                           "max_num_batched_tokens", "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -89,9 +90,11 @@ def _grid(limit: int) -> np.ndarray:
     return np.unique(np.append(np.round(2.0 ** (k / 4.0)), float(limit)))
 
 
-def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1):
-    """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit."""
-    cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype)
+def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None):
+    """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit.
+    ``budget``: the engine's max_num_batched_tokens (None: the engine profile's)."""
+    cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
+                      max_num_batched_tokens=budget)
     if not cap["fits"]:
         return None
     limit = int(max_concurrency(cap, model, isl + osl))
@@ -100,12 +103,14 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1)
     C = _grid(limit)
     dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype}
     f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
-    return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}
+    return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}, int(
+        cap["max_num_batched_tokens"])
 
 
 def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
          gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
-         price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None) -> dict[str, Any]:
+         price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None,
+         budgets: list[int] | None = None) -> dict[str, Any]:
     """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
     if (gpus is None) == (rate is None):
         raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
@@ -128,17 +133,17 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
     pps = [p for p in (range(1, max_pp + 1) if gpus is not None else (1, 2, 4, 8)) if p <= max_pp and p <= model.layers]
     for eng in engines:
         for w in weights:
-            for tp, pp, kv, ep in ((t, p, k, e) for t in _tps(model, hw) for p in pps for k in kv_dtypes
-                                   for e in _eps(model, t)):
+            for tp, pp, kv, ep, bt in ((t, p, k, e, b) for t in _tps(model, hw) for p in pps for k in kv_dtypes
+                                       for e in _eps(model, t) for b in (budgets or [None])):
                 size = tp * pp
                 if gpus is not None and (gpus % size):
                     continue
-                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep)
+                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt)
                 if got is None:
                     continue
-                limit, C, f = got
+                limit, C, f, budget = got
                 cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
-                cand.kv_dtype, cand.ep = kv, ep
+                cand.kv_dtype, cand.ep, cand.max_num_batched_tokens = kv, ep, budget
                 cands.append(cand)
     if not cands:
         raise_nothing_fits(model, hw, gpus, _tps(model, hw), pps)
@@ -230,7 +235,8 @@ MAX_SLO_S = 3600.0
 
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
-                   ttft=None, tpot=None, weights=None, kv_dtype=None, gpu_hour_price=None, top=10):
+                   ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
+                   gpu_hour_price=None, top=10):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -263,6 +269,21 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
             raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
     ws = [w.strip() for w in weights.split(",")] if isinstance(weights, str) else weights
     kvs = [k.strip() for k in kv_dtype.split(",")] if isinstance(kv_dtype, str) else kv_dtype
+    budgets = None
+    if max_num_batched_tokens is not None:   # the engines' chunk size, searched only where asked
+        texts = (max_num_batched_tokens.split(",") if isinstance(max_num_batched_tokens, str)
+                 else list(max_num_batched_tokens) if isinstance(max_num_batched_tokens, (list, tuple))
+                 else [max_num_batched_tokens])
+        budgets = []
+        for t in texts:
+            try:
+                v = int(str(t).strip()) if not isinstance(t, (int, float)) else t
+            except ValueError:
+                raise UserError(f"--max-num-batched-tokens {t!r}: expected whole numbers of tokens, e.g. 2048,8192") \
+                    from None
+            budgets.append(_int(v, "max-num-batched-tokens", 16, 1_048_576))
+        if len(set(budgets)) != len(budgets):
+            raise UserError("--max-num-batched-tokens: a value is given twice")
     price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price
     if price is not None:   # the training commands' rule: positive, at most a million (cost/training.py)
         from llmpar.cost.training import parse_price
@@ -273,7 +294,7 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
-               price=price, kv_dtypes=kvs)
+               price=price, kv_dtypes=kvs, budgets=budgets)
     out["candidates"] = out["candidates"][:top]
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
