@@ -113,3 +113,24 @@ def test_serve_plan_searches_the_chunk_size_where_asked(cli):
     assert {c["max_num_batched_tokens"] for c in default["candidates"]} == {8192}   # the engine's own
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--max-num-batched-tokens", "8k"),
                           "whole numbers of tokens")
+
+
+def test_serve_plan_disagg_rows_are_serve_disagg_s_figures(cli):
+    """--rate R --disagg also searches disaggregated pools (p prefill + d decode replicas of one
+    shape; issue 25 §2, "P/D splits"). Each such row is what `serve --disagg` prints for the same
+    deployment (one model, cost/serving_disagg.py), and on equal GPUs the colocated deployment ranks
+    first (the simpler one)."""
+    r = cli("serve-plan", "llama-3-70b", "--rate", "10", "--ttft", "500ms", "--tpot", "30ms", "--disagg", "--top",
+            "100", "--json").json()
+    rows = [c for c in r["candidates"] if c["disagg"] and c["tp"] == 8 and c["pp"] == 1]
+    assert rows, [c["disagg"] for c in r["candidates"]]
+    c = rows[0]
+    p, d = c["disagg"]["prefill_replicas"], c["disagg"]["decode_replicas"]
+    s = cli("serve", "llama-3-70b", "--tp", "8", "--gpus", str(8 * (p + d)), "--disagg", str(8 * p), "--rate", "10",
+            "--json").json()
+    assert (c["ttft_s"], c["tpot_s"]) == pytest.approx((s["ttft_s"], s["tpot_s"]), rel=1e-9)
+    order = [(x["gpus"], x["disagg"] is not None) for x in r["candidates"]]
+    assert order == sorted(order)
+    plain = cli("serve-plan", "llama-3-70b", "--rate", "10", "--ttft", "500ms", "--json").json()
+    assert not any(x["disagg"] for x in plain["candidates"])   # opt-in: no published run validates it
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--disagg"), "give --rate R")

@@ -23,6 +23,8 @@ from llmpar.errors import CheckFailed
 @click.option("--ttft", help="Time-to-first-token target, with a unit (500ms).")
 @click.option("--tpot", help="Time-per-output-token target, with a unit (30ms).")
 @click.option("--weights", default=None, help="Weight precisions to compare, e.g. bf16,fp8 (default bf16).")
+@click.option("--disagg", is_flag=True, help="With --rate: also search disaggregated prefill/decode pools (unvalidated: "
+                                           "no comparable published run).")
 @click.option("--kv-dtype", default=None, help="KV-cache precisions to compare, e.g. bf16,fp8 (default bf16).")
 @click.option("--max-num-batched-tokens", default=None,
               help="Per-iteration token budgets (chunk sizes) to compare, e.g. 2048,8192,16384 (default: the engine's).")
@@ -78,7 +80,9 @@ def _render(r) -> None:
         kv = "" if c.kv_dtype == "bf16" else f"/kv {c.kv_dtype}"
         ep = f" ep{c.ep}" if c.ep > 1 else ""
         bt = f" tok{c.max_num_batched_tokens}" if show_budget else ""
-        rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep}{bt} x{c.replicas}", c.gpus, c.concurrency,
+        pools = (f" {c.disagg['prefill_replicas']}P+{c.disagg['decode_replicas']}D" if c.disagg
+                 else f" x{c.replicas}")
+        rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep}{bt}{pools}", c.gpus, c.concurrency if c.concurrency is not None else "-",
                      fmt_seconds(c.ttft_s), fmt_seconds(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
                      f"{d['output_tokens_per_s_per_gpu']:,.0f}",
                      f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))
@@ -94,6 +98,10 @@ def _render(r) -> None:
                       highlight=False)
         con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
                   "(docs/serving.md)", highlight=False)
+        if any(c.disagg for c in r["candidates"]):
+            con.print("  nP+mD: disaggregated pools of n prefill and m decode replicas (the KV cache sent between "
+                      "them); no comparable published run is in the evidence, so such a row rests on the model "
+                      "alone (docs/serving.md, Disaggregated prefill and decode)", highlight=False)
         unfitted = [n for n, ev in r["engine_evidence"].items() if ev == "prior only"]
         if unfitted:
             con.print(f"  [bold]{', '.join(unfitted)}: prior values only, fitted on no published run[/] - a rank "

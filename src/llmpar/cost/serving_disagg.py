@@ -76,6 +76,7 @@ def disaggregated(model, hw, engine, dep, isl, osl, rate, prefill_replicas, deco
     below = g <= 0
     has = below.any(axis=-1)
     i = np.argmax(below, axis=-1)
+    n_grid = np.broadcast_to(n_grid, np.shape(g))   # a rate (or pool sizes) array against one limit
     n = np.take_along_axis(n_grid, np.asarray(i)[..., None], axis=-1)[..., 0] if np.ndim(i) else n_grid[i]
     n = np.where(has, n, limit)
     tpot = _t(model, hw, engine, dep, decode=n / dep["pp"], context=ctx)

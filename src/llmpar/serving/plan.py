@@ -12,7 +12,11 @@ docs/serving.md, "serve-plan". Every candidate is evaluated with the same functi
   throughput X(C), so the largest X(C) whose TTFT and TPOT meet the targets is the replica's rate
   under the SLO (the "goodput" of Zhong et al. 2024, DistServe, arXiv:2401.09670, §2.2);
 * ``--gpus N``: replicas = N / (tp·pp), ranked by output tokens/s within the SLO;
-  ``--rate R``: replicas = ceil(R / rate under SLO), ranked by GPUs (then tokens/s per GPU);
+  ``--rate R``: replicas = ceil(R / rate under SLO), ranked by GPUs (then tokens/s per GPU); by
+  rate with ``--disagg`` also disaggregated pools of the same replica shape (p prefill + d decode
+  replicas, cost/serving_disagg.py under Poisson arrivals at R), the fewest replicas whose TTFT and
+  TPOT meet the targets, a colocated deployment first on equal GPUs (the simpler one); opt-in,
+  because no comparable published run validates the disaggregated model;
 * cost per million output tokens = GPUs x price per GPU-hour / (output tokens/s x 3600) x 1e6;
 * the frontier: for each candidate's points, output tokens/s per GPU against per-user tokens/s
   (1/TPOT), the non-dominated ones (the plot serving engineers read).
@@ -56,10 +60,11 @@ class Candidate:
     kv_dtype: str = "bf16"
     ep: int = 1
     max_num_batched_tokens: int | None = None   # the engine's per-iteration token budget
+    disagg: dict[str, int] | None = None        # {prefill_replicas, decode_replicas}: disaggregated pools
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
-                                           "max_num_batched_tokens", "max_concurrency",
+                                           "max_num_batched_tokens", "disagg", "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -73,6 +78,45 @@ def _tps(model, hw) -> list[int]:
             out.append(t)
         t *= 2
     return out
+
+
+DISAGG_MAX_REPLICAS = 64   # the largest pool pair serve-plan --rate tries
+
+
+def _disagg_choice(model, hw, engine, dep, isl, osl, rate, limit, budget, ttft, tpot, most):
+    """The fewest replicas n <= ``most`` (a colocated deployment's count: more would never win) and
+    the split p + d = n whose disaggregated pools meet the targets at ``rate`` (the lowest TTFT
+    among the splits that do), as {prefill_replicas, decode_replicas, figures}; None when none
+    does. Every split of one n is one array evaluation (cost/serving_disagg.py is array-polymorphic
+    in the pool sizes through the rate per replica)."""
+    from llmpar.cost.serving_disagg import disaggregated
+
+    for n in range(2, int(most) + 1):
+        p = np.arange(1, n, dtype=float)
+        f = disaggregated(model, hw, engine, dep, isl, osl, float(rate) + 0.0 * p, p, n - p, limit, budget)
+        ok = ~np.asarray(f["saturated"], dtype=bool)
+        if ttft is not None:
+            ok &= np.asarray(f["ttft_s"]) <= ttft
+        if tpot is not None and osl > 1:
+            ok &= np.asarray(f["tpot_s"]) <= tpot
+        if ok.any():
+            i = int(np.flatnonzero(ok)[np.argmin(np.asarray(f["ttft_s"])[ok])])
+            return {"prefill_replicas": int(p[i]), "decode_replicas": int(n - p[i]),
+                    "figures": {k: float(np.asarray(v)[i]) for k, v in f.items() if np.ndim(v)}}
+    return None
+
+
+def _fill_disagg(c: Candidate, split: dict[str, Any], rate: float, osl: int, price) -> None:
+    f = split["figures"]
+    size = c.tp * c.pp
+    c.disagg = {"prefill_replicas": split["prefill_replicas"], "decode_replicas": split["decode_replicas"]}
+    c.replicas = split["prefill_replicas"] + split["decode_replicas"]
+    c.gpus = c.replicas * size
+    c.ttft_s, c.tpot_s = f["ttft_s"], f["tpot_s"]
+    c.requests_per_s, c.output_tokens_per_s = float(rate), float(rate) * osl
+    c.meets = True
+    if price is not None:
+        c.cost_per_million_tokens = c.gpus * price / (c.output_tokens_per_s * 3600.0) * 1e6
 
 
 def _eps(model, tp: int) -> list[int]:
@@ -110,7 +154,7 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
 def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
          gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
          price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None,
-         budgets: list[int] | None = None) -> dict[str, Any]:
+         budgets: list[int] | None = None, disagg: bool = False) -> dict[str, Any]:
     """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
     if (gpus is None) == (rate is None):
         raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
@@ -145,10 +189,19 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
                 cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
                 cand.kv_dtype, cand.ep, cand.max_num_batched_tokens = kv, ep, budget
                 cands.append(cand)
+                if disagg:
+                    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": w, "kv_dtype": kv}
+                    split = _disagg_choice(model, hw, eng, dep, isl, osl, rate, limit, budget, ttft, tpot,
+                                           cand.replicas if cand.meets else DISAGG_MAX_REPLICAS)
+                    if split is not None:
+                        dc = Candidate(eng.name, w, tp, pp, 0, 0, limit, kv_dtype=kv, ep=ep,
+                                       max_num_batched_tokens=budget)
+                        _fill_disagg(dc, split, rate, osl, price)
+                        cands.append(dc)
     if not cands:
         raise_nothing_fits(model, hw, gpus, _tps(model, hw), pps)
     key = ((lambda c: (-c.output_tokens_per_s,)) if gpus is not None
-           else (lambda c: (c.gpus, -(c.output_tokens_per_s / c.gpus))))
+           else (lambda c: (c.gpus, c.disagg is not None, -(c.output_tokens_per_s / c.gpus))))
     ok = sorted((c for c in cands if c.meets), key=key)
     miss = sorted((c for c in cands if not c.meets), key=lambda c: c.miss_ratio)
     return {"candidates": ok, "missed": miss, "frontier": _frontier(cands), "evaluated": len(cands)}
@@ -236,7 +289,7 @@ MAX_SLO_S = 3600.0
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
                    ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
-                   gpu_hour_price=None, top=10):
+                   disagg=False, gpu_hour_price=None, top=10):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -290,11 +343,14 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
 
         price = parse_price(price, price)
     t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
+    if disagg and rate is None:   # the disaggregated pools are modelled under Poisson arrivals only
+        raise UserError("--disagg searches disaggregated pools for a request rate: give --rate R (their model is "
+                        "Poisson arrivals; --gpus N ranks closed loops)")
     if t_tpot is not None and osl == 1:   # an option that changes nothing is refused, not ignored
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
-               price=price, kv_dtypes=kvs, budgets=budgets)
+               price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg))
     out["candidates"] = out["candidates"][:top]
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
