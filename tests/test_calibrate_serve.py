@@ -51,13 +51,33 @@ def test_rate_and_concurrency_above_the_block_in_old_logs():
     assert [r["load"] for r in runs] == [{"rate": 10.0}, {"rate": 30.0}, {"offline": 900}]
 
 
-def test_fit_writes_a_profile_that_loads_and_cross_validates(cli, tmp_path):
-    out = tmp_path / "sg.yaml"
-    r = cli("calibrate", "serve", DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl",
-            DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl", "--model", "llama-3.3-70b",
-            "--hardware", "h200", "--tp", "4", "--engine", "sglang", "--out", out, "--json")
-    assert r.code == 0, r.err
-    d = r.json()
+SGLANG_LOGS = (DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl",
+               DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl")
+
+
+@pytest.fixture(scope="module")
+def sglang_fit(tmp_path_factory):
+    """(JSON, written profile) of one `calibrate serve` fit by name on the two SGLang logs, shared by
+    the tests that need it (each fit is ~2.5 s: the suite's time budget, docs/testing.md)."""
+    import contextlib
+    import io
+    import json
+
+    from llmpar.cli.main import main
+
+    out = tmp_path_factory.mktemp("sglang") / "sg.yaml"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            main(["calibrate", "serve", *map(str, SGLANG_LOGS), "--model", "llama-3.3-70b", "--hardware", "h200",
+                  "--tp", "4", "--engine", "sglang", "--out", str(out), "--json"])
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+    return json.loads(buf.getvalue()), out
+
+
+def test_fit_writes_a_profile_that_loads_and_cross_validates(cli, sglang_fit):
+    d, out = sglang_fit
     assert d["cv_scheme"] == "leave-one-file-out"
     assert all(math.isfinite(v) for v in d["cv"].values())
     from llmpar.specs.registry import load_engine
@@ -129,20 +149,17 @@ def test_genai_perf_csv_is_refused_naming_the_json(cli):
                           "GenAI-Perf's CSV export states no load", "profile_export_genai_perf.json")
 
 
-def test_a_model_and_hardware_given_as_files_fit_as_their_names_do(cli, tmp_path):
+def test_a_model_and_hardware_given_as_files_fit_as_their_names_do(cli, tmp_path, sglang_fit):
     """`calibrate serve ... --model ./m.yaml --hardware ./h.yaml` read the files, then looked the
     fit's rows up by name and failed ("unknown model 'm33'"; reliability re-check 2026-12-03).
     Files that only rename the shipped specs fit exactly as the shipped names do."""
     (tmp_path / "m33.yaml").write_text("name: m33\nextends: llama-3.3-70b\n")
     (tmp_path / "h2.yaml").write_text("name: h2\nextends: h200\n")
-    logs = [DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-online.jsonl",
-            DATA / "sglang-bench-serving-llama3.3-70b-4xH200-tp4-offline.jsonl"]
     common = ("--tp", "4", "--engine", "sglang", "--json")
-    by_file = cli("calibrate", "serve", *logs, "--model", tmp_path / "m33.yaml", "--hardware", tmp_path / "h2.yaml",
-                  *common)
+    by_file = cli("calibrate", "serve", *SGLANG_LOGS, "--model", tmp_path / "m33.yaml", "--hardware",
+                  tmp_path / "h2.yaml", *common)
     assert by_file.code == 0, by_file.err
-    by_name = cli("calibrate", "serve", *logs, "--model", "llama-3.3-70b", "--hardware", "h200", *common)
-    assert by_file.json()["cv"] == by_name.json()["cv"]
+    assert by_file.json()["cv"] == sglang_fit[0]["cv"]   # the same fit by the shipped names
     # the rows carry the given specs (ServingRow.specs); the name-keyed cache of the fit is never
     # written with them (it was swapped in and out around the fit: state a second caller could see)
     from llmpar.serving import fit as F
