@@ -134,3 +134,20 @@ def test_serve_plan_disagg_rows_are_serve_disagg_s_figures(cli):
     plain = cli("serve-plan", "llama-3-70b", "--rate", "10", "--ttft", "500ms", "--json").json()
     assert not any(x["disagg"] for x in plain["candidates"])   # opt-in: no published run validates it
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--disagg"), "give --rate R")
+
+
+def test_serve_plan_dp_attention_is_opt_in_and_is_serve_s_figures(cli):
+    """--dp-attention adds, for an MoE model, ep = tp with the attention data-parallel (SGLang
+    --enable-dp-attention); each such row is what `serve --dp-attention` prints for it, and a dense
+    model refuses the option (it changes nothing there)."""
+    r = cli("serve-plan", "mixtral-8x7b", "--gpus", "8", "--dp-attention", "--top", "200", "--json").json()
+    rows = [c for c in r["candidates"] if c["dp_attention"] and c["tp"] == 2 and c["pp"] == 1]
+    assert rows and all(c["ep"] == c["tp"] for c in r["candidates"] if c["dp_attention"])
+    c = rows[0]
+    # serve's --concurrency counts every client; serve-plan's C is per replica (4 of tp 2 on 8 GPUs)
+    s = cli("serve", "mixtral-8x7b", "--gpus", "8", "--tp", "2", "--dp-attention", "--concurrency",
+            str(c["concurrency"] * c["replicas"]), "--json").json()
+    assert (c["ttft_s"], c["tpot_s"]) == pytest.approx((s["ttft_s"], s["tpot_s"]), rel=1e-9)
+    plain = cli("serve-plan", "mixtral-8x7b", "--gpus", "8", "--top", "200", "--json").json()
+    assert not any(x["dp_attention"] for x in plain["candidates"])
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--dp-attention"), "is dense")

@@ -61,10 +61,11 @@ class Candidate:
     ep: int = 1
     max_num_batched_tokens: int | None = None   # the engine's per-iteration token budget
     disagg: dict[str, int] | None = None        # {prefill_replicas, decode_replicas}: disaggregated pools
+    dp_attention: bool = False                  # attention data-parallel over the tp GPUs, experts over all
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
-                                           "max_num_batched_tokens", "disagg", "max_concurrency",
+                                           "max_num_batched_tokens", "disagg", "dp_attention", "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -119,13 +120,15 @@ def _fill_disagg(c: Candidate, split: dict[str, Any], rate: float, osl: int, pri
         c.cost_per_million_tokens = c.gpus * price / (c.output_tokens_per_s * 3600.0) * 1e6
 
 
-def _eps(model, tp: int) -> list[int]:
-    """Expert parallelism searched at ``tp``: 1 (every expert sharded over the TP ranks) and, for an
-    MoE model whose experts divide over them, tp (each GPU holds experts/tp whole experts: vLLM
-    --enable-expert-parallel, TRT-LLM --ep)."""
+def _eps(model, tp: int, dp_attention: bool = False) -> list[tuple[int, bool]]:
+    """(ep, data-parallel attention) searched at ``tp``: ep 1 (every expert sharded over the TP
+    ranks) and, for an MoE model whose experts divide over them, ep = tp (each GPU holds experts/tp
+    whole experts: vLLM --enable-expert-parallel, TRT-LLM --ep); with ``dp_attention``, ep = tp
+    with the attention data-parallel too (SGLang --enable-dp-attention, TRT-LLM enable_attention_dp;
+    DeepSeek-V3 §3.4)."""
     if model.moe is None or tp == 1 or model.moe.experts % tp:
-        return [1]
-    return [1, tp]
+        return [(1, False)]
+    return [(1, False), (tp, False)] + ([(tp, True)] if dp_attention else [])
 
 
 def _grid(limit: int) -> np.ndarray:
@@ -134,18 +137,19 @@ def _grid(limit: int) -> np.ndarray:
     return np.unique(np.append(np.round(2.0 ** (k / 4.0)), float(limit)))
 
 
-def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None):
+def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None, dpa=False):
     """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit.
-    ``budget``: the engine's max_num_batched_tokens (None: the engine profile's)."""
+    ``budget``: the engine's max_num_batched_tokens (None: the engine profile's); ``dpa``:
+    data-parallel attention (ep = tp)."""
     cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
-                      max_num_batched_tokens=budget)
+                      max_num_batched_tokens=budget, dp_attention=dpa)
     if not cap["fits"]:
         return None
     limit = int(max_concurrency(cap, model, isl + osl))
     if limit < 1:
         return None
     C = _grid(limit)
-    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype}
+    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype, "dp_attention": dpa}
     f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
     return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}, int(
         cap["max_num_batched_tokens"])
@@ -154,7 +158,7 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
 def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
          gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
          price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None,
-         budgets: list[int] | None = None, disagg: bool = False) -> dict[str, Any]:
+         budgets: list[int] | None = None, disagg: bool = False, dp_attention: bool = False) -> dict[str, Any]:
     """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
     if (gpus is None) == (rate is None):
         raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
@@ -177,19 +181,20 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
     pps = [p for p in (range(1, max_pp + 1) if gpus is not None else (1, 2, 4, 8)) if p <= max_pp and p <= model.layers]
     for eng in engines:
         for w in weights:
-            for tp, pp, kv, ep, bt in ((t, p, k, e, b) for t in _tps(model, hw) for p in pps for k in kv_dtypes
-                                       for e in _eps(model, t) for b in (budgets or [None])):
+            for tp, pp, kv, (ep, dpa), bt in ((t, p, k, e, b) for t in _tps(model, hw) for p in pps
+                                              for k in kv_dtypes for e in _eps(model, t, dp_attention)
+                                              for b in (budgets or [None])):
                 size = tp * pp
                 if gpus is not None and (gpus % size):
                     continue
-                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt)
+                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt, dpa)
                 if got is None:
                     continue
                 limit, C, f, budget = got
                 cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
-                cand.kv_dtype, cand.ep, cand.max_num_batched_tokens = kv, ep, budget
+                cand.kv_dtype, cand.ep, cand.max_num_batched_tokens, cand.dp_attention = kv, ep, budget, dpa
                 cands.append(cand)
-                if disagg:
+                if disagg and not dpa:
                     dep = {"tp": tp, "pp": pp, "ep": ep, "weights": w, "kv_dtype": kv}
                     split = _disagg_choice(model, hw, eng, dep, isl, osl, rate, limit, budget, ttft, tpot,
                                            cand.replicas if cand.meets else DISAGG_MAX_REPLICAS)
@@ -289,7 +294,7 @@ MAX_SLO_S = 3600.0
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
                    ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
-                   disagg=False, gpu_hour_price=None, top=10):
+                   disagg=False, dp_attention=False, gpu_hour_price=None, top=10):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -343,6 +348,8 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
 
         price = parse_price(price, price)
     t_ttft, t_tpot = _slo(ttft, "ttft"), _slo(tpot, "tpot")
+    if dp_attention and spec.moe is None:   # an option that changes nothing is refused
+        raise UserError(f"--dp-attention spreads the experts over a replica's GPUs: {spec.name} is dense")
     if disagg and rate is None:   # the disaggregated pools are modelled under Poisson arrivals only
         raise UserError("--disagg searches disaggregated pools for a request rate: give --rate R (their model is "
                         "Poisson arrivals; --gpus N ranks closed loops)")
@@ -350,7 +357,7 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
-               price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg))
+               price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg), dp_attention=bool(dp_attention))
     out["candidates"] = out["candidates"][:top]
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
