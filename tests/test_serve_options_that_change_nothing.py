@@ -151,3 +151,18 @@ def test_serve_plan_dp_attention_is_opt_in_and_is_serve_s_figures(cli):
     plain = cli("serve-plan", "mixtral-8x7b", "--gpus", "8", "--top", "200", "--json").json()
     assert not any(x["dp_attention"] for x in plain["candidates"])
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--dp-attention"), "is dense")
+
+
+def test_serve_plan_speculative_rows_are_serve_s_figures(cli):
+    """--spec-tokens K --acceptance A evaluates every deployment with and without speculative
+    decoding; a row with it is `serve --spec-tokens K --acceptance A`'s figures (3 drafts at 0.7
+    emit (1 - 0.7^4) / 0.3 = 2.53 tokens a step, Leviathan et al. 2023 eq. 1)."""
+    r = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--spec-tokens", "3", "--acceptance", "0.7", "--top", "200",
+            "--json").json()
+    with_spec = [c for c in r["candidates"] if c["spec"]]
+    assert with_spec and any(not c["spec"] for c in r["candidates"])
+    c = next(x for x in with_spec if x["tp"] == 4 and x["pp"] == 1)
+    s = cli("serve", "llama-3-70b", "--gpus", "8", "--tp", "4", "--spec-tokens", "3", "--acceptance", "0.7",
+            "--concurrency", str(c["concurrency"] * c["replicas"]), "--json").json()
+    assert (c["ttft_s"], c["tpot_s"]) == pytest.approx((s["ttft_s"], s["tpot_s"]), rel=1e-9)
+    assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--acceptance", "0.7"), "--spec-tokens K")

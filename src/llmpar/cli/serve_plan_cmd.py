@@ -27,6 +27,9 @@ from llmpar.errors import CheckFailed
                                            "no comparable published run).")
 @click.option("--dp-attention", is_flag=True, help="For an MoE model: also search data-parallel attention with the "
                                                  "experts over the replica (unvalidated: no comparable published run).")
+@click.option("--spec-tokens", type=int, help="Also evaluate every deployment with speculative decoding of K draft "
+                                             "tokens (with --acceptance; unvalidated: no published run).")
+@click.option("--acceptance", type=float, help="The share of draft tokens the target accepts (with --spec-tokens).")
 @click.option("--kv-dtype", default=None, help="KV-cache precisions to compare, e.g. bf16,fp8 (default bf16).")
 @click.option("--max-num-batched-tokens", default=None,
               help="Per-iteration token budgets (chunk sizes) to compare, e.g. 2048,8192,16384 (default: the engine's).")
@@ -80,7 +83,8 @@ def _render(r) -> None:
     for i, c in enumerate(r["candidates"], 1):
         d = c.as_dict()
         kv = "" if c.kv_dtype == "bf16" else f"/kv {c.kv_dtype}"
-        ep = (f" ep{c.ep}" if c.ep > 1 else "") + (" dpa" if c.dp_attention else "")
+        ep = ((f" ep{c.ep}" if c.ep > 1 else "") + (" dpa" if c.dp_attention else "")
+              + (f" spec{c.spec['spec_tokens']}@{c.spec['acceptance']:g}" if c.spec else ""))
         bt = f" tok{c.max_num_batched_tokens}" if show_budget else ""
         pools = (f" {c.disagg['prefill_replicas']}P+{c.disagg['decode_replicas']}D" if c.disagg
                  else f" x{c.replicas}")
@@ -100,6 +104,9 @@ def _render(r) -> None:
                       highlight=False)
         con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
                   "(docs/serving.md)", highlight=False)
+        if any(c.spec for c in r["candidates"]):
+            con.print("  specK@a: speculative decoding of K draft tokens accepted at a (Leviathan et al. 2023 eq. 1); "
+                      "no published run with it is in the evidence", highlight=False)
         if any(c.dp_attention for c in r["candidates"]):
             con.print("  dpa: attention data-parallel over the replica's GPUs, the experts over all of them; no "
                       "comparable published run is in the evidence, so such a row rests on the model alone",

@@ -62,10 +62,11 @@ class Candidate:
     max_num_batched_tokens: int | None = None   # the engine's per-iteration token budget
     disagg: dict[str, int] | None = None        # {prefill_replicas, decode_replicas}: disaggregated pools
     dp_attention: bool = False                  # attention data-parallel over the tp GPUs, experts over all
+    spec: dict[str, Any] | None = None          # {spec_tokens, acceptance}: speculative decoding
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
-                                           "max_num_batched_tokens", "disagg", "dp_attention", "max_concurrency",
+                                           "max_num_batched_tokens", "disagg", "dp_attention", "spec", "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -120,6 +121,20 @@ def _fill_disagg(c: Candidate, split: dict[str, Any], rate: float, osl: int, pri
         c.cost_per_million_tokens = c.gpus * price / (c.output_tokens_per_s * 3600.0) * 1e6
 
 
+def _spec(spec_tokens, acceptance) -> dict[str, Any] | None:
+    """``--spec-tokens K --acceptance A`` (serve's rules, serving/deployment.py): every deployment is
+    also evaluated with speculative decoding of K draft tokens accepted at A; None without."""
+    from llmpar.serving.deployment import _int, _share
+
+    k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
+    if acceptance is not None and not k:
+        raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
+    if k and acceptance is None:
+        raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
+                        "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
+    return {"spec_tokens": k, "acceptance": _share(acceptance, "acceptance", False)} if k else None
+
+
 def _eps(model, tp: int, dp_attention: bool = False) -> list[tuple[int, bool]]:
     """(ep, data-parallel attention) searched at ``tp``: ep 1 (every expert sharded over the TP
     ranks) and, for an MoE model whose experts divide over them, ep = tp (each GPU holds experts/tp
@@ -137,10 +152,11 @@ def _grid(limit: int) -> np.ndarray:
     return np.unique(np.append(np.round(2.0 ** (k / 4.0)), float(limit)))
 
 
-def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None, dpa=False):
+def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None, dpa=False,
+            spec=None):
     """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit.
     ``budget``: the engine's max_num_batched_tokens (None: the engine profile's); ``dpa``:
-    data-parallel attention (ep = tp)."""
+    data-parallel attention (ep = tp); ``spec``: {spec_tokens, acceptance} of speculative decoding."""
     cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
                       max_num_batched_tokens=budget, dp_attention=dpa)
     if not cap["fits"]:
@@ -149,7 +165,8 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
     if limit < 1:
         return None
     C = _grid(limit)
-    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype, "dp_attention": dpa}
+    dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype, "dp_attention": dpa,
+           **(spec or {})}
     f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
     return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}, int(
         cap["max_num_batched_tokens"])
@@ -158,7 +175,8 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
 def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tpot: float | None,
          gpus: int | None = None, rate: float | None = None, weights: list[str] | None = None,
          price: float | None = None, max_pp: int = 8, kv_dtypes: list[str] | None = None,
-         budgets: list[int] | None = None, disagg: bool = False, dp_attention: bool = False) -> dict[str, Any]:
+         budgets: list[int] | None = None, disagg: bool = False, dp_attention: bool = False,
+         spec: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rank every candidate (module docstring). ``engines``: loaded Engine profiles."""
     if (gpus is None) == (rate is None):
         raise UserError("give --gpus N (the best use of N GPUs) or --rate R (the fewest GPUs for R requests/s)")
@@ -181,20 +199,22 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
     pps = [p for p in (range(1, max_pp + 1) if gpus is not None else (1, 2, 4, 8)) if p <= max_pp and p <= model.layers]
     for eng in engines:
         for w in weights:
-            for tp, pp, kv, (ep, dpa), bt in ((t, p, k, e, b) for t in _tps(model, hw) for p in pps
-                                              for k in kv_dtypes for e in _eps(model, t, dp_attention)
-                                              for b in (budgets or [None])):
+            # data-parallel attention at pp 1 only, as `serve --dp-attention` models it
+            for tp, pp, kv, (ep, dpa), bt, sp in ((t, p, k, e, b, s) for t in _tps(model, hw) for p in pps
+                                                  for k in kv_dtypes for e in _eps(model, t, dp_attention and p == 1)
+                                                  for b in (budgets or [None]) for s in ([None] + ([spec] if spec else []))):
                 size = tp * pp
                 if gpus is not None and (gpus % size):
                     continue
-                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt, dpa)
+                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt, dpa, sp)
                 if got is None:
                     continue
                 limit, C, f, budget = got
                 cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
                 cand.kv_dtype, cand.ep, cand.max_num_batched_tokens, cand.dp_attention = kv, ep, budget, dpa
+                cand.spec = sp
                 cands.append(cand)
-                if disagg and not dpa:
+                if disagg and not dpa and sp is None:
                     dep = {"tp": tp, "pp": pp, "ep": ep, "weights": w, "kv_dtype": kv}
                     split = _disagg_choice(model, hw, eng, dep, isl, osl, rate, limit, budget, ttft, tpot,
                                            cand.replicas if cand.meets else DISAGG_MAX_REPLICAS)
@@ -294,7 +314,8 @@ MAX_SLO_S = 3600.0
 
 def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, rate=None, isl=1024, osl=128,
                    ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
-                   disagg=False, dp_attention=False, gpu_hour_price=None, top=10):
+                   disagg=False, dp_attention=False, spec_tokens=None, acceptance=None, gpu_hour_price=None,
+                   top=10):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
     ``engine``: a name, a list of names, "all" for every shipped engine, or None (vllm, as `serve`)."""
     from llmpar.inputs import load_hardware_spec, load_model_spec
@@ -357,7 +378,8 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")
     out = plan(spec, hw, engines, isl=isl, osl=osl, ttft=t_ttft, tpot=t_tpot, gpus=gpus, rate=rate, weights=ws,
-               price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg), dp_attention=bool(dp_attention))
+               price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg), dp_attention=bool(dp_attention),
+               spec=_spec(spec_tokens, acceptance))
     out["candidates"] = out["candidates"][:top]
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
