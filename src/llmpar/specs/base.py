@@ -19,10 +19,9 @@
   specs/stack.py: a hundredth of Megatron's fused traffic or of the formula's activations is
   already no kernel llmpar knows of). A tier's efficiencies, which `calibrate fit` fits, at least 1e-6
   (MIN_FITTED_SHARE): the fit switches a path off by driving its share toward 0 (GB200's NVLS on a
-  log whose NCCL never ran it: `llmpar calibrate fit ../shared/validation/nccl-logs/19-gb200x8-2node-
-  mnnvl-allreduce-noheader-ncclinfo-ocihpcoke.txt --hardware gb200-nvl72 --out x.yaml` prints
-  inr_efficiency 0.6 -> 0.0001073; the log is in the workplace's shared validation set, not
-  shipped), and a step that used it would then read a million times long, not 10^58 times.
+  published 8-GPU nccl-tests log whose NCCL never ran it, `llmpar calibrate fit LOG --hardware
+  gb200-nvl72` fits inr_efficiency 0.6 -> 0.0001073; log 19 of docs/calibration.md, not shipped),
+  and a step that used it would then read a million times long, not 10^58 times.
 """
 
 from __future__ import annotations
