@@ -110,14 +110,21 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
             raise UserError(f"--dp-attention spreads the experts over all {tp} GPUs of the replica: leave --ep out "
                             f"(or give --ep {tp})")
         ep = tp
+    k, a = speculation(spec_tokens, acceptance)
+    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, a, _share(prefix_hit, "prefix-hit", True),
+                      bool(dp_attention))
+
+
+def speculation(spec_tokens, acceptance) -> tuple[int, float]:
+    """(draft tokens, acceptance) of ``--spec-tokens K --acceptance A``, checked once for `serve` and
+    `serve-plan`: K in 0..16; an acceptance needs drafts and drafts an acceptance (0, 0.0: none)."""
     k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
     if acceptance is not None and not k:
         raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
     if k and acceptance is None:
         raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
                         "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
-    return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, _share(acceptance, "acceptance", False),
-                      _share(prefix_hit, "prefix-hit", True), bool(dp_attention))
+    return k, _share(acceptance, "acceptance", False)
 
 
 def _load_kind(concurrency, rate, batch, prompts):

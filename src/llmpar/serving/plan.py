@@ -124,15 +124,10 @@ def _fill_disagg(c: Candidate, split: dict[str, Any], rate: float, osl: int, pri
 def _spec(spec_tokens, acceptance) -> dict[str, Any] | None:
     """``--spec-tokens K --acceptance A`` (serve's rules, serving/deployment.py): every deployment is
     also evaluated with speculative decoding of K draft tokens accepted at A; None without."""
-    from llmpar.serving.deployment import _int, _share
+    from llmpar.serving.deployment import speculation
 
-    k = _int(spec_tokens, "spec_tokens", 0, 16) or 0
-    if acceptance is not None and not k:
-        raise UserError("--acceptance is the draft tokens' acceptance rate: give --spec-tokens K with it")
-    if k and acceptance is None:
-        raise UserError(f"--spec-tokens {k}: give --acceptance, the share of draft tokens the target accepts "
-                        "(published EAGLE/MTP rates are 0.6-0.9; the engine's metrics report it)")
-    return {"spec_tokens": k, "acceptance": _share(acceptance, "acceptance", False)} if k else None
+    k, a = speculation(spec_tokens, acceptance)
+    return {"spec_tokens": k, "acceptance": a} if k else None
 
 
 def _eps(model, tp: int, dp_attention: bool = False) -> list[tuple[int, bool]]:
