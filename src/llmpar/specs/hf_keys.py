@@ -46,30 +46,21 @@ class ConfigReader:
             raise self._fail(f"key {key!r} must be a positive integer, got {value!r}")
         return value
 
+    def _typed(self, key: str, default, ok, expected: str):
+        """The value of an optional key (absent or null: ``default``), refused unless ``ok(value)``."""
+        value = self.raw(key, default)
+        if value is None:
+            return default
+        if not ok(value):
+            raise self._fail(f"key {key!r} must be {expected}, got {value!r}")
+        return value
+
     def count(self, key: str, default: int) -> int:
         """A count that may be zero (first_k_dense_replace, n_shared_experts)."""
-        self.seen.add(key)
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._fail(f"key {key!r} must be a non-negative integer, got {value!r}")
-        return value
+        return self._typed(key, default, lambda v: type(v) is int and v >= 0, "a non-negative integer")
 
     def flag(self, key: str, default: bool) -> bool:
-        self.seen.add(key)
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._fail(f"key {key!r} must be true or false, got {value!r}")
-        return value
+        return self._typed(key, default, lambda v: isinstance(v, bool), "true or false")
 
     def number(self, key: str, default: float) -> float:
-        self.seen.add(key)
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._fail(f"key {key!r} must be a number, got {value!r}")
-        return float(value)
+        return float(self._typed(key, default, lambda v: type(v) in (int, float), "a number"))
