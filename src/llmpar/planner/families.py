@@ -62,9 +62,8 @@ class Families:
 
     def rank_of_groups(self) -> np.ndarray:
         """Every group's row rank (1-based; a folded group has its row's), computed at once: the
-        knobs of each group's first layout hashed to one 64-bit key per group (a wrapping
-        polynomial hash; two families sharing a key would need a 64-bit collision), the first
-        group of each key its row. The same numbering :meth:`take` builds lazily."""
+        knobs of each group's first layout as one row of a key table (exact: np.unique over the
+        rows), the first group of each key its row. The same numbering :meth:`take` builds lazily."""
         order, starts = self.groups.order, self.groups.starts
         reps = order[starts[:-1]]
         n = reps.size
@@ -73,15 +72,12 @@ class Families:
 
         def col(name):
             x = getattr(self.par, name)
-            return (np.asarray(x)[reps] if np.ndim(x) else np.full(n, x)).astype(np.int64).astype(np.uint64)
+            return (np.asarray(x)[reps] if np.ndim(x) else np.full(n, x)).astype(np.int64)
 
         s, v = col("schedule"), col("virtual_stages")
         fam = (s == ONE_F_ONE_B) | (s == INTERLEAVED)
-        h = np.zeros(n, dtype=np.uint64)
-        prime = np.uint64(1_000_003)
-        for c in [col(k) for k in _KNOBS] + [np.where(fam, np.uint64(ONE_F_ONE_B), s), np.where(fam, np.uint64(0), v)]:
-            h = h * prime + c + np.uint64(1)
-        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        keys = np.stack([col(k) for k in _KNOBS] + [np.where(fam, ONE_F_ONE_B, s), np.where(fam, 0, v)], axis=1)
+        _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         row_pos = first[inv.ravel()]                      # each group's row: the first group of its family
         is_row = row_pos == np.arange(n)
         return np.cumsum(is_row)[row_pos]
