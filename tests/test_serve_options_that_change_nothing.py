@@ -166,3 +166,18 @@ def test_serve_plan_speculative_rows_are_serve_s_figures(cli):
             "--concurrency", str(c["concurrency"] * c["replicas"]), "--json").json()
     assert (c["ttft_s"], c["tpot_s"]) == pytest.approx((s["ttft_s"], s["tpot_s"]), rel=1e-9)
     assert_one_line_error(cli("serve-plan", "llama-3-70b", "--gpus", "8", "--acceptance", "0.7"), "--spec-tokens K")
+
+
+def test_serve_plan_rows_carry_serve_s_bands(cli):
+    """Every row shown has the interval `serve` prints for the same deployment (the same class:
+    engine x generation x dense/MoE x weights x replica size), not a bare mean; a row resting on an
+    option no published run measured says so."""
+    r = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--ttft", "500ms", "--top", "3", "--json").json()
+    c = r["candidates"][0]
+    s = cli("serve", "llama-3-70b", "--gpus", "8", "--tp", str(c["tp"]), "--pp", str(c["pp"]), "--concurrency",
+            str(c["concurrency"] * c["replicas"]), "--json").json()
+    assert c["interval"]["ttft_s"] == s["interval"]["ttft_s"]
+    assert c["interval"]["ttft_s"]["low"] <= c["ttft_s"] <= c["interval"]["ttft_s"]["high"]
+    d = cli("serve-plan", "llama-3-70b", "--rate", "10", "--ttft", "500ms", "--disagg", "--top", "100", "--json").json()
+    pooled = [x for x in d["candidates"] if x["disagg"]]
+    assert pooled and all("no published run" in x["interval"]["note"] for x in pooled)

@@ -103,7 +103,7 @@ def _render(r) -> None:
             con.print(f"left out at this width: {', '.join(dropped)} (--json or a wider terminal has them)",
                       highlight=False)
         con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
-                  "(docs/serving.md)", highlight=False)
+                  "(--json: each row's interval; docs/serving.md)", highlight=False)
         if any(c.spec for c in r["candidates"]):
             con.print("  specK@a: speculative decoding of K draft tokens accepted at a (Leviathan et al. 2023 eq. 1); "
                       "no published run with it is in the evidence", highlight=False)

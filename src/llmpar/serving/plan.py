@@ -63,10 +63,11 @@ class Candidate:
     disagg: dict[str, int] | None = None        # {prefill_replicas, decode_replicas}: disaggregated pools
     dp_attention: bool = False                  # attention data-parallel over the tp GPUs, experts over all
     spec: dict[str, Any] | None = None          # {spec_tokens, acceptance}: speculative decoding
+    interval: dict[str, Any] | None = None      # bands of ttft_s, tpot_s, output_tokens_per_s (serve's)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("engine", "weights", "kv_dtype", "tp", "pp", "ep", "replicas", "gpus",
-                                           "max_num_batched_tokens", "disagg", "dp_attention", "spec", "max_concurrency",
+                                           "max_num_batched_tokens", "disagg", "dp_attention", "spec", "interval", "max_concurrency",
                                            "concurrency", "ttft_s", "tpot_s", "output_tokens_per_s",
                                            "requests_per_s", "cost_per_million_tokens", "meets", "binding", "miss_ratio")}
         d["output_tokens_per_s_per_gpu"] = (self.output_tokens_per_s / self.gpus) if self.output_tokens_per_s else None
@@ -119,6 +120,27 @@ def _fill_disagg(c: Candidate, split: dict[str, Any], rate: float, osl: int, pri
     c.meets = True
     if price is not None:
         c.cost_per_million_tokens = c.gpus * price / (c.output_tokens_per_s * 3600.0) * 1e6
+
+
+def _bands(model, hw, c: Candidate) -> dict[str, Any]:
+    """A shown candidate's 80 % bands, as `serve` prints them for the same deployment
+    (serving/evidence.py: engine x GPU generation x dense/MoE x weights x replica size). A row that
+    rests on an option no published run measured (disaggregated pools, data-parallel attention,
+    speculative decoding) carries its class's band and says the option is outside it."""
+    from llmpar.serving import evidence
+
+    bands = evidence.intervals(evidence.serve_class(c.engine, hw.gpu.generation, model.moe is not None, c.weights,
+                                                    c.tp * c.pp))
+    out = {"output_tokens_per_s": evidence.interval_json(bands["throughput"], c.output_tokens_per_s, False)}
+    for key, kind in (("ttft_s", "ttft"), ("tpot_s", "tpot")):
+        value = getattr(c, key)
+        if value is not None and math.isfinite(value):
+            out[key] = evidence.interval_json(bands[kind], value, True)
+    unmeasured = [name for name, on in (("disaggregated pools", c.disagg), ("data-parallel attention", c.dp_attention),
+                                        ("speculative decoding", c.spec)) if on]
+    if unmeasured:
+        out["note"] = f"{' and '.join(unmeasured)}: no published run measured it; the band is its class's without it"
+    return out
 
 
 def _spec(spec_tokens, acceptance) -> dict[str, Any] | None:
@@ -376,6 +398,8 @@ def serve_plan_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=Non
                price=price, kv_dtypes=kvs, budgets=budgets, disagg=bool(disagg), dp_attention=bool(dp_attention),
                spec=_spec(spec_tokens, acceptance))
     out["candidates"] = out["candidates"][:top]
+    for c in out["candidates"]:
+        c.interval = _bands(spec, hw, c)
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
     evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
                          sum(1 for x in e.fitted_on if x.startswith("FITTED")) and "fitted" or "prior only")
