@@ -209,3 +209,20 @@ def test_a_runs_table_read_is_refused_as_an_output(tmp_path):
     with pytest.raises(UserError, match="a file this command read"):
         write_text(table, "x")
     assert table.read_bytes() == before
+
+
+@pytest.mark.parametrize("body, needle", [
+    # a bare number is seconds: `per_microbatch_s: 59` meant as milliseconds is 59 s
+    ("fixed:\n  per_microbatch_s: 59\n", "write e.g. '10 ms'"),
+    ("fixed:\n  per_step_s: 5000\n", "write e.g. '50 ms'"),
+    ("kernels:\n  launch_s_per_layer: 0.2\n", "write e.g. '20 us'"),
+    ("kernels:\n  moe_s_per_local_expert: {default: 0.37}\n", "write e.g. '0.37 ms'"),
+])
+def test_a_stack_file_s_host_times_are_bounded_with_the_unit_suggested(cli, tmp_path, body, needle):
+    """Every host-time field of a stack, as of an engine (the class, review of 2026-12-03): bounded
+    at 10x or more what `calibrate runs` fits it within (runs_parameters.PARAMETERS: per micro-batch
+    1 s, per step 30 s, per layer 2 ms, per local expert 5 ms), the unit suggested beyond."""
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nextends: megatron-core\n" + body)
+    assert_one_line_error(cli("step", "llama-3-8b", "--gpus", "8", "--stack", str(f)), str(f), needle,
+                          "more than any framework spends")

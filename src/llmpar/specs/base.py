@@ -64,6 +64,22 @@ MIN_SHARE = 1e-3
 MIN_FITTED_SHARE = 1e-6
 
 
+def at_most(limit: float, example: str, who: str):
+    """A host time (seconds, or a per-generation mapping of them) no {who} spends: a bare number is
+    seconds, so `59` meant as microseconds is 59 s (an engine's "TTFT 3222540.901 s"), refused
+    with the unit suggested, as hardware refuses `memory: 80` (review of 2026-12-03: the class is
+    every host-time field of stacks and engines). ``limit``: 10x or more the bound `calibrate runs`
+    / `calibrate serve` fit the field within."""
+    def check(v):
+        for gen, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+            if x > limit:
+                at = f" ({gen})" if gen else ""
+                raise ValueError(f"{x:g} s{at} is more than any {who} spends ({limit:g} s): a bare number is "
+                                 f"seconds, so a unit is probably missing (write e.g. '{example}')")
+        return v
+    return AfterValidator(check)
+
+
 def Multiplier(default: float, hi: float, description: str, lo: float = MIN_SHARE):  # noqa: N802 - a field type
     """A fitted multiplier field in [lo, hi] (lo 1e-3 unless given)."""
     return Field(default, ge=lo, le=hi, description=description)

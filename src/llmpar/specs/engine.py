@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Name, Text
+from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Name, Text, at_most
 from llmpar.specs.stack import GENERATIONS, MEMORY_BYTES, PerGen, PerGenSeconds, _check_gen_keys, per_gen
 
 # counts that differ by GPU generation (vLLM's scheduler defaults do: arg_utils.py get_batch_defaults)
@@ -78,31 +78,17 @@ class Kernels(_Strict):
         0.5, description="fraction of the dense 16-bit peak the prefill attention kernel reaches")
 
 
-def _at_most(limit: float, example: str):
-    """An engine overhead no engine spends, per generation: a bare number is seconds, so `59` meant
-    as microseconds is 59 s ("TTFT 3222540.901 s"), refused with the unit suggested (review of
-    2026-12-03), as hardware refuses `memory: 80`."""
-    def check(v):
-        for gen, x in (v.items() if isinstance(v, dict) else [(None, v)]):
-            if x > limit:
-                at = f" ({gen})" if gen else ""
-                raise ValueError(f"{x:g} s{at} is more than any engine spends ({limit:g} s): a bare number is "
-                                 f"seconds, so a unit is probably missing (write e.g. '{example}')")
-        return v
-    return AfterValidator(check)
-
-
 class Overheads(_Strict):
     """Host-side and launch costs the GPU work does not hide (bounds: the fit's own bounds,
     serving/fit.PARAMS, times 20 or more)."""
 
-    per_step_s: Annotated[PerGenSeconds, _at_most(1.0, "2 ms")] = Field(
+    per_step_s: Annotated[PerGenSeconds, at_most(1.0, "2 ms", "engine")] = Field(
         0.002, description="per iteration: scheduling, input preparation, sampling launch (at most 1 s)")
-    per_seq_s: Annotated[PerGenSeconds, _at_most(0.1, "59 us")] = Field(
+    per_seq_s: Annotated[PerGenSeconds, at_most(0.1, "59 us", "engine")] = Field(
         0.0, description="per sequence in an iteration: sampling, detokenisation (at most 0.1 s)")
-    per_layer_s: Annotated[PerGenSeconds, _at_most(0.1, "20 us")] = Field(
+    per_layer_s: Annotated[PerGenSeconds, at_most(0.1, "20 us", "engine")] = Field(
         0.0, description="per layer per iteration: launch gaps CUDA graphs do not remove (at most 0.1 s)")
-    per_request_s: Annotated[PerGenSeconds, _at_most(10.0, "5 ms")] = Field(
+    per_request_s: Annotated[PerGenSeconds, at_most(10.0, "5 ms", "engine")] = Field(
         0.0, description="per request, on the first token: HTTP, tokenisation, admission (at most 10 s)")
 
 

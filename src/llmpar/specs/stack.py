@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Multiplier, Name, Text
+from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Multiplier, Name, Text, at_most
 from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
@@ -145,13 +145,13 @@ class Kernels(_Strict):
     fp8: Fp8Recipe = Field(default_factory=Fp8Recipe)
     elementwise_traffic: float = Multiplier(
         1.0, 100, "HBM traffic of the memory-bound ops relative to Megatron's fused set (eager PyTorch > 1)", lo=0.01)
-    launch_s_per_layer: SECONDS = Field(
-        0.0, le=60, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
-    moe_s_per_layer: PerGenSeconds = Field(
+    launch_s_per_layer: Annotated[SECONDS, at_most(0.05, "20 us", "framework")] = Field(
+        0.0, description="CPU/launch time per layer per micro-batch (forward + backward) not hidden behind the GPU")
+    moe_s_per_layer: Annotated[PerGenSeconds, at_most(1.0, "2 ms", "framework")] = Field(
         0.0, description="seconds per MoE layer per micro-batch (forward + backward) beyond its GEMMs and all-to-alls: "
                          "router, top-k, token permutation and the dispatcher's host synchronisation, which stop the "
                          "CPU from running ahead of the GPU")
-    moe_s_per_local_expert: PerGenSeconds = Field(
+    moe_s_per_local_expert: Annotated[PerGenSeconds, at_most(0.1, "0.37 ms", "framework")] = Field(
         0.0, description="seconds per routed expert held on the GPU (experts / ep), per MoE layer and micro-batch "
                          "(forward + backward): Transformer Engine's GroupedLinear issues one GEMM (and, in FP8, one "
                          "quantisation) per local expert from the host, so the MoE layer's launch work grows with "
@@ -161,8 +161,8 @@ class Kernels(_Strict):
                                 "pair in a flat all-to-all (Megatron-Core MoEAlltoAllTokenDispatcher). deepep: one "
                                 "copy per destination node over the NICs, forwarded over NVLink to each destination "
                                 "GPU once (DeepSeek-V3 §3.2.2; DeepEP normal kernels; Megatron-Core flex dispatcher)")
-    zero_gather_s_per_tensor_rank: SECONDS = Field(
-        0.0, le=1.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
+    zero_gather_s_per_tensor_rank: Annotated[SECONDS, at_most(0.01, "10 us", "framework")] = Field(
+        0.0, description="host seconds per (parameter tensor on the stage x data-parallel rank) in the ZeRO-1/2 weight "
                          "all-gather: frameworks that gather into per-rank, per-parameter views and copy each back "
                          "(nanotron all_gather_coalesced) pay one slice and one copy launch per pair, synchronously; "
                          "0 for flat-buffer gathers (Megatron-Core, DeepSpeed)")
@@ -294,8 +294,8 @@ class MemoryModel(_Strict):
 
 
 class FixedCosts(_Strict):
-    per_step_s: SECONDS = Field(0.0, le=86_400, description="per step: optimizer launch, grad-norm/clipping sync, logging")
-    per_microbatch_s: SECONDS = Field(0.0, le=3_600, description="per micro-batch: data loading, pipeline bookkeeping")
+    per_step_s: Annotated[SECONDS, at_most(300.0, "50 ms", "framework")] = Field(0.0, description="per step: optimizer launch, grad-norm/clipping sync, logging")
+    per_microbatch_s: Annotated[SECONDS, at_most(10.0, "10 ms", "framework")] = Field(0.0, description="per micro-batch: data loading, pipeline bookkeeping")
 
 
 class Stack(_Strict):
