@@ -36,6 +36,23 @@ def test_rate_goal_picks_the_fewest_gpus_and_prices_them():
     assert best.cost_per_million_tokens == pytest.approx(best.gpus * 2.5 / (20 * 256 * 3600) * 1e6)
 
 
+def test_rate_rows_are_serve_at_that_rate():
+    """A --rate row is the deployment `serve --rate R` prices: Poisson arrivals at R/replicas on each
+    replica (docs/serving.md, serve-plan). Until 2026-12-04 its TTFT and TPOT were the clients'
+    waves at the concurrency whose throughput carried the rate: Llama 3 70B at 10 requests/s on
+    tp 4 x pp 4 read TTFT 0.46 s, TPOT 19.9 ms where `serve --rate 10` read 0.15 s and 94 ms."""
+    r = llmpar.serve_plan("llama-3-70b", rate=10, ttft="500ms", tpot="30ms")
+    assert len(r["candidates"]) >= 4
+    for c in r["candidates"]:
+        if c.disagg:
+            continue
+        s = llmpar.serve("llama-3-70b", gpus=c.gpus, tp=c.tp, pp=c.pp, rate=10, engine=c.engine,
+                         weights=c.weights, kv_dtype=c.kv_dtype)
+        assert (s.ttft_s, s.tpot_s) == pytest.approx((c.ttft_s, c.tpot_s), rel=1e-9)
+        assert c.ttft_s <= 0.5 and c.tpot_s <= 0.030
+        assert s.output_tokens_per_s == pytest.approx(c.output_tokens_per_s, rel=1e-9) == 10 * 128   # --osl 128
+
+
 def test_frontier_is_non_dominated():
     f = llmpar.serve_plan("llama-3-8b", gpus=1)["frontier"]
     for a in f:

@@ -384,6 +384,44 @@ def test_a_finite_run_below_capacity_is_the_steady_state():
     assert r["queue_s"] == pytest.approx(0.0, abs=1e-9) and not r["saturated"]
 
 
+@pytest.mark.parametrize("tp,pp", [(4, 1), (4, 2), (2, 4)])
+def test_an_open_loop_at_a_closed_loop_s_throughput_runs_its_clients(tp, pp):
+    """Little's law both ways: C clients in the steady mixed state complete X(C) requests/s, so
+    Poisson arrivals at X(C) keep C requests running (n solves n = λ·e2e(n)) at the same TPOT and
+    e2e. Llama 3 70B, vLLM, 1,024/128 tokens, C = 32."""
+    m, e, hw = load_model("llama-3-70b"), load_engine("vllm"), H100
+    dep = {"tp": tp, "pp": pp, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    c = load.closed_loop(m, hw, e, dep, 1024, 128, 32, 1024, 8192, waves=False)
+    o = load.open_loop(m, hw, e, dep, 1024, 128, c["requests_per_s"] * (1 - 1e-9), 1024, 8192)
+    assert o["running"] == pytest.approx(32, rel=0.01)
+    assert (o["tpot_s"], o["e2e_s"]) == pytest.approx((c["tpot_s"], c["e2e_s"]), rel=0.01)
+    assert o["capacity_requests_per_s"] > c["requests_per_s"]
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_a_chunk_delays_a_pipeline_round_by_its_share(pp):
+    """With pp micro-batches in flight a round (each micro-batch through every stage once, one
+    token per sequence) is bound by the sum of its micro-batches' stage times, t/pp each: when one
+    micro-batch carries a prompt chunk (t_pf through the pipeline) instead of decodes only (t_dec),
+    the round takes (pp − 1)·t_dec/pp + t_pf/pp = t_dec + (t_pf − t_dec)/pp. The mean iteration is
+    t̄ = (1 − φ)·t_dec + φ·(t_dec + (t_pf − t_dec)/pp), and the prompt's own prefill is t_pf: its
+    micro-batch carries it whole. Until 2026-12-04 a chunk delayed the round by all of t_pf − t_dec
+    (pp x too much): Llama 3 70B at tp 4 x pp 2 under Poisson arrivals at 95 % of what 32 clients
+    complete then ran 57.6 requests at 55 ms TPOT where the clients' waves ran 32 at 23 ms, and the
+    open loop's capacity (10.5/s) was below what 64 clients achieved (11.9/s)."""
+    m, e, hw = load_model("llama-3-70b"), load_engine("vllm"), H100
+    dep = {"tp": 2, "pp": pp, "ep": 1, "weights": "bf16", "kv_dtype": "bf16"}
+    st = load._state(m, hw, e, dep, 1024, 128, 32.0, 8192)
+    d, ctx, c = st["d"], 1024 + 64.0, 1024.0          # one prompt per chunk at this load (c = I)
+    assert st["phi"] < 1.0
+    t_dec = load._iter(m, hw, e, dep, d / pp, ctx, 0.0, 0.0, 0.0)["total_s"]
+    t_pf = load._iter(m, hw, e, dep, d / pp, ctx, c, 0.0, 1.0, c)["total_s"]
+    assert (st["t_dec"], st["t_pf"]) == pytest.approx((t_dec, t_pf), rel=1e-12)
+    phi = st["phi"]
+    assert st["t_bar"] == pytest.approx((1 - phi) * t_dec + phi * (t_dec + (t_pf - t_dec) / pp), rel=1e-12)
+    assert t_pf > 2 * t_dec     # the chunk matters: the old charge would be visibly different
+
+
 def test_a_finite_run_with_few_running_of_a_large_limit_is_the_steady_state():
     """TensorRT-LLM's 0.14 online table, Llama 3.1 8B on one H200, 467 prompt and 16 output tokens at
     32 requests/s (capacity ~71/s): about 5.4 requests run of a limit of 1,858 (the KV pool). Below

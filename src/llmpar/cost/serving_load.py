@@ -142,17 +142,23 @@ def _state(model, hw, engine, dep, isl, osl, n, budget):
     mb = np.asarray(dep["pp"], dtype=float)
     ctx = I_full + O / 2.0
     t_dec = _iter(model, hw, engine, dep, d / mb, ctx, 0.0, 0.0, 0.0)["total_s"]
+    # With pp micro-batches in flight, an iteration is a round in which each of them passes every
+    # stage once (each sequence gains one token): a micro-batch that carries the chunk takes t_pf
+    # through the pipeline, and the round, bound by the sum of its micro-batches' stage times,
+    # grows by (t_pf − t_dec)/pp (pp = 1: the iteration itself). The prompt's own prefill takes
+    # t_pf: its micro-batch carries it whole.
     if mixed:
         t_pf = _iter(model, hw, engine, dep, d / mb, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
-        t_bar = (1.0 - phi) * t_dec + phi * t_pf
-        gap_pf = t_pf                 # the token gap of a decode whose iteration carries a chunk
-        prefill_s = k_p * t_pf
+        round_pf = t_dec + (t_pf - t_dec) / mb
+        t_bar = (1.0 - phi) * t_dec + phi * round_pf
+        gap_pf = round_pf             # the token gap of a decode whose round carries a chunk
+        prefill_s = np.maximum(k_p - 1.0, 0.0) * round_pf + np.minimum(k_p, 1.0) * t_pf
     else:
         # a prefill iteration of its own (no decodes in it) after a share φ of the decode iterations:
         # every decode waits for it (SGLang's default: prefill first, --enable-mixed-chunk off)
         t_pf = _iter(model, hw, engine, dep, 0.0, ctx, c, c0, c / I, np.minimum(c, I))["total_s"]
-        t_bar = t_dec + phi * t_pf
-        gap_pf = t_dec + t_pf
+        t_bar = t_dec + phi * t_pf / mb
+        gap_pf = t_dec + t_pf / mb
         # the prompt runs in the first prefill iteration after it arrives, after any cycles it waited
         prefill_s = t_pf + np.maximum(k_p - 1.0, 0.0) * t_bar
     return {"t_bar": t_bar, "t_pf": t_pf, "t_dec": t_dec, "phi": phi, "gap_pf": gap_pf, "prefill_s": prefill_s,

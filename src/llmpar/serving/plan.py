@@ -12,7 +12,10 @@ docs/serving.md, "serve-plan". Every candidate is evaluated with the same functi
   throughput X(C), so the largest X(C) whose TTFT and TPOT meet the targets is the replica's rate
   under the SLO (the "goodput" of Zhong et al. 2024, DistServe, arXiv:2401.09670, §2.2);
 * ``--gpus N``: replicas = N / (tp·pp), ranked by output tokens/s within the SLO;
-  ``--rate R``: replicas = ceil(R / rate under SLO), ranked by GPUs (then tokens/s per GPU); by
+  ``--rate R``: replicas = ceil(R / rate under SLO) on the steady mixed state's points (waves
+  are a closed loop's, not Poisson arrivals'), and the row's figures are ``serve --rate R``'s for
+  it: the open loop at R / replicas on each (one replica more while that misses a target),
+  ranked by GPUs (then tokens/s per GPU); by
   rate with ``--disagg`` also disaggregated pools of the same replica shape (p prefill + d decode
   replicas, cost/serving_disagg.py under Poisson arrivals at R), the fewest replicas whose TTFT and
   TPOT meet the targets, a colocated deployment first on equal GPUs (the simpler one); opt-in,
@@ -170,10 +173,11 @@ def _grid(limit: int) -> np.ndarray:
 
 
 def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1, budget=None, dpa=False,
-            spec=None):
+            spec=None, waves=True):
     """Closed-loop operating points of one replica: (cap, grid, figures) or None if it does not fit.
     ``budget``: the engine's max_num_batched_tokens (None: the engine profile's); ``dpa``:
-    data-parallel attention (ep = tp); ``spec``: {spec_tokens, acceptance} of speculative decoding."""
+    data-parallel attention (ep = tp); ``spec``: {spec_tokens, acceptance} of speculative decoding;
+    ``waves``: clients in step (a benchmark's closed loop), else the steady mixed state."""
     cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
                       max_num_batched_tokens=budget, dp_attention=dpa)
     if not cap["fits"]:
@@ -184,7 +188,7 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
     C = _grid(limit)
     dep = {"tp": tp, "pp": pp, "ep": ep, "weights": weights, "kv_dtype": kv_dtype, "dp_attention": dpa,
            **(spec or {})}
-    f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]))
+    f = load.closed_loop(model, hw, engine, dep, isl, osl, C, limit, int(cap["max_num_batched_tokens"]), waves=waves)
     return limit, C, {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in f.items()}, int(
         cap["max_num_batched_tokens"])
 
@@ -223,13 +227,17 @@ def plan(model, hw, engines: list, *, isl: int, osl: int, ttft: float | None, tp
                 size = tp * pp
                 if gpus is not None and (gpus % size):
                     continue
-                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt, dpa, sp)
+                got = _points(model, hw, eng, w, tp, pp, isl, osl, kv, ep, bt, dpa, sp, waves=gpus is not None)
                 if got is None:
                     continue
                 limit, C, f, budget = got
                 cand = _choose(eng.name, w, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, rate, price)
                 cand.kv_dtype, cand.ep, cand.max_num_batched_tokens, cand.dp_attention = kv, ep, budget, dpa
                 cand.spec = sp
+                if rate is not None and cand.meets:
+                    _at_rate(cand, model, hw, eng, {"tp": tp, "pp": pp, "ep": ep, "weights": w, "kv_dtype": kv,
+                                                    "dp_attention": dpa, **(sp or {})}, isl, osl, budget, rate,
+                             ttft, tpot, price)
                 cands.append(cand)
                 if disagg and not dpa and sp is None:
                     dep = {"tp": tp, "pp": pp, "ep": ep, "weights": w, "kv_dtype": kv}
@@ -289,6 +297,23 @@ def _choose(engine, weights, tp, pp, limit, C, f, isl, osl, ttft, tpot, gpus, ra
     if price is not None:
         cand.cost_per_million_tokens = cand.gpus * price / (cand.output_tokens_per_s * 3600.0) * 1e6
     return cand
+
+
+def _at_rate(cand, model, hw, engine, dep, isl, osl, budget, rate, ttft, tpot, price, tries: int = 8) -> None:
+    """A --rate row's figures: `serve --rate R`'s for its deployment, Poisson arrivals at R/replicas
+    on each replica (load.open_loop, as serving/run.py splits a rate). The replicas came from the
+    mixed state's X(C), which is the open loop's rate at C running, so they meet the targets there;
+    where rounding the grid does not, one replica more, up to ``tries``."""
+    for _ in range(tries):
+        f = load.open_loop(model, hw, engine, dep, isl, osl, rate / cand.replicas, cand.max_concurrency, budget)
+        if not f["saturated"] and (ttft is None or f["ttft_s"] <= ttft) and (tpot is None or osl <= 1 or f["tpot_s"] <= tpot):
+            break
+        cand.replicas += 1
+    cand.gpus = cand.replicas * cand.tp * cand.pp
+    cand.ttft_s, cand.tpot_s = float(f["ttft_s"]), float(f["tpot_s"])
+    cand.concurrency = max(1, round(float(f["running"])))
+    if price is not None:
+        cand.cost_per_million_tokens = cand.gpus * price / (cand.output_tokens_per_s * 3600.0) * 1e6
 
 
 def _frontier(cands: list[Candidate]) -> list[dict[str, Any]]:
