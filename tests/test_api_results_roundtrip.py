@@ -36,3 +36,38 @@ def test_plan_layout_round_trips_into_step():
     again = llmpar.step("llama-3-8b", gpus=8, **{k: v for k, v in d.items()})
     assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert again.parallel.recompute == best.parallel.recompute
+
+
+def test_categorical_knobs_are_integers_outside_equality_and_str_as_documented():
+    """docs/api.md: a code compares and prints as its name, but stays an int for json.dumps and
+    hashing (one value cannot hash as both 2 and "full"); as_dict() carries the names."""
+    import json
+
+    p = llmpar.step("llama-3-8b", gpus=8, recompute="full").parallel
+    assert json.dumps({"r": p.recompute}) == '{"r": 2}'
+    assert json.dumps({"r": str(p.recompute)}) == '{"r": "full"}'
+    assert p.as_dict()["recompute"] == "full" and isinstance(p.as_dict()["recompute"], str)
+
+
+def test_serve_settings_round_trip_with_the_hardware_and_the_split():
+    """A review (2026-12-04): serve().settings left out `hardware` and `disagg`, so feeding them back
+    priced an H100 (B200 TPOT 12.5 ms read 22.2 ms) or a colocated deployment (TTFT 0.35 s read
+    0.19 s). The settings are now every keyword that sets the deployment."""
+    for kw in ({"hardware": "b200", "tp": 4, "concurrency": 16},
+               {"gpus": 8, "tp": 2, "weights": "fp8", "disagg": 2, "rate": 4, "isl": 2048, "osl": 256}):
+        r = llmpar.serve("llama-3-70b", **kw)
+        load = {k: kw[k] for k in ("concurrency", "rate") if k in kw}
+        again = llmpar.serve("llama-3-70b", **load,
+                             **{k: v for k, v in r.settings.items() if k not in ("engine_version", "replicas")})
+        assert (again.ttft_s, again.tpot_s) == (r.ttft_s, r.tpot_s)
+        assert again.settings == r.settings
+    assert r.to_dict() == r.model_dump()
+
+
+def test_serve_plan_rows_have_every_documented_attribute():
+    c = llmpar.serve_plan("llama-3-70b", gpus=8, ttft="500ms", tpot="30ms")["candidates"][0]
+    assert c.output_tokens_per_s_per_gpu == pytest.approx(c.output_tokens_per_s / c.gpus)
+    assert c.as_dict()["output_tokens_per_s_per_gpu"] == c.output_tokens_per_s_per_gpu
+    from llmpar.api import ServeResult     # every result type imports from llmpar.api
+
+    assert isinstance(llmpar.serve("llama-3-8b", concurrency=2), ServeResult)

@@ -302,3 +302,46 @@ def test_memory_training_defaults_unchanged_by_none():
     assert a.settings.optimizer == "adam" and a.settings.convention == "llmpar"
     states = a.memory["weights_bytes"] + a.memory["gradients_bytes"] + a.memory["optimizer_bytes"]
     assert states == pytest.approx(18 * a.params_per_gpu, rel=1e-12)
+
+
+# --------------------------------------- an API review of 2026-12-04: keywords, flags and lists
+
+@pytest.mark.parametrize("call,culprit", [
+    (lambda: llmpar.memory("llama-3-8b", microbatch=2), "'microbatch' (did you mean: micro_batch"),
+    (lambda: llmpar.step("llama-3-8b", explain=True), "'explain': the result's terms"),
+    (lambda: llmpar.serve("llama-3-8b", explain=True), "'explain'"),
+    (lambda: llmpar.plan("llama-3-8b", gpus=8, microbatch=2), "plan() takes no keyword 'microbatch'"),
+    (lambda: llmpar.sweep("llama-3-8b", gpus=[8], foo=1), "sweep() takes no keyword 'foo'"),
+    (lambda: llmpar.serve_plan("llama-3-8b", gpus=1, top_k=3), "serve_plan() takes no keyword 'top_k'"),
+    (lambda: llmpar.collective("all-reduce", gpu=8), "'gpu' (did you mean: gpus"),
+    (lambda: llmpar.validate(json=True), "'json': r.model_dump()"),
+    (lambda: llmpar.plan("llama-3-8b", gpus=8, units="foo"), "units must be one of gb, gib"),
+    (lambda: llmpar.serve("deepseek-v3", gpus=16, tp=16, ep=16, weights="fp8", hardware="h200", concurrency=64,
+                          dp_attention="no"), "dp_attention must be True or False"),
+    (lambda: llmpar.serve_plan("llama-3-70b", rate=10, ttft="500ms", disagg="no"), "disagg must be True or False"),
+    (lambda: llmpar.serve_plan("llama-3-70b", gpus=8, engine=5), "engine must be a name"),
+    (lambda: llmpar.serve_plan("llama-3-70b", gpus=8, weights=5), "weights must be a name"),
+])
+def test_a_keyword_the_api_does_not_take_or_a_wrong_type_is_one_user_error(call, culprit):
+    """Python's TypeError (an unexpected keyword, 'int' object is not iterable) or a truthy "no"
+    had been what these calls gave: each is now one UserError naming the keyword."""
+    with pytest.raises(UserError) as e:
+        call()
+    assert culprit in str(e.value) and "\n" not in str(e.value)
+
+
+def test_hardware_none_and_hf_alone_take_the_defaults(tmp_path):
+    """hardware=None is the default profile (as sweep() took it); serve() and serve_plan() take a
+    config.json by hf= alone, as memory() and step() do."""
+    assert llmpar.memory("llama-3-8b", hardware=None).hardware == "h100-sxm"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                               "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                               "vocab_size": 128256, "max_position_embeddings": 8192}))
+    assert llmpar.serve(hf=str(cfg), concurrency=4).fits
+    assert llmpar.serve_plan(hf=str(cfg), gpus=1)["candidates"]
+
+
+def test_over_tolerance_takes_a_percentage_as_validate_does():
+    r = llmpar.validate(source="korthikanti2022-table5")
+    assert r.over_tolerance("1%") == r.over_tolerance(0.01) and r.over_tolerance("50%") == []

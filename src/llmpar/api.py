@@ -16,13 +16,13 @@ Each function here is a face: its documented keywords (the shared ones declared 
 :mod:`llmpar.validation.core`.
 
     >>> import llmpar
-    >>> r = llmpar.memory("llama-3-70b", hardware="h100-sxm", zero=3, dp=8)
+    >>> r = llmpar.memory("llama-3-70b", hardware=DEFAULT_HARDWARE, zero=3, dp=8)
     >>> r.fits, r.memory["total_bytes"], r.model_dump()["verdict"]
 """
 
 from __future__ import annotations
 
-from llmpar.errors import CheckFailed, UserError
+from llmpar.errors import UserError, refuse_unknown
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note  # noqa: F401 (API)
 from llmpar.parallel import positive_int
 from llmpar.run import memory as RM
@@ -30,6 +30,7 @@ from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, C
                             StepFigures, StepResult, ValidateResult, step_numbers)
 from llmpar.specs.hardware import Hardware
 from llmpar.specs.model import ModelSpec
+from llmpar.specs.registry import DEFAULT_HARDWARE
 from llmpar.specs.stack import Stack
 from llmpar.units import parse_tolerance  # noqa: F401 (parse_tolerance: API)
 
@@ -44,7 +45,7 @@ def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None) -
     return load_model_spec(model, hf)[0]
 
 
-def load_hardware(hardware: str | Hardware = "h100-sxm") -> Hardware:
+def load_hardware(hardware: str | Hardware | None = DEFAULT_HARDWARE) -> Hardware:
     """A hardware profile: a shipped name (``"h100-sxm"``), a YAML path, or a loaded :class:`Hardware`."""
     return load_hardware_spec(hardware)
 
@@ -62,7 +63,7 @@ def load_stack(stack: str | Stack | None = None) -> Stack:
 def memory(
     model: str | ModelSpec | None = None,
     *,
-    hardware: str | Hardware = "h100-sxm",
+    hardware: str | Hardware | None = DEFAULT_HARDWARE,
     gpus: int | None = None,
     tp: int | None = None,
     pp: int | None = None,
@@ -102,6 +103,7 @@ def memory(
     lora_targets: str | None = None,
     optimizer_offload: float | str | None = None,
     param_offload: bool | None = None,
+    **unknown,
 ) -> MemoryResult:
     """Per-GPU memory of a training (or, with ``inference=True``, serving) layout.
 
@@ -110,7 +112,9 @@ def memory(
     Keyword arguments are the CLI's common options. Raises :class:`llmpar.errors.UserError` for
     bad input.
     """
-    return RM.run(dict(locals()))
+    values = dict(locals())
+    refuse_unknown("memory", values.pop("unknown"), values)
+    return RM.run(values)
 
 
 # -------------------------------------------------------------------------------------- step
@@ -118,7 +122,7 @@ def memory(
 def step(
     model: str | ModelSpec | None = None,
     *,
-    hardware: str | Hardware = "h100-sxm",
+    hardware: str | Hardware | None = DEFAULT_HARDWARE,
     gpus: int | None = None,
     tp: int | None = None,
     pp: int | None = None,
@@ -165,6 +169,7 @@ def step(
     lora_targets: str | None = None,
     optimizer_offload: float | str | None = None,
     param_offload: bool | None = None,
+    **unknown,
 ) -> StepResult:
     """Step time, throughput, MFU/HFU and where the time goes, for one layout (issue 3).
 
@@ -176,6 +181,7 @@ def step(
     ``interval_level`` (default 0.8): the level of the result's ``interval`` (:mod:`llmpar.evidence`).
     Raises :class:`llmpar.errors.UserError` for bad input."""
     values = dict(locals())
+    refuse_unknown("step", values.pop("unknown"), values)
     from llmpar.run import step as RS   # here: `llmpar memory` need not load the time model
 
     return RS.run(values)
@@ -203,12 +209,16 @@ def __getattr__(name):
         from llmpar.planner.sweep import sweep as _sweep
 
         return _sweep
+    if name == "ServeResult":
+        from llmpar.serving.result import ServeResult
+
+        return ServeResult
     if name == "serve":   # docs/serving.md; lives with the serving rooms
         from llmpar.serving.run import serve_api
 
         return serve_api
     if name == "serve_plan":
-        from llmpar.serving.plan import serve_plan_api
+        from llmpar.serving.plan_api import serve_plan_api
 
         return serve_plan_api
     raise AttributeError(f"module 'llmpar.api' has no attribute {name!r}")
@@ -221,10 +231,11 @@ def collective(
     size: str | float | None = None,
     gpus: int | None = None,
     gpus_per_node: int | None = None,
-    hardware: str | Hardware = "h100-sxm",
+    hardware: str | Hardware | None = DEFAULT_HARDWARE,
     algorithm: str | None = None,
     sweep: str | None = None,
     explain: bool = False,
+    **unknown,
 ) -> CollectiveResult | CollectiveSweepResult:
     """Cost one collective (``"all-reduce"``, ``"all_gather"``, ``"reduce-scatter"``, ``"all-to-all"``,
     ``"broadcast"``, ...) over ``gpus`` GPUs per algorithm and protocol, and the one NCCL would pick,
@@ -238,6 +249,8 @@ def collective(
     ``"tree"``, ``"nvls"``, ...). ``explain``: add each algorithm's latency and bandwidth terms.
     Raises :class:`~llmpar.errors.UserError` for bad input (and for a forced algorithm that
     cannot run this group)."""
+    refuse_unknown("collective", unknown, ("collective", "size", "gpus", "gpus_per_node", "hardware", "algorithm",
+                                           "sweep", "explain"))
     from llmpar.run import collective as RC
 
     return RC.run(collective, size=size, gpus=gpus, gpus_per_node=gpus_per_node, hardware=hardware,
@@ -254,6 +267,7 @@ def validate(
     tolerance: str | float | None = None,
     progress=None,
     serving: bool = False,
+    **unknown,
 ) -> ValidateResult:
     """Published vs predicted for every shipped published run (or those of ``source``: one name or
     a list), each under its source's stack or ``stack``, as `llmpar validate` does.
@@ -263,6 +277,7 @@ def validate(
     exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
     ``progress(name, done, total)`` is called before each source. ``serving=True``: the published
     serving runs instead (``validate --serving``; the result's ``serving`` holds the block)."""
+    refuse_unknown("validate", unknown, ("source", "stack", "limit", "tolerance", "progress", "serving"))
     from llmpar.validation.core import validate as _validate
 
     if serving:
@@ -286,15 +301,14 @@ def validate(
     result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack,
                             cross_validation=r.cross_validation)
     if tol is not None:
-        bad = result.over_tolerance(tol)
-        if bad:
-            what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
-            raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
+        from llmpar.results import raise_over_tolerance
+
+        raise_over_tolerance(result.groups, tol)
     return result
 
 
 __all__ = ["CollectiveResult", "CollectiveSweepResult", "Comparison", "MemoryResult", "PlanResult", "PlanRow",
            "SpaceSummary", "StepFigures", "StepResult", "SweepResult", "SweepRow", "ValidateResult", "collective",
            "load_hardware", "load_hardware_spec", "load_model", "load_model_spec", "load_stack", "make_settings",
-           "memory", "parse_reserve", "parse_tolerance", "plan", "stack_note", "step", "step_numbers", "sweep",
-           "validate", "MEMORY_COMPONENTS", "STEP_NUMBERS"]
+           "memory", "parse_reserve", "parse_tolerance", "plan", "serve", "serve_plan", "ServeResult", "stack_note",
+           "step", "step_numbers", "sweep", "validate", "MEMORY_COMPONENTS", "STEP_NUMBERS"]

@@ -329,10 +329,33 @@ class ValidateResult(Result):
         return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
                 "sources": self.sources}
 
-    def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
-        """The groups whose mean absolute error exceeds ``tolerance`` (a fraction)."""
-        return [g for g in self.groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tolerance]
+    def over_tolerance(self, tolerance) -> list[dict[str, Any]]:
+        """The groups whose mean absolute error exceeds ``tolerance`` (``0.1`` or ``"10%"``, as
+        :func:`llmpar.api.validate` takes it)."""
+        return groups_over_tolerance(self.groups, tolerance)
+
+
+def groups_over_tolerance(groups: list[dict[str, Any]], tolerance) -> list[dict[str, Any]]:
+    """The validation groups whose mean absolute error exceeds ``tolerance`` (a fraction or a
+    percentage such as ``"10%"``; units.parse_tolerance): the one rule of `validate --tolerance`."""
+    from llmpar.units import parse_tolerance
+
+    tol = parse_tolerance(tolerance)
+    return [g for g in groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tol]
+
+
+def raise_over_tolerance(groups: list[dict[str, Any]], tolerance) -> None:
+    """CheckFailed (exit 1) naming every group over ``tolerance``; nothing when none is."""
+    from llmpar.errors import CheckFailed
+    from llmpar.units import parse_tolerance
+
+    bad = groups_over_tolerance(groups, tolerance)
+    if bad:
+        tol = parse_tolerance(tolerance)
+        what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
+        raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
 
 
 __all__ = ["CollectiveResult", "CollectiveSweepResult", "MEMORY_COMPONENTS", "MemoryResult", "Result", "STEP_NUMBERS",
-           "StepFigures", "StepResult", "ValidateResult", "jsonable", "num", "step_numbers"]
+           "StepFigures", "StepResult", "ValidateResult", "groups_over_tolerance", "jsonable", "num",
+           "raise_over_tolerance", "step_numbers"]

@@ -176,6 +176,17 @@ def fmt_bytes(n: float, units: str = "gb", digits: int = 2) -> str:
     return f"{n / 1e9:.{digits}f} GB"
 
 
+MEMORY_UNITS = ("gb", "gib")
+
+
+def memory_units(units) -> str:
+    """The rule for a memory-units argument (``units="gb"`` or ``"gib"``, the CLI's --units): any
+    other value is a UserError, not GB (``plan(units="foo")`` had printed GB)."""
+    if units not in MEMORY_UNITS:
+        raise UserError(f"units must be one of {', '.join(MEMORY_UNITS)}, got {units!r}")
+    return units
+
+
 def unit_scale(units: str) -> tuple[float, str]:
     return (2**30, "GiB") if units == "gib" else (1e9, "GB")
 

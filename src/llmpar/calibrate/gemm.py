@@ -26,6 +26,7 @@ import numpy as np
 
 from llmpar.calibrate.gemm_fit import efficiency_curve, fit_curve
 from llmpar.errors import UserError
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 # Bounds on what is measured, checked before torch is touched (--tokens 10^30 was a torch TypeError,
@@ -40,7 +41,7 @@ MAX_GEMM_BYTES = 64 * 2**30
 
 @dataclass
 class GemmPlan:
-    hardware: str = "h100-sxm"
+    hardware: str = DEFAULT_HARDWARE
     model: str | None = "llama-3-70b"
     dtype: str = "bf16"
     tps: list[int] = field(default_factory=lambda: [1, 2, 4, 8])

@@ -19,6 +19,7 @@ import click
 
 from llmpar.cli.common import echo_json
 from llmpar.errors import UserError
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 @click.group("calibrate")
@@ -206,7 +207,7 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
 # ----------------------------------------------------------------------------- gemm
 
 @calibrate.command("gemm")
-@click.option("--hardware", default="h100-sxm", show_default=True, help="Base profile (name or YAML path).")
+@click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True, help="Base profile (name or YAML path).")
 @click.option("--model", default="llama-3-70b", show_default=True, help="Model whose GEMM shapes are measured.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the calibrated profile here.")
 @click.option("--device", default="cuda", show_default=True, help="cuda, cuda:N, or cpu (tests the pipeline).")

@@ -14,13 +14,14 @@ from pathlib import Path
 import click
 
 from llmpar.cli.common import echo_json
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 def _log_options(f):
     """LOG... plus the parse overrides (for logs that do not state what they measured)."""
     for opt in reversed([
         click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)),
-        click.option("--hardware", default="h100-sxm", show_default=True,
+        click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True,
                      help="Profile name (see `llmpar hardware`) or YAML path."),
         click.option("--collective", help="Override the collective of every log (all_reduce, all-gather, ...)."),
         click.option("--ranks", type=int, help="Override the rank count of every log."),

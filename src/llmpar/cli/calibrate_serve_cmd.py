@@ -9,12 +9,13 @@ import click
 
 from llmpar.cli.common import complete_hardware, complete_model, echo_json
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 @click.command("serve")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--model", "model", required=True, shell_complete=complete_model, help="The model the runs served.")
-@click.option("--hardware", default="h100-sxm", show_default=True, shell_complete=complete_hardware)
+@click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True, shell_complete=complete_hardware)
 @click.option("--engine", default="vllm", show_default=True, help="The engine profile to start from (name or YAML).")
 @click.option("--gpus", type=int, help="GPUs serving (default tp x pp).")
 @click.option("--tp", type=int, default=1, show_default=True)

@@ -13,6 +13,7 @@ import click
 
 from llmpar.cli.common import echo_json
 from llmpar.units import fmt_seconds, fmt_size
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 @click.command("collective")
@@ -22,7 +23,7 @@ from llmpar.units import fmt_seconds, fmt_size
 @click.option("--gpus-per-node", "per_node", type=int,
               help="Group members per node / NVLink domain (default: consecutive ranks filling whole domains, "
                    "as step and plan place a data-parallel group; an uneven last domain sets k).")
-@click.option("--hardware", default="h100-sxm", show_default=True, help="Profile name or YAML path.")
+@click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True, help="Profile name or YAML path.")
 @click.option("--algorithm", help="Force one algorithm: naive, ring, tree, nvls, nvls_tree, collnet, hierarchical.")
 @click.option("--sweep", help="Size range A:B, doubling (nccl-tests layout), e.g. 1KiB:8GiB.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

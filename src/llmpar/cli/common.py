@@ -15,6 +15,7 @@ import numpy as np
 
 from llmpar.errors import UserError
 from llmpar.options import LAYOUT, OVERLAP, PRECISION, Option
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 def click_option(o: Option):
     """The click option for one declared :class:`llmpar.options.Option` (its flag, type, default, help)."""
@@ -37,7 +38,7 @@ def click_option(o: Option):
 _COMPLETERS = {"stack": lambda c, p, i: complete_stack(c, p, i)}
 
 _LAYOUT_OPTIONS = [
-    click.option("--hardware", "hardware", default="h100-sxm", show_default=True,
+    click.option("--hardware", "hardware", default=DEFAULT_HARDWARE, show_default=True,
                  shell_complete=lambda c, p, i: complete_hardware(c, p, i),
                  help="Shipped profile name (see `llmpar hardware`) or a YAML path."),
     *(click_option(o) for o in LAYOUT),

@@ -13,12 +13,13 @@ import click
 from llmpar.cli.common import complete_hardware, complete_model, echo_json
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
 from llmpar.errors import CheckFailed
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 @click.command("serve")
 @click.argument("model", required=False, shell_complete=complete_model)
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
-@click.option("--hardware", default="h100-sxm", show_default=True, shell_complete=complete_hardware,
+@click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True, shell_complete=complete_hardware,
               help="Shipped profile name (see `llmpar hardware`) or a YAML path.")
 @click.option("--engine", default=None, help="Serving engine: vllm (default), sglang, trtllm, or a YAML path.")
 @click.option("--gpus", type=int, help="GPUs in the deployment: replicas x tp x pp (default tp x pp).")

@@ -1,6 +1,6 @@
 """`llmpar serve-plan`: the cheapest deployment that meets TTFT and TPOT targets (docs/serving.md).
 
-The search is :func:`llmpar.serving.plan.serve_plan_api` (``llmpar.serve_plan``); this module
+The search is :func:`llmpar.serving.plan_api.serve_plan_api` (``llmpar.serve_plan``); this module
 parses, calls it and renders."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import click
 
 from llmpar.cli.common import complete_hardware, complete_model, echo_json, plot_option
 from llmpar.errors import CheckFailed
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 
 @click.command("serve-plan")
 @click.argument("model", required=False, shell_complete=complete_model)
 @click.option("--hf", "hf", metavar="CONFIG_JSON", help="Read the model from a Hugging Face config.json.")
-@click.option("--hardware", default="h100-sxm", show_default=True, shell_complete=complete_hardware)
+@click.option("--hardware", default=DEFAULT_HARDWARE, show_default=True, shell_complete=complete_hardware)
 @click.option("--engine", default=None, help="Engines to compare: names (vllm,trtllm) or all (default vllm).")
 @click.option("--gpus", type=int, help="Use N GPUs as well as possible (most output tokens/s within the targets).")
 @click.option("--rate", type=float, help="Serve R requests/s with the fewest GPUs.")
@@ -46,7 +47,7 @@ def serve_plan(model, as_json, plot_path, **kw):
       llmpar serve-plan llama-3-8b --rate 20 --isl 2048 --osl 256 --tpot 20ms --gpu-hour-price 2.5
     """
     from llmpar.errors import UserError
-    from llmpar.serving.plan import serve_plan_api
+    from llmpar.serving.plan_api import serve_plan_api
 
     if model is None and kw.get("hf") is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or --hf config.json")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from llmpar.cli.common import html_option
-from llmpar.errors import CheckFailed, UserError
+from llmpar.errors import UserError
 from llmpar.units import parse_tolerance
 
 
@@ -170,10 +170,9 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
         if not as_json and not (as_markdown and out is None):
             con.print(f"report: {html_path}", highlight=False)
     if tol is not None:
-        bad = result.over_tolerance(tol)
-        if bad:
-            what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
-            raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
+        from llmpar.results import raise_over_tolerance
+
+        raise_over_tolerance(result.groups, tol)
 
 
 def serving_tables(block: dict) -> list[tuple[str, list[tuple[str, bool]], list[list[str]]]]:

@@ -18,12 +18,12 @@ from llmpar.parallel import (
     default_seq, flag, positive_int, whole
 )
 from llmpar.planner import knobs as K
+from llmpar.specs.registry import DEFAULT_HARDWARE  # noqa: F401 (ARG.DEFAULT_HARDWARE; its home is specs.registry)
 
 #: the most rows a plan lists: each row is a full step result (its JSON ~10 kB), and rendering
 #: 100,000 of them took 39 s where the search takes 0.1 s (reliability review, item 13)
 MAX_TOP = 1000
 DEFAULT_MODEL = "llama-3-70b"
-DEFAULT_HARDWARE = "h100-sxm"
 OBJECTIVES = ("time", "memory")
 
 

@@ -14,12 +14,13 @@ from typing import Any
 
 from llmpar import evidence as EV
 from llmpar import inputs
-from llmpar.errors import UserError
+from llmpar.errors import UserError, refuse_unknown
 from llmpar.layout_settings import check_optimizer_offload, check_settings
 from llmpar.parallel import MAX_GPUS, RECOMPUTE, SCHEDULES, Settings, flag, fraction
 from llmpar.planner import arguments as ARG
 from llmpar.planner import space as SP
 from llmpar.specs.model import ModelSpec
+from llmpar.units import memory_units
 
 # plan()'s keywords that are the run's settings (inputs.make_settings), as `memory` and `step` take them
 _SETTINGS_KEYWORDS = ("dtype", "optimizer", "grad_dtype", "convention", "attention", "dp_overlap", "tp_overlap",
@@ -60,9 +61,9 @@ def read_request(args: dict) -> PlanRequest:
 def _checked_options(args: dict) -> dict:
     """The scalar options checked (a copy of ``args`` with the checked values), before any spec is loaded."""
     a = dict(args)
-    unknown = set(a["layout"]) - set(ARG.LAYOUT_KNOBS)
-    if unknown:
-        raise UserError(f"plan() got unknown option(s): {', '.join(sorted(unknown))}")
+    unknown = {k: v for k, v in a["layout"].items() if k not in ARG.LAYOUT_KNOBS}
+    refuse_unknown("plan", unknown, [*(k for k in a if k != "layout"), *ARG.LAYOUT_KNOBS])
+    a["units"] = memory_units(a["units"])
     if a["objective"] not in ARG.OBJECTIVES:
         raise UserError(f"unknown objective {a['objective']!r}; choose one of: {', '.join(ARG.OBJECTIVES)}")
     if a["gpus"] is None:

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from llmpar import inputs
-from llmpar.errors import CheckFailed, UserError
+from llmpar.errors import CheckFailed, UserError, refuse_unknown
 from llmpar.parallel import MAX_GPUS, whole
 from llmpar.results_plan import SweepResult, SweepRow
+from llmpar.specs.registry import DEFAULT_HARDWARE
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
-DEFAULT_HARDWARE = "h100-sxm"
 _NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective")
 # one plan per (count, profile): a sweep is a scaling curve, not a batch job. 64 counts at ~0.05-4 s
 # each is already minutes on two cores; more is a loop over llmpar.plan (issue 24: output sizes
@@ -173,6 +173,17 @@ def _row_for(spec, hw, n, opts, global_batch, train_in) -> tuple[SweepRow, Any]:
     return SweepRow(gpus=n, hardware=hw.name, status="ok", plan=best, training=training), r
 
 
+def _plan_keywords() -> set[str]:
+    """The keywords sweep() passes on to plan(): plan's own and the layout knobs."""
+    import inspect
+
+    from llmpar.planner import arguments as ARG
+    from llmpar.planner.search import plan
+
+    own = {k for k, p in inspect.signature(plan).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    return own | set(ARG.LAYOUT_KNOBS)
+
+
 def sweep(
     model=None,
     *,
@@ -210,6 +221,8 @@ def sweep(
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
     if bad:
         raise UserError(f"sweep() keeps plan #1 at each count by step time; it takes no {', '.join(bad)}")
+    refuse_unknown("sweep", {k: v for k, v in plan_options.items() if k not in _plan_keywords()},
+                   [*_plan_keywords(), "gpus", "hardware", "tokens", "deadline", "progress"])
     counts = parse_gpu_list(gpus)
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
                                checkpoint_bandwidth, checkpoint)

@@ -48,6 +48,10 @@ class ServeResult(BaseModel):
     simulation: dict[str, Any] = {}
     notes: list[str] = []
 
+    def to_dict(self) -> dict[str, Any]:
+        """The ``serve --json`` object, as every result's ``to_dict()`` is its command's."""
+        return self.model_dump()
+
 
 _FLOATS = ("ttft_s", "tpot_s", "itl_median_s", "e2e_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
            "output_tokens_per_s_per_user", "requests_per_s")
@@ -74,15 +78,20 @@ def _terms(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
     return [t.as_dict() for t in serving_terms(breakdown)]
 
 
-def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None) -> ServeResult:
+def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None, disagg=None) -> ServeResult:
+    """``disagg``: the prefill GPUs of a disaggregated deployment as given (None: colocated)."""
     d = out["deployment"]
     cap = out["capacity"]
-    settings = {"engine": engine.name, "engine_version": engine.version, "gpus": d.gpus, "tp": d.tp, "pp": d.pp,
+    # every keyword that sets the deployment, so that settings round-trip into serve() (hardware and
+    # disagg had been left out: the round trip then priced an H100, or a colocated deployment)
+    settings = {"hardware": hw.name, "engine": engine.name, "engine_version": engine.version, "gpus": d.gpus,
+                "tp": d.tp, "pp": d.pp,
                 "ep": d.ep, "replicas": d.replicas, "weights": d.weights, "kv_dtype": d.kv_dtype, "isl": out["isl"],
                 "osl": out["osl"], "max_num_seqs": int(cap["max_num_seqs"]),
                 "max_num_batched_tokens": int(cap["max_num_batched_tokens"]),
                 "memory_fraction": engine.scheduler.memory_fraction, "spec_tokens": d.spec_tokens,
-                "acceptance": d.acceptance if d.spec_tokens else None, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention}
+                "acceptance": d.acceptance if d.spec_tokens else None, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention,
+                "disagg": None if disagg is None else int(disagg)}
     for key in ("isl_range", "osl_range"):
         if key in out:
             settings[key] = out[key]

@@ -18,6 +18,7 @@ from llmpar.cost.serving_finite import finite_rate
 from llmpar.cost.serving_tails import length_percentiles
 from llmpar.errors import UserError
 from llmpar.serving.deployment import _int, _load_kind, _range, _rate, deployment
+from llmpar.specs.registry import DEFAULT_HARDWARE
 from llmpar.specs.stack import per_gen
 
 #: `vllm bench serve` defaults: --request-rate inf with --num-prompts 1000 (vllm benchmarks/serve.py)
@@ -298,18 +299,22 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
             "bandwidth_bound_s": terms["weight_bytes"] / hw.gpu.memory_bandwidth,
             "engine_per_step_s": per_gen(engine.overhead.per_step_s, hw.gpu.generation)}
 
-def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
+def serve_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
               isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
               interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False,
-              disagg=None, isl_range=None, osl_range=None, simulate=None, seed=None):
+              disagg=None, isl_range=None, osl_range=None, simulate=None, seed=None, **unknown):
     """``llmpar.serve(...)``: the ServeResult of one deployment (docs/api.md, serve)."""
+    from llmpar.errors import refuse_unknown
     from llmpar.evidence import level_value
     from llmpar.inputs import load_hardware_spec, load_model_spec
+    from llmpar.parallel import flag
     from llmpar.serving import evidence
     from llmpar.serving.result import build
     from llmpar.specs.registry import load_engine
 
+    refuse_unknown("serve", unknown, [k for k in locals() if k != "unknown"])
+    dp_attention = flag(dp_attention, "dp_attention", default_none=False)
     level = level_value(interval_level)
     spec = load_model_spec(model, hf)[0]
     hw = load_hardware_spec(hardware)
@@ -339,5 +344,5 @@ def serve_api(model, *, hardware="h100-sxm", engine=None, hf=None, gpus=None, tp
                 # the TPOT residuals hold both kinds of token gap (published means and medians are
                 # each compared with their own figure): one band for both
                 iv["itl_median_s"] = evidence.interval_json(bands["tpot"], f["itl_median_s"], True)
-    return build(spec, hw, eng, out, iv)
+    return build(spec, hw, eng, out, iv, disagg)
 

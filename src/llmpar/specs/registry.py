@@ -182,10 +182,18 @@ def _spec_validated(cls: type[BaseModel], data: dict[str, Any], source: str, kin
     return validate(cls, data, source, chain=chain)
 
 
-def load_hardware(name: str) -> Hardware:
-    """A shipped profile by name (``h100-sxm``) or a YAML path, with ``extends:`` resolved."""
+#: the profile every command and API function uses when none is named (CLI --hardware's default;
+#: ``hardware=None`` in the API)
+DEFAULT_HARDWARE = "h100-sxm"
+
+
+def load_hardware(name: str | None) -> Hardware:
+    """A shipped profile by name (``h100-sxm``) or a YAML path, with ``extends:`` resolved; None:
+    :data:`DEFAULT_HARDWARE`."""
     if isinstance(name, Hardware):
         return name
+    if name is None:
+        name = DEFAULT_HARDWARE
     data, source = _hardware_dict(str(name))
     return _spec_validated(Hardware, data, source, "hardware")
 

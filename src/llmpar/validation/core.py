@@ -92,9 +92,6 @@ class ValidationResult:
         return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
                 "sources": [s.as_dict() for s in self.sources]}
 
-    def over_tolerance(self, tolerance: float) -> list[dict[str, Any]]:
-        return [g for g in self.groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tolerance]
-
 
 # ------------------------------------------------------------------------------ evaluation
 
