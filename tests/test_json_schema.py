@@ -135,7 +135,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                             "vocab", "max_seq", "moe", "experts", "top_k", "mla", "params_total", "params_active")),
     "models show": (
         "model", "alias_typed",
-        *under("spec.", ("name", "aliases[]", "description", "source", "family", "layers", "hidden", "heads",
+        *under("spec.", ("name", "aliases[]", "description", "source", "checkpoint", "family", "layers", "hidden", "heads",
                          "kv_heads", "head_dim", "ffn_hidden", "ffn_type", "vocab", "tied_embeddings", "norm",
                          "position", "max_seq", "linear_bias", "qkv_bias", "attention_out_bias", "mlp_bias",
                          "dropout", "attention", "parallel_block", "sandwich_norms", "sliding_window", "sliding_window_share",

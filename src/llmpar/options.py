@@ -25,9 +25,10 @@ from llmpar.errors import UserError
 from llmpar.parallel import (ATTENTION, CONVENTIONS, DTYPES, FINETUNE, GRAD_DTYPES, LORA_TARGETS, OPTIMIZERS,
                              RECOMPUTE, SCHEDULES)
 
-# what an option describes, for refuse_moot: a training layout (refused with --inference) and the
-# activations (refused with --params, a bare parameter count that has none)
-TRAINING, ACTIVATIONS = "training", "activations"
+# what an option describes, for refuse_moot: a training layout (refused with --inference), the
+# activations (refused with --params, a bare parameter count that has none) and the experts of a
+# mixture-of-experts model (refused for a dense one: refuse_expert_options)
+TRAINING, ACTIVATIONS, EXPERTS = "training", "activations", "experts"
 
 
 @dataclass(frozen=True)
@@ -136,11 +137,12 @@ OVERLAP = (
                        "(default: the stack's overlap.tp; 0: none, as Megatron-LM 2021-22).", kind="float"),
     _opt("ep_overlap", "Usable fraction of a MoE layer's compute its all-to-alls hide behind, on the chunks the "
                        "schedule pairs with one of the other direction (default: the stack's overlap.ep; 1: "
-                       "Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe always pairs).", kind="float"),
+                       "Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe always pairs).", kind="float",
+         describes=(EXPERTS,)),
     _opt("ep_dispatcher", "How MoE tokens reach their experts (default: the stack's kernels.ep_dispatcher): "
                           "alltoall, one copy per (token, expert); deepep, once per remote node over the NICs, then "
                           "NVLink (Megatron-Core --moe-enable-deepep / flex dispatcher; DeepSeek-V3).",
-         kind="choice", choices=("alltoall", "deepep")),
+         kind="choice", choices=("alltoall", "deepep"), describes=(EXPERTS,)),
     _opt("rank_order", "Rank order, innermost first: which groups share a node (default tp-cp-dp-pp, Megatron's).",
          kind="text"),
 )
@@ -163,3 +165,13 @@ def refuse_moot(values: dict[str, Any], what: str, why: str) -> None:
     if bad:
         one = len(bad) == 1
         raise UserError(why.format(flags=", ".join(bad), s="s" if one else "", it="it" if one else "them"))
+
+
+def refuse_expert_options(values: dict[str, Any], model) -> None:
+    """A dense model has no experts: --ep-overlap and --ep-dispatcher change nothing there and are
+    refused (step had taken them silently; plan refused --ep alone). One rule for memory, step and
+    plan; ``values`` their keywords (None: not given). --etp has its layout rule (layout.py "etp":
+    refused where it differs from tp; equal to tp it is the default a plan row's layout carries)."""
+    if model.moe is None:
+        refuse_moot(values, EXPERTS, "{flags} describe{s} the experts of a mixture-of-experts model; "
+                    f"{model.name} is dense: drop {{it}}")

@@ -178,8 +178,9 @@ class MemoryResult(Result):
 def step_numbers(out: dict[str, Any], i=None) -> dict[str, Any]:
     """The figures of one layout from :func:`llmpar.cost.step.step_time`'s output: the scalar
     result (``i`` None) or entry ``i`` of the planner's arrays."""
-    def f(x):
-        return float(np.asarray(x) if i is None else np.asarray(x)[i])
+    def f(x):   # a term the same for every candidate may be one number (np.ndim 0): it is theirs
+        a = np.asarray(x)
+        return float(a if i is None or a.ndim == 0 else a[i])
 
     return {**{k: f(out[k]) for k in STEP_NUMBERS}, "mfu_convention": out["mfu_convention"],
             "breakdown_s": {k: f(v) for k, v in out["breakdown_s"].items()},

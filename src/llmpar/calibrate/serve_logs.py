@@ -103,6 +103,43 @@ def _measure(d: dict[str, Any], key: str, where: str) -> float | None:
     return v
 
 
+def _load_field(d: dict[str, Any], key: str, where: str) -> float | None:
+    """The load a run states (``request_rate``: requests/s or "inf"; ``max_concurrency``): None when
+    absent or null; a value that is not a positive number (0, -5, "fast") is refused with the place
+    (a rate of 0 had reached a logarithm and raised; a concurrency of 0 had been read as offline
+    and the fit blamed --model)."""
+    if d.get(key) is None or str(d.get(key)).strip().lower() in ("none", "null", ""):   # text logs print None
+        return None
+    v = _num(d.get(key))
+    if v is None or math.isnan(v) or v <= 0:
+        raise UserError(f"{where}: {key} = {d.get(key)!r}: the run's load must be a positive number"
+                        + (" or inf" if key == "request_rate" else ""))
+    return v
+
+
+def _consistent(d: dict[str, Any], m: dict[str, Any], done: float, tout: float, where: str) -> None:
+    """A run's figures checked against its own counts before a fit uses them (issue 24: measurements
+    against physics): with the run's ``duration`` (s), its output throughput is total output tokens /
+    duration (the benchmarks print exactly that; 10 % allowed for rounding and warm-up accounting),
+    and no request's first token or token gaps take longer than the run. A file edited or corrupted
+    (an output throughput of 1e-300 tokens/s beside 128,000 tokens in 63 s, a TTFT of 1e300 ms) is
+    refused with its place; it had been fitted and blamed on --model."""
+    dur = _num(d.get("duration"))
+    if dur is None or not math.isfinite(dur) or dur <= 0:
+        return
+    out = m.get("output_tokens_per_s")
+    if out is not None and not 0.9 <= out * dur / tout <= 1.1:
+        raise UserError(f"{where}: output_throughput {out:.6g} tokens/s disagrees with the run's own "
+                        f"{tout:,.0f} output tokens in {dur:,.1f} s ({tout / dur:,.1f}/s): a corrupted or edited result")
+    osl = tout / done
+    for key, steps in (("ttft_ms", 1.0), ("tpot_ms", max(osl - 1.0, 1.0)), ("e2e_ms", 1.0)):
+        if key in m:
+            v = next(iter(m[key].values()))
+            if v * steps / 1e3 > 1.01 * dur:
+                raise UserError(f"{where}: {key.replace('_ms', '')} of {v:,.6g} ms is longer than the whole run "
+                                f"({dur:,.1f} s): a corrupted or edited result")
+
+
 def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     """One run from a vLLM or SGLang result object (their key sets, all versions we know)."""
     if isinstance(d.get("request_throughput"), dict):
@@ -111,9 +148,15 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
     if not done or tin is None or tout is None:
         return None
-    rate = _num(d.get("request_rate"))
-    conc = _num(d.get("max_concurrency"))
-    if conc is not None and conc > 0:
+    for key in ("completed", "total_input_tokens", "total_output_tokens"):
+        _measure(d, key, where)      # counts of a run that ran: positive and finite
+    rate, conc = _load_field(d, "request_rate", where), _load_field(d, "max_concurrency", where)
+    if conc is not None and math.isinf(conc):
+        raise UserError(f"{where}: max_concurrency = {d.get('max_concurrency')!r}: a concurrency is a whole number")
+    prompts = _num(d.get("num_prompts")) or done
+    if conc is not None and conc >= prompts:   # as many clients as prompts: every prompt sent at once
+        load = {"offline": int(prompts)}
+    elif conc is not None:
         load = {"concurrency": int(conc)}
     elif rate is None or math.isinf(rate):
         load = {"offline": int(_num(d.get("num_prompts")) or done)}
@@ -135,6 +178,7 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
             if v is not None:
                 m[key] = {"median" if n.startswith("median") else "mean": v}
                 break
+    _consistent(d, m, done, tout, where)
     # the run's request count: a rate run is predicted as that many requests (serving_finite.finite_rate)
     return {"isl": tin / done, "osl": tout / done, "load": load, "measured": m, "where": where,
             "model_id": d.get("model_id"), "requests": int(_num(d.get("num_prompts")) or done)}

@@ -232,7 +232,9 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     # before any work: never over an input (the tables and logs, the specs given, the stack's chain)
     check_out(out, inputs=[*files, *spec_inputs(("hardware", hardware), ("models", model))],
               spec_kind="stacks", spec=stack)
-    names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
+    names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names is not None else None
+    if names is not None and not names:   # --fit "" had fitted the default set, as if not given
+        raise UserError("--fit names no parameter: give a comma list (e.g. kernels.gemm_efficiency) or leave it out")
     from llmpar.cli.progress import progress_bar
 
     with progress_bar("calibrate runs", enabled=not as_json) as tick:

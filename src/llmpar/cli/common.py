@@ -193,3 +193,15 @@ def guard_outputs(model, kw: dict, outputs: dict) -> None:
                          *(("hardware", h) for h in str(kw.get("hardware") or "").split(",")))
     for option, path in outputs.items():
         check_out(path, inputs=inputs, option=option)
+
+
+def refuse_moot_outputs(moot: dict[str, bool], chosen: str) -> None:
+    """The rule for an output switch the chosen output does not read (issue 24: an option that
+    changes nothing in the mode given is refused, not ignored): ``moot`` maps each flag to whether
+    it was given (away from its default); ``chosen`` names the output and why, e.g. "--json (bytes
+    and seconds)". `step --json --explain`, `memory --json --units gib`, `plan --emit megatron --top 3`
+    had printed exactly what they print without it."""
+    given = [flag for flag, on in moot.items() if on]
+    if given:
+        raise UserError(f"{', '.join(given)} change{'s' if len(given) == 1 else ''} nothing with {chosen}: "
+                        f"drop {'it' if len(given) == 1 else 'them'}")

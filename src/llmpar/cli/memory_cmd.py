@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmpar.cli.common import common_options, complete_model, echo_json, guard_outputs, plot_option
+from llmpar.cli.common import common_options, complete_model, echo_json, guard_outputs, plot_option, refuse_moot_outputs
 from llmpar.parallel import DTYPES
 from llmpar.units import fmt_count
 
@@ -40,6 +40,8 @@ def memory(model, **kw):
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
     plot_path = kw.pop("plot_path")
+    if out["as_json"] and plot_path is None:
+        refuse_moot_outputs({"--units": out["units"] != "gb"}, "--json (bytes)")
     guard_outputs(model, kw, {"--plot": plot_path})
     if plot_path is not None:
         if kw.get("inference") or kw.get("params"):

@@ -15,7 +15,7 @@ import io
 import click
 
 from llmpar.cli.common import (guard_outputs, complete_hardware, complete_model, echo_json, html_option, overlap_options,
-                               plot_option, precision_options)
+                               plot_option, precision_options, refuse_moot_outputs)
 from llmpar.cli.training import print_training, training_options
 from llmpar.errors import CheckFailed, UserError
 from llmpar.parallel import RECOMPUTE, SCHEDULES
@@ -117,12 +117,7 @@ def plan(model, **kw):
     as_json, as_csv, units = kw.pop("as_json"), kw.pop("as_csv"), kw.pop("units")
     plot_path, html_path = kw.pop("plot_path"), kw.pop("html_path")
     emit, out = kw.pop("emit"), kw.pop("out")
-    if as_json and as_csv:
-        raise UserError("--json and --csv are exclusive: choose one")
-    if out is not None and emit is None:
-        raise UserError("--out writes the --emit configuration: give --emit megatron|nemo|torchtitan|deepspeed")
-    if emit is not None and (as_json or as_csv):
-        raise UserError("--emit prints the launch configuration: leave out --json/--csv")
+    _check_outputs(as_json, as_csv, units, emit, out, kw)
     guard_outputs(model, kw, {"--out": out, "--plot": plot_path, "--html": html_path})
     if out is not None:
         if html_path is not None and Path(out).resolve() == html_path.resolve():
@@ -173,6 +168,24 @@ def plan(model, **kw):
             click.echo(f"plot: {plot_path}")
         if html_path is not None:
             click.echo(f"report: {html_path}")
+
+
+def _check_outputs(as_json, as_csv, units, emit, out, kw) -> None:
+    """The output switches that exclude each other, and those the chosen output does not read."""
+    if as_json and as_csv:
+        raise UserError("--json and --csv are exclusive: choose one")
+    if out is not None and emit is None:
+        raise UserError("--out writes the --emit configuration: give --emit megatron|nemo|torchtitan|deepspeed")
+    if emit is not None and (as_json or as_csv):
+        raise UserError("--emit prints the launch configuration: leave out --json/--csv")
+    if emit is not None and out is None:   # only plan #1's configuration is printed
+        refuse_moot_outputs({"--top": kw["top"] != 10, "--pareto": kw["pareto"], "--explain-rank": kw["explain_rank"] != 2,
+                             "--interval-level": kw["interval_level"] is not None, "--units": units != "gb",
+                             "--gpu-hour-price": kw["gpu_hour_price"] is not None},
+                            f"--emit {emit} without --out (it prints plan #1's launch configuration only)")
+    if as_csv:
+        refuse_moot_outputs({"--explain-rank": kw["explain_rank"] != 2, "--units": units != "gb"},
+                            "--csv (the rows, in bytes and seconds)")
 
 
 def _emit(framework, model, kw, result) -> str:

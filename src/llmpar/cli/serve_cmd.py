@@ -23,7 +23,7 @@ from llmpar.specs.registry import DEFAULT_HARDWARE
               help="Shipped profile name (see `llmpar hardware`) or a YAML path.")
 @click.option("--engine", default=None, help="Serving engine: vllm (default), sglang, trtllm, or a YAML path.")
 @click.option("--gpus", type=int, help="GPUs in the deployment: replicas x tp x pp (default tp x pp).")
-@click.option("--tp", type=int, help="Tensor-parallel degree of one replica (default: --gpus / pp, at most a node).")
+@click.option("--tp", type=int, help="Tensor-parallel degree of one replica (default: the largest that divides the heads and --gpus / pp, at most a node; the rest are replicas).")
 @click.option("--pp", type=int, help="Pipeline-parallel degree of one replica (default 1).")
 @click.option("--ep", type=int, help="Expert parallelism over the TP ranks (MoE; vLLM --enable-expert-parallel).")
 @click.option("--isl", type=int, default=1024, show_default=True, help="Prompt (input) tokens per request.")
@@ -83,6 +83,10 @@ def serve(model, as_json, explain, **kw):
 
             raise UserError(f"--{name} and --{name}-range both give the {'prompt' if name == 'isl' else 'output'} "
                             f"length: give one (the range's mean is the --{name})")
+    if as_json:
+        from llmpar.cli.common import refuse_moot_outputs
+
+        refuse_moot_outputs({"--explain": explain}, "--json (its `terms` are the explanation)")
     r = serve_api(model, **kw)
     if as_json:
         echo_json(r.model_dump())

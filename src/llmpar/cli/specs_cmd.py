@@ -232,6 +232,10 @@ def hardware(ctx: click.Context, as_json: bool, units: str) -> None:
     if ctx.invoked_subcommand is not None:
         return
     aliases = _aliases("hardware")
+    if as_json:
+        from llmpar.cli.common import refuse_moot_outputs
+
+        refuse_moot_outputs({"--units": units != "gb"}, "--json (bytes)")
     rows = [hardware_summary(registry.load_hardware(n), aliases.get(n, [])) for n in registry.shipped_names("hardware")]
     if as_json:
         echo_json(rows)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from llmpar.cli.common import common_options, guard_outputs, complete_model, echo_json, overlap_options
+from llmpar.cli.common import (common_options, complete_model, echo_json, guard_outputs, overlap_options,
+                               refuse_moot_outputs)
 from llmpar.cli.training import print_training, training_options
 from llmpar.units import fmt_bytes, fmt_seconds
 
@@ -53,6 +54,9 @@ def step(model, **kw):
 
     out = {k: kw.pop(k) for k in _OUTPUT_KEYS}
     trace_path = kw.pop("trace_path")
+    if out["as_json"]:
+        refuse_moot_outputs({"--units": out["units"] != "gb", "--explain": out["explain"]},
+                            "--json (bytes and seconds; its `terms` are the explanation)")
     guard_outputs(model, kw, {"--trace": trace_path})
     result = api.step(model, **kw)
     if trace_path is not None:

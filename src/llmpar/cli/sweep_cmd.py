@@ -18,7 +18,7 @@ from llmpar.cli.training import fmt_tokens, training_options
 from llmpar.errors import CheckFailed, UserError
 
 # `llmpar plan`'s options that do not apply to a sweep (it plans its own counts and keeps #1 by time)
-_NOT_FROM_PLAN = {"hardware", "gpus", "top", "objective", "pareto", "explain_rank"}
+_NOT_FROM_PLAN = {"hardware", "gpus", "top", "objective", "pareto", "explain_rank", "min_gpus"}   # a sweep sets the counts
 
 
 def _plan_options(f):
@@ -78,6 +78,11 @@ def sweep(model, **kw):
     html_path = kw.pop("html_path")
     if as_json and as_csv:
         raise UserError("--json and --csv are exclusive: choose one")
+    if as_csv:
+        from llmpar.cli.common import refuse_moot_outputs
+
+        refuse_moot_outputs({"--deadline": kw.get("deadline") is not None},
+                            "--csv (the rows; the deadline's answer, per profile, is in the text and --json)")
     guard_outputs(model, kw, {"--plot": plot_path, "--html": html_path})
     from llmpar.cli.progress import progress_bar
 

@@ -160,6 +160,7 @@ MAX_FAILURE_RATE = 1.0      # failures per GPU-hour: one per GPU every hour is a
 # failures overflows nothing but means nothing either: 1e-308 made it inf and the goodput nan
 MIN_FAILURE_RATE = 1e-12
 MAX_RESTART_S = 7 * 86_400.0
+MIN_CHECKPOINT_BYTES_PER_S, MAX_CHECKPOINT_BYTES_PER_S = 1e6, 1e14   # per node: a disk's floor, 800 NICs' ceiling
 
 
 def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None, failure_rate=None,
@@ -194,6 +195,10 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
 
         bw, _ = parse_bandwidth(checkpoint_bandwidth, "--checkpoint-bandwidth")
         refuse_bare_small(checkpoint_bandwidth, bw, 1e6, "--checkpoint-bandwidth", "GB/s")
+        if not MIN_CHECKPOINT_BYTES_PER_S <= bw <= MAX_CHECKPOINT_BYTES_PER_S:
+            # 1e-300 GB/s had made the checkpoint stall infinite and printed "goodput nan %"
+            raise UserError(f"--checkpoint-bandwidth {checkpoint_bandwidth}: a node writes its checkpoint shard at "
+                            "1 MB/s to 100 TB/s (hardware profiles' host links are at least 0.1 GB/s)")
         out["checkpoint_bandwidth"] = bw
     if checkpoint is not None:
         if checkpoint not in MODES:

@@ -180,6 +180,9 @@ def check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: i
     ep = allowed.get("ep")
     if ep and len(ep) == 1 and ep[0] > 1 and model.moe is None:
         raise UserError(f"--fix ep={ep[0]}: {model.name} has no experts")
+    if ep and len(ep) == 1 and model.moe is not None and model.moe.experts % ep[0]:
+        # step's layout rule (layout.py "ep"), as bad input: a fixed value can be no layout at all
+        raise UserError(f"--fix ep={ep[0]} does not divide the {model.moe.experts} experts of {model.name}")
     etp = allowed.get("etp")
     if etp and model.moe is None:
         raise UserError(f"--etp / etp={','.join(map(str, etp))}: {model.name} has no experts")

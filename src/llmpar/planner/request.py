@@ -20,6 +20,7 @@ from llmpar.parallel import MAX_GPUS, RECOMPUTE, SCHEDULES, Settings, flag, frac
 from llmpar.planner import arguments as ARG
 from llmpar.planner import space as SP
 from llmpar.specs.model import ModelSpec
+from llmpar.options import refuse_expert_options
 from llmpar.units import memory_units
 
 # plan()'s keywords that are the run's settings (inputs.make_settings), as `memory` and `step` take them
@@ -92,6 +93,7 @@ def _specs_and_settings(a: dict, defaults: list[str], notes: list[str]):
         model = ARG.DEFAULT_MODEL
         defaults.append(f"model {ARG.DEFAULT_MODEL}")
     spec_model, alias = inputs.load_model_spec(model, a["hf"])
+    refuse_expert_options({k: a.get(k) for k in ("ep_overlap", "ep_dispatcher")}, spec_model)
     if alias:
         notes.append(f"model {alias} -> {spec_model.name}")
     if hardware is None:

@@ -32,7 +32,7 @@ from llmpar.results_plan import SweepResult, SweepRow
 from llmpar.specs.registry import DEFAULT_HARDWARE
 
 STATUSES = ("ok", "does_not_fit", "batch_cannot_split", "no_layout")
-_NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective")
+_NOT_PLAN_OPTIONS = ("top", "pareto", "explain_rank", "objective", "min_gpus")
 # one plan per (count, profile): a sweep is a scaling curve, not a batch job. 64 counts at ~0.05-4 s
 # each is already minutes on two cores; more is a loop over llmpar.plan (issue 24: output sizes
 # capped; the newcomer review timed 1,000 counts at 38 s with no bound)

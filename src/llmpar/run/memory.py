@@ -13,7 +13,7 @@ from typing import Any
 from llmpar.errors import UserError
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note, stack_support_note
 from llmpar.layout import resolve
-from llmpar.options import ACTIVATIONS, LAYOUT, TRAINING, pick, refuse_moot
+from llmpar.options import ACTIVATIONS, LAYOUT, TRAINING, pick, refuse_expert_options, refuse_moot
 from llmpar.parallel import DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, Resolved, Settings, flag, positive_int, whole
 from llmpar.results import MEMORY_COMPONENTS, MemoryResult
 from llmpar.specs.model import ModelSpec
@@ -45,6 +45,7 @@ def run(v: dict[str, Any]) -> MemoryResult:
     if v["model"] is None and v["hf"] is None:
         raise UserError("give a MODEL (e.g. llama-3-70b), --hf path/config.json, or --params 7.5B")
     spec, alias = load_model_spec(v["model"], v["hf"])
+    refuse_expert_options(v, spec)
     settings = make_settings(spec, **{k: v[k] for k in _SETTINGS})
     if v["recompute_modules"] is not None and v["recompute"] != "selective" and not v["inference"]:
         raise UserError(f"--recompute-modules names what selective recompute re-runs: it needs --recompute selective "

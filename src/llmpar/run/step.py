@@ -10,7 +10,7 @@ from typing import Any
 
 from llmpar.errors import UserError
 from llmpar.inputs import fabric_note, generation_note, load_hardware_spec, load_model_spec, make_settings, moe_cost_note
-from llmpar.options import LAYOUT, PRECISION, pick
+from llmpar.options import LAYOUT, PRECISION, pick, refuse_expert_options
 from llmpar.parallel import fraction
 from llmpar.results import StepResult, step_numbers
 from llmpar.run import memory as RM
@@ -32,6 +32,7 @@ def run(v: dict[str, Any]) -> StepResult:
     mem = RM.run(dict(RM.MODE_DEFAULTS, model=v["model"], hardware=v["hardware"], hf=v["hf"],
                       **pick(v, LAYOUT + PRECISION)))
     spec, _ = load_model_spec(v["model"], v["hf"])
+    refuse_expert_options(v, spec)
     hw = load_hardware_spec(v["hardware"])
     TR.check_prices_used(train_in["gpu_hour_price"], [hw])
     settings = _settings(spec, mem.settings, v, overlaps)

@@ -173,7 +173,8 @@ def calibrate(files, model, hw, engine, *, gpus, tp, pp, weights, kv_dtype, isl=
                         f"{hw.name} can serve {model.name}; not an engine's constants but a different deployment "
                         "(check --model, --hardware, --tp and --weights)")
     if rms > MAX_FIT_RMS:
-        raise UserError(f"the fitted profile still misses the runs by {math.exp(rms) - 1:.0%} (rms): not an engine's "
+        miss = f"{math.exp(rms) - 1:.0%}" if rms < math.log(100.0) else "more than 100x"
+        raise UserError(f"the fitted profile still misses the runs by {miss} (rms): not an engine's "
                         "constants but a different deployment; check --model, --hardware, --tp and --weights")
     files_ = sorted({r.source for r in rows})
     if len(files_) >= 2:

@@ -68,8 +68,10 @@ def _share(value, name: str, top_open: bool) -> float:
 
 def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16", kv_dtype=None, spec_tokens=None,
                acceptance=None, prefix_hit=None, dp_attention=False) -> Deployment:
-    """Resolve the degrees: tp defaults to the GPUs of one replica (gpus / pp), gpus to tp x pp;
-    ep 1 (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
+    """Resolve the degrees: tp defaults to the largest that divides the heads and gpus / pp, within
+    a node (one replica of tp x pp, or gpus / (tp x pp) of them: --gpus 12 of Llama 3 70B is 3 x tp 4;
+    tp = gpus had been taken and refused as "--tp 12" the user never gave), gpus to tp x pp; ep 1
+    (experts sharded over TP) or a divisor of tp (experts over ep groups of tp/ep ranks; vLLM
     --enable-expert-parallel is ep = tp)."""
     if weights not in WEIGHT_DTYPES:
         raise UserError(f"unknown --weights {weights!r}; choose one of: {', '.join(WEIGHT_DTYPES)}")
@@ -79,8 +81,10 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
     gpus, tp, pp, ep = (_int(x, n, 1, 1_048_576) for x, n in ((gpus, "gpus"), (tp, "tp"), (pp, "pp"), (ep, "ep")))
     pp = pp or 1
     if tp is None:
-        tp = (gpus // pp) if gpus else 1
-        tp = min(tp, hw.gpus_per_node) if gpus and gpus // pp > hw.gpus_per_node else tp
+        if gpus and gpus % pp:
+            raise UserError(f"--gpus {gpus} is not a multiple of --pp {pp}")
+        per = gpus // pp if gpus else 1
+        tp = next(t for t in range(min(per, hw.gpus_per_node), 0, -1) if model.heads % t == 0 and per % t == 0)
     if gpus is None:
         gpus = tp * pp
     if gpus % (tp * pp):
@@ -162,17 +166,22 @@ MAX_RATE = 1e6
 MIN_RATE = 1.0 / 86400.0
 
 
-def _rate(text: str) -> float:
+def _rate(text: str, allow_inf: bool = True) -> float:
+    """A request rate (requests/s, or inf for `serve`'s offline load; ``allow_inf`` False:
+    serve-plan's, which sizes for a finite one and says so in its messages)."""
     t = str(text).strip().lower()
+    inf = ", or inf" if allow_inf else ""
     if t in ("inf", "infinity", "offline"):
+        if not allow_inf:
+            raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
         return math.inf
     try:
         v = float(t.removesuffix("/s"))
     except ValueError:
-        raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5) or inf") from None
+        raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5){inf}") from None
     if not math.isfinite(v) or v <= 0:
-        raise UserError(f"--rate {text!r}: expected a positive number of requests per second, or inf")
+        raise UserError(f"--rate {text!r}: expected a positive number of requests per second{inf}")
     if not MIN_RATE <= v <= MAX_RATE:
         raise UserError(f"--rate {text!r}: between one request a day ({MIN_RATE:.3g}/s) and {MAX_RATE:,.0f} "
-                        "requests per second, or inf")
+                        f"requests per second{inf}")
     return v

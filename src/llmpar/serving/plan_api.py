@@ -38,7 +38,10 @@ def _names(value, what: str) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return [v.strip() for v in value.split(",")]
+        names = [v.strip() for v in value.split(",")]
+        if not all(names):
+            raise UserError(f"{what} {value!r}: an empty name (a comma too many?)")
+        return names
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return list(value)
     raise UserError(f"{what} must be a name, a comma-separated list of names or a list of them, got {value!r}")
@@ -87,9 +90,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     if rate is not None:   # serve's rule (serving/deployment._rate); a target load is finite
         from llmpar.serving.deployment import _rate
 
-        rate = _rate(rate)
-        if math.isinf(rate):
-            raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
+        rate = _rate(rate, allow_inf=False)
     ws, kvs = _names(weights, "weights"), _names(kv_dtype, "kv_dtype")
     budgets = None
     if max_num_batched_tokens is not None:   # the engines' chunk size, searched only where asked

@@ -45,7 +45,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     budget = int(cap["max_num_batched_tokens"])
     limit = max_concurrency(cap, model, isl + osl)
     out: dict[str, Any] = {"deployment": d, "capacity": cap, "max_concurrency": int(limit * d.replicas),
-                           "load": kind, "isl": isl, "osl": osl, "notes": _notes(hw, weights, d)}
+                           "load": kind, "isl": isl, "osl": osl, "notes": _notes(hw, weights, d, model)}
     if not cap["fits"] or limit < 1:
         out["fits"] = False
         return out
@@ -182,9 +182,15 @@ def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory
                        dp_attention=d.dp_attention)
 
 
-def _notes(hw, weights, d) -> list[str]:
-    """The notes a deployment's precision and options bring (weight-only fp4, drafts, DP attention, prefix cache)."""
+def _notes(hw, weights, d, model=None) -> list[str]:
+    """The notes a deployment's precision and options bring (the checkpoint's own precision,
+    weight-only fp4, drafts, DP attention, prefix cache)."""
     notes = []
+    served = {"fp8": "fp8", "mxfp4": "mxfp4", "awq 4-bit": "int4", "gptq 4-bit": "int4", "gptq 8-bit": "int8",
+              "bitsandbytes 8-bit": "int8"}
+    if model is not None and model.checkpoint and served.get(model.checkpoint) != weights:
+        notes.append(f"the checkpoint is {model.checkpoint} (its config.json's quantization_config); the weights "
+                     f"are costed as --weights {weights}: give the precision the engine will serve")
     if weights in ("nvfp4", "mxfp4") and compute_dtype(hw, weights) != "fp4":
         notes.append(f"{hw.name} states no fp4 peak: {weights} weights are read at 4 bits and "
                      "multiplied in 16-bit (weight-only)")

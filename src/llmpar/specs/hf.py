@@ -365,6 +365,24 @@ def _name(path: Path, data: dict[str, Any]) -> str:
     return path.stem.lower()
 
 
+def _quantization(q) -> str:
+    """The checkpoint's precision from its ``quantization_config`` (transformers' quantizers:
+    ``quant_method`` fp8 / awq / gptq / bitsandbytes / mxfp4 / compressed-tensors, with ``bits``
+    where they state it), '' without one. Not a cost input: the weights' precision is --weights /
+    --dtype; `serve` says when they differ (an FP8 DeepSeek-V3 config had been costed as bf16 with
+    no word)."""
+    if not isinstance(q, dict):
+        return ""
+    method = q.get("quant_method")
+    method = method.strip().lower() if isinstance(method, str) and method.strip() else "quantized"
+    bits = q.get("bits") if isinstance(q.get("bits"), int) and not isinstance(q.get("bits"), bool) else None
+    if q.get("load_in_4bit") is True:
+        bits = 4
+    elif q.get("load_in_8bit") is True:
+        bits = 8
+    return f"{method} {bits}-bit" if bits else method
+
+
 def load_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (see the module docstring)."""
     from llmpar.specs.reading import validate
@@ -384,6 +402,7 @@ def load_hf_config(path: Path) -> ModelSpec:
                         "field (transformers would ignore it too); if the model has it, its config names another "
                         f"model_type (supported: {', '.join(SUPPORTED)})")
     spec.update(
+        checkpoint=_quantization(data.get("quantization_config")),
         name=_name(path, data),
         description=f"{model_type} model read from a Hugging Face config.json"
                     + (" (the text model: its vision tower is not priced)" if "vision_config" in data else ""),

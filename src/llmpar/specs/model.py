@@ -84,6 +84,9 @@ class ModelSpec(BaseModel):
     aliases: list[Name] = Field(default_factory=list)
     description: Text = ""
     source: Text = Field("", description="where the shapes come from")
+    checkpoint: Text = Field("", description="the checkpoint's own precision where its config states one "
+                                             "(a Hugging Face quantization_config: 'fp8', 'awq 4-bit'); "
+                                             "costs still use --weights / --dtype, and say so")
     family: Literal["gpt", "llama", "mistral", "mixtral", "qwen2", "deepseek", "gpt_neox", "gpt_oss"] = "llama"
 
     layers: int = Field(gt=0, le=MAX_LAYERS)

@@ -1,0 +1,125 @@
+"""What a fuzz sweep of ~900 CLI invocations found on 2026-12-04, each fixed and pinned here under
+the rule it broke (docs/architecture.md, exit codes): a traceback, a nan in the output, a search
+that did not end, an option a mode ignored, or an error that blamed an option never given."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import REPO, assert_one_line_error
+
+VLLM_C100 = REPO / "tests" / "data" / "serving" / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.json"
+
+
+# ---------------------------------------------------------------- tracebacks and nan
+
+def test_a_plan_whose_layouts_share_one_micro_batch_count_and_none_offloads_prints(cli):
+    """--global-batch 1: every layout runs one micro-batch and none offloads, so the offload term was
+    one number beside per-layout arrays and reading row i of it raised IndexError (cost/step.py now
+    broadcasts every term; results.step_numbers reads a 0-d term as every row's)."""
+    r = cli("plan", "llama-3-8b", "--gpus", "8", "--global-batch", "1", "--top", "1", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["plans"][0]["breakdown_s"]["offload"] == 0.0
+    assert cli("sweep", "llama-3-8b", "--gpus", "8,16", "--global-batch", "1").code == 0
+
+
+@pytest.mark.parametrize("field,value,culprit", [
+    ("request_rate", 0, "request_rate = 0"), ("request_rate", "fast", "request_rate = 'fast'"),
+    ("max_concurrency", -5, "max_concurrency = -5"), ("max_concurrency", 0, "max_concurrency = 0"),
+    ("total_input_tokens", 0, "total_input_tokens = 0"),
+    ("output_throughput", 1e-300, "disagrees with the run's own 128,000 output tokens"),
+    ("mean_ttft_ms", 1e300, None),
+])
+def test_a_benchmark_file_with_an_impossible_figure_is_refused_with_its_place(cli, tmp_path, field, value, culprit):
+    """A rate of 0 had reached a logarithm (ValueError: math domain error); a concurrency of 0 or a
+    corrupted throughput had been fitted and the fit's miss blamed on --model. The run's own counts
+    check its figures: output tokens / duration is its throughput (2,040/s here: 128,000 in 62.7 s),
+    and no mean TTFT exceeds the run."""
+    d = json.loads(VLLM_C100.read_text())
+    d[field] = value
+    if field == "mean_ttft_ms":
+        d["median_ttft_ms"] = value   # the reader takes the median first
+        culprit = "longer than the whole run"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    r = cli("calibrate", "serve", str(bad), "--model", "llama-3.1-70b", "--tp", "8")
+    assert_one_line_error(r, "bad.json:1", culprit)
+
+
+def test_a_checkpoint_bandwidth_below_a_disk_s_is_refused_not_printed_as_nan(cli):
+    """1e-300 GB/s made the checkpoint stall infinite: 'goodput nan % -> nan days' and numpy warnings."""
+    r = cli("plan", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--checkpoint-bandwidth", "1e-300GB/s")
+    assert_one_line_error(r, "--checkpoint-bandwidth", "1 MB/s")
+    ok = cli("plan", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--checkpoint-bandwidth", "0.001GB/s")
+    assert ok.code == 0 and "nan" not in ok.out
+
+
+# ------------------------------------------------------------------ searches that end
+
+def test_serve_plan_disaggregated_search_at_a_huge_rate_ends(cli):
+    """--rate 1e6 --disagg had looped over every replica count up to the colocated deployment's
+    (1e5 of them: a minute at 1e5, unbounded above); the split is now one array over at most
+    DISAGG_MAX_REPLICAS = 64 replicas. (No test times things: the call returning is the check.)"""
+    r = cli("serve-plan", "llama-3-8b", "--rate", "1000000", "--disagg", "--top", "1", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["candidates"][0]["replicas"] > 64    # colocated: rate / one replica's
+
+
+# ---------------------------------------------- options a mode ignores, errors that blame
+
+@pytest.mark.parametrize("args,culprit", [
+    (("step", "llama-3-8b", "--gpus", "8", "--json", "--explain"), "--explain changes nothing with --json"),
+    (("step", "llama-3-8b", "--gpus", "8", "--json", "--units", "gib"), "--units changes nothing with --json"),
+    (("memory", "llama-3-8b", "--json", "--units", "gib"), "--units changes nothing with --json"),
+    (("hardware", "--json", "--units", "gib"), "--units changes nothing with --json"),
+    (("serve", "llama-3-8b", "--json", "--explain"), "--explain changes nothing with --json"),
+    (("plan", "llama-3-8b", "--gpus", "8", "--emit", "megatron", "--top", "3"), "--top changes nothing with --emit"),
+    (("plan", "llama-3-8b", "--gpus", "8", "--csv", "--explain-rank", "3"), "--explain-rank changes nothing"),
+    (("sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "1T", "--deadline", "90d", "--csv"),
+     "--deadline changes nothing with --csv"),
+    (("step", "llama-3-8b", "--gpus", "8", "--ep-dispatcher", "deepep"), "llama-3-8b is dense"),
+    (("step", "llama-3-8b", "--gpus", "8", "--ep-overlap", "0.5"), "llama-3-8b is dense"),
+    (("plan", "llama-3-8b", "--gpus", "8", "--ep-overlap", "0.5"), "llama-3-8b is dense"),
+    (("sweep", "llama-3-8b", "--min-gpus"), "--min-gpus"),
+    (("plan", "mixtral-8x7b", "--gpus", "16", "--ep", "16"), "ep=16 does not divide the 8 experts"),
+    (("serve-plan", "llama-3-8b", "--rate", "0"), "positive number of requests per second"),
+    (("serve-plan", "llama-3-8b", "--gpus", "1", "--engine", ","), "an empty name"),
+    (("calibrate", "runs", str(REPO / "validation" / "llm-foundry-mpt.yaml"), "--fit", ""), "--fit names no parameter"),
+])
+def test_an_option_the_mode_does_not_read_is_refused(cli, args, culprit):
+    """Each had printed exactly what the command prints without it (or, for plan --ep 16, exit 1
+    'nothing to search' where step says exit 2 and why)."""
+    r = cli(*args)
+    assert_one_line_error(r, culprit)
+    if "--rate" in args:
+        assert "or inf" not in r.err          # serve-plan takes no inf: its message does not offer it
+
+
+@pytest.mark.parametrize("gpus,replicas,tp", [(6, 3, 2), (12, 3, 4), (8, 1, 8), (3, 3, 1)])
+def test_serve_gpus_without_tp_takes_the_largest_tp_that_divides_heads_and_gpus(cli, gpus, replicas, tp):
+    """`serve llama-3-70b --gpus 6` had taken tp = 6 and refused it as '--tp 6 does not divide the
+    64 heads', an option never given; 12 GPUs as 'not a multiple of tp x pp = 8 x 1'. Now tp is the
+    largest divisor of the heads that divides gpus / pp, within a node; the rest replicas."""
+    r = cli("serve", "llama-3-70b", "--gpus", str(gpus), "--json")
+    assert r.code in (0, 1), r.err          # 1: a replica of tp 1-2 may hold no KV pool (DOES NOT FIT)
+    s = r.json()["settings"]
+    assert (s["replicas"], s["tp"]) == (replicas, tp)
+
+
+def test_a_quantized_checkpoint_is_said_not_silently_costed_as_bf16(cli, tmp_path):
+    """A config.json's quantization_config (an FP8 checkpoint) had been dropped with no word: the spec
+    keeps it (`checkpoint`) and serve notes that the weights are costed as --weights says."""
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+           "quantization_config": {"quant_method": "fp8"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = cli("serve", "--hf", str(path), "--json")
+    assert any("checkpoint is fp8" in n for n in r.json()["notes"])
+    again = cli("serve", "--hf", str(path), "--weights", "fp8", "--json")
+    assert not any("checkpoint is" in n for n in again.json()["notes"])
+    assert cli("models", "show", str(path), "--json").json()["spec"]["checkpoint"] == "fp8"
+    assert math.isfinite(r.json()["tpot_s"])
