@@ -123,3 +123,13 @@ def test_a_quantized_checkpoint_is_said_not_silently_costed_as_bf16(cli, tmp_pat
     assert not any("checkpoint is" in n for n in again.json()["notes"])
     assert cli("models", "show", str(path), "--json").json()["spec"]["checkpoint"] == "fp8"
     assert math.isfinite(r.json()["tpot_s"])
+
+
+def test_vllm_splits_a_replica_s_experts_over_every_tp_rank_or_none(cli):
+    """vLLM's --enable-expert-parallel makes EP = TP x DP (engines/vllm.yaml expert_parallel: tp):
+    --ep 2 of tp 8 had been priced under vLLM although no vLLM flag runs it; SGLang and TensorRT-LLM
+    take any divisor (--ep-size; moe_ep_size x moe_tp_size = tp)."""
+    base = ("serve", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--weights", "fp8")
+    assert_one_line_error(cli(*base, "--ep", "2"), "--ep 2 with vllm", "give --ep 8")
+    assert cli(*base, "--ep", "2", "--engine", "sglang").code == 0
+    assert cli(*base, "--ep", "8").code == 0

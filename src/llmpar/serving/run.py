@@ -37,6 +37,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     spread, isl, osl = _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg)
     d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
                    spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
+    if engine.expert_parallel == "tp" and d.ep not in (1, d.tp):
+        raise UserError(f"--ep {d.ep} with {engine.name}: its expert parallelism spans every TP rank of a replica "
+                        f"(vLLM --enable-expert-parallel: ep = tp x dp): give --ep {d.tp} or leave --ep out")
     kind = _load_kind(concurrency, rate, batch, prompts)
     # every option is checked before the memory verdict: bad input is exit 2 whether or not the
     # deployment fits (a --concurrency 0 on a replica that does not fit is still --concurrency 0)

@@ -113,6 +113,11 @@ class Engine(_Strict):
     generations: list[Literal[GENERATIONS]] | None = Field(
         None, description="the GPU generations the engine runs on (TensorRT-LLM: NVIDIA's only); `serve` refuses "
                           "it on another and `serve-plan --engine all` leaves it out there; None = every generation")
+    expert_parallel: Literal["tp", "divisor"] = Field(
+        "divisor", description="how a replica's MoE layers may split their experts: 'divisor', over ep groups of "
+                               "tp/ep ranks, ep any divisor of tp (TensorRT-LLM moe_ep_size x moe_tp_size = tp, "
+                               "SGLang --ep-size); 'tp', over every TP rank or none (vLLM --enable-expert-parallel: "
+                               "ep = tp x dp, so ep = tp in one replica)")
     scheduler: Scheduler = Field(default_factory=Scheduler)
     kernels: Kernels = Field(default_factory=Kernels)
     overhead: Overheads = Field(default_factory=Overheads)
