@@ -315,9 +315,16 @@ def _at_rate(cand, model, hw, engine, dep, isl, osl, budget, rate, ttft, tpot, p
     where rounding the grid does not, one replica more, up to ``tries``."""
     for _ in range(tries):
         f = load.open_loop(model, hw, engine, dep, isl, osl, rate / cand.replicas, cand.max_concurrency, budget)
-        if not f["saturated"] and (ttft is None or f["ttft_s"] <= ttft) and (tpot is None or osl <= 1 or f["tpot_s"] <= tpot):
+        slow_ttft = ttft is not None and not f["ttft_s"] <= ttft
+        slow_tpot = tpot is not None and osl > 1 and not f["tpot_s"] <= tpot
+        if not (f["saturated"] or slow_ttft or slow_tpot):
             break
         cand.replicas += 1
+    else:   # still missing: listed among those that miss, with the target that binds
+        cand.replicas -= 1
+        cand.meets = False
+        cand.binding = "TTFT" if slow_ttft else "TPOT"
+        cand.miss_ratio = float(f["ttft_s"]) / ttft if slow_ttft else float(f["tpot_s"]) / tpot if slow_tpot else 1.0
     cand.gpus = cand.replicas * cand.tp * cand.pp
     cand.ttft_s, cand.tpot_s = float(f["ttft_s"]), float(f["tpot_s"])
     cand.concurrency = max(1, round(float(f["running"])))
