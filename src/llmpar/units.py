@@ -52,7 +52,7 @@ def _positive(value: float, text: str, what: str, allow_zero: bool = False) -> f
         raise UserError(f"{what} must be a finite number, got {text!r}")
     refuse_underflow(value, text, what)
     if value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{what} must be positive, got {text!r}")
+        raise UserError(f"{what} must be {'0 or more' if allow_zero else 'positive'}, got {text!r}")
     return value
 
 

@@ -236,7 +236,8 @@ def parse_deadline(text) -> float:
     t = str(text).strip().lower()
     scale = {"d": 1.0, "w": 7.0, "h": 1.0 / 24.0}
     if not t or t[-1] not in scale:
-        raise UserError(f"--deadline {text!r}: give a unit: 90d, 12w or 2160h")
+        what = "give a unit" if not t or t[-1].isdigit() or t[-1] == "." else "in days, weeks or hours"
+        raise UserError(f"--deadline {text!r}: {what}: 90d, 12w or 2160h")
     try:
         v = float(t[:-1]) * scale[t[-1]]
     except ValueError:
