@@ -25,7 +25,7 @@ and runs the same extraction, so the pages and the test cannot disagree on the r
   shipped) is skipped where that folder does not exist.
 
 Commands run in-process through click's CliRunner (no process start per command) with
-NO_COLOR=1, TERM=dumb and COLUMNS=100; the CLI's rich tables use their fixed non-terminal widths.
+NO_COLOR=1, TERM=dumb and COLUMNS unset; the CLI's rich tables use their non-terminal widths.
 Each page runs in its own scratch directory, in page order (a file one command writes with
 `--out` is there for the next), whose entries link to the repository's top-level folders and whose
 `../shared` links to the repository's `../shared`, so paths read as they do from the repository
@@ -47,8 +47,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 RUN_LANGS = {"", "bash", "sh", "shell", "console"}
-# COLUMNS: the pages show what a pipe prints, 120 columns (cli/render.console reads COLUMNS when set)
-ENV = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}
+# no COLUMNS: the pages show what a pipe prints at each command's own width (cli/render.console:
+# 120, plan 140, sweep and validate 150-160); COLUMNS, when set, is honoured instead
+ENV = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": None}   # None: unset, whatever the shell has
 
 # Figures that change from run to run on the same inputs (wall-clock times of a search or fit).
 # They are masked on both sides before the test compares a page's block with the fresh output.

@@ -310,11 +310,7 @@ def _explain_lines(c, fmt, unit) -> list[str]:
 def render(r, units: str = "gb") -> None:
     from llmpar.cli import render as R
 
-    con = R.console()
-    if not con.is_terminal:   # the layout tables are wide: give them room when writing to a file/pipe
-        from llmpar.cli.render import make_console
-
-        con = make_console(width=140, highlight=False)
+    con = R.console(pipe_width=140)   # the layout tables are wide: room on a pipe unless COLUMNS says
     fmt, unit = R.bytes_formatter(units)
     if r.defaults_used:
         con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)

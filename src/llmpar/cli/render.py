@@ -101,10 +101,11 @@ def make_console(**kw):
     return _Console(**kw)
 
 
-def console():
+def console(pipe_width: int = 120):
     """A rich Console on the current stdout; when not a terminal, ``COLUMNS`` wide if the
     environment sets it (40 to 1,000 columns: a script that pipes `llmpar plan` at 80 gets the
-    80-column tables), else 120, wide enough for the tables."""
+    80-column tables), else ``pipe_width``, wide enough for the command's tables (plan 140, sweep
+    and validate 150-160: until 2026-12-04 those set their width and ignored COLUMNS)."""
     c = make_console()
     if c.is_terminal:
         return c
@@ -112,7 +113,7 @@ def console():
         width = int(os.environ.get("COLUMNS", ""))
     except ValueError:
         width = 0
-    return make_console(width=width if 40 <= width <= 1000 else 120, highlight=False)
+    return make_console(width=width if 40 <= width <= 1000 else pipe_width, highlight=False)
 
 
 def bar(fraction: float, width: int = 24) -> str:

@@ -25,10 +25,9 @@ _FAMILY_ORDER = ("gpt", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "dee
 
 
 def _console():
-    from llmpar.cli.render import make_console
+    from llmpar.cli.render import console
 
-    console = make_console()
-    return console if console.is_terminal else make_console(width=160)
+    return console(pipe_width=160)
 
 
 def _aliases(kind: str) -> dict[str, list[str]]:

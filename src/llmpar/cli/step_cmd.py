@@ -126,4 +126,4 @@ def render(r, units: str = "gb", explain: bool = False) -> None:
             + ("; no micro-batch fits" if mem.max_micro_batch == 0 else
                f"; largest micro-batch that fits: {mem.max_micro_batch}" if mem.max_micro_batch is not None else ""))
     con.print(R.verdict(mem.fits, text))
-    print_training(con, r.training)
+    print_training(con, None if r.training is None else {**r.training, "interval": r.interval})

@@ -136,14 +136,11 @@ def fit_columns(cols, rows, width: int) -> tuple[list[int], list[str]]:
 
 def render(r) -> None:
     from rich import box
-    from llmpar.cli.render import make_console
     from rich.table import Table
 
     from llmpar.cli import render as R
 
-    con = R.console()
-    if not con.is_terminal:
-        con = make_console(width=160, highlight=False)
+    con = R.console(pipe_width=160)
     if r.defaults_used:
         con.print("defaults used: " + "; ".join(r.defaults_used), highlight=False)
     name = r.model if not r.model_requested else f"{r.model} (from {r.model_requested})"

@@ -79,14 +79,33 @@ def training_line(t: dict) -> str:
     return f"to train {fmt_tokens(t['tokens'])} tokens: " + "  ·  ".join(parts)
 
 
+def interval_line(iv: dict | None) -> str | None:
+    """'80 % band: 125.7-199.8 days · 24.1k-38.4k GPU-hours · 30.8-48.9 MWh · cost 48.3k-76.7k' from a
+    prediction's interval (None without one): the days, GPU-hours, energy and cost scale as the step
+    time (evidence.speed_json), so a budget's figures carry the step's band (text had shown it only
+    in sweep and --json)."""
+    if not iv or "days" not in iv:
+        return None
+    parts = [f"{fmt_days(iv['days'][0])}-{fmt_days(iv['days'][1])} days",
+             f"{fmt_quantity(iv['gpu_hours'][0])}-{fmt_quantity(iv['gpu_hours'][1])} GPU-hours"]
+    if iv.get("energy_mwh"):
+        parts.append(f"{fmt_quantity(iv['energy_mwh'][0])}-{fmt_quantity(iv['energy_mwh'][1])} MWh")
+    if iv.get("cost"):
+        parts.append(f"cost {fmt_quantity(iv['cost'][0])}-{fmt_quantity(iv['cost'][1])}")
+    return f"{iv['level'] * 100:.0f} % band: " + "  ·  ".join(parts)
+
+
 def print_training(con, t: dict | None, title: str = "") -> None:
-    """The training line and its assumptions (nothing when no --tokens)."""
+    """The training line, its band and its assumptions (nothing when no --tokens)."""
     if t is None:
         return
     from llmpar.cli import render as R
 
     con.print()
     con.print((f"[bold]{title}[/bold] " if title else "") + training_line(t), highlight=False)
+    band = interval_line(t.get("interval"))
+    if band is not None:
+        con.print("  " + band, highlight=False)
     g = t.get("goodput")
     if g is not None:
         con.print("  " + goodput_line(t), highlight=False)

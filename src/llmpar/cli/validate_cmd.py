@@ -55,10 +55,10 @@ def _render(result, con) -> None:
                      min_width={"in-sample?": 14}.get(h))
     for cells in report.summary_rows(result):
         t.add_row(*cells)
-    if not con.is_terminal:   # nine columns: give the summary room when writing to a file/pipe
-        from llmpar.cli.render import make_console
+    if not con.is_terminal:   # nine columns: give the summary room on a pipe unless COLUMNS says
+        from llmpar.cli.render import console
 
-        con = make_console(width=160, highlight=False)
+        con = console(pipe_width=160)
     con.print(t)
     cv = result.cross_validation
     if cv:
@@ -280,11 +280,9 @@ def _finetune(as_json: bool, html_path: Path | None) -> None:
         return
     from rich.table import Table
 
-    from llmpar.cli.render import console, make_console
+    from llmpar.cli.render import console
 
-    con = console()
-    if not con.is_terminal:
-        con = make_console(width=150, highlight=False)
+    con = console(pipe_width=150)
     for cap, cols, rows in tables:
         t = Table(title=cap, title_justify="left")
         for h, right in cols:

@@ -206,7 +206,11 @@ def _waves(model, hw, engine, dep, isl, osl, n, budget, users):
     d_p = share * n * (k - 1.0) / (2.0 * k)
     c = n * I / k
     c0 = _chunk_context(cached, I, c)
-    t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / mb, c0, c / I / mb, np.minimum(c, I))["total_s"]
+    # the chunk's prompts spread over the pp micro-batches, as many as it holds prompts (one prompt
+    # in one chunk is one micro-batch's: pp 2 had halved a lone prompt and read a TTFT below its prefill)
+    spread = np.clip(c / I, 1.0, mb)
+    t_p = _iter(model, hw, engine, dep, d_p / mb, I_full + 1.0, c / spread, c0, c / I / spread,
+                np.minimum(c, I))["total_s"]
     t_d = _iter(model, hw, engine, dep, n / mb, I_full + O / 2.0, 0.0, 0.0, 0.0)["total_s"]
     ttft_run = (k + 1.0) / 2.0 * t_p
     m = share * np.minimum(D, (k - 1.0) / 2.0)   # decode steps taken inside the prefill phase

@@ -306,7 +306,7 @@ def _found_notes(req: PlanRequest, found: dict) -> list[str]:
         out.append(f"plan #1 offloads {best_off} layers' activations to host memory over {hw.name}'s host link "
                    f"({hw.host_bandwidth / hw.gpus_per_host_link / 1e9:g} GB/s per GPU and direction: the raw link "
                    f"rate{f' shared by {hw.gpus_per_host_link} GPUs' if hw.gpus_per_host_link > 1 else ''}, so the "
-                   f"copy time is a lower bound; {host / 1e9:,.1f} GB per GPU of its "
+                   f"copy time is a lower bound; {host / 1e9:,.1f} GB per GPU offloaded in all, of its "
                    f"{hw.host_memory_per_gpu / 1e9:,.0f} GB host memory); --fix offload_layers=0 ranks without "
                    "offloading (docs/planner.md)")
     sp = req.space

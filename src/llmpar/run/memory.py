@@ -264,7 +264,11 @@ def training(spec, alias, hw, settings, layout, res_bytes, notes, per_stage, exp
                                 out, hw, "the two gathered layers stay in HBM (ZeRO-Infinity, Rajbhandari et al. 2021 §5)"))
     if int(par.offload_layers):
         host, cap = float(out["host_bytes"]), hw.host_memory_per_gpu
-        notes.append(f"offloaded activations: {host / 1e9:,.2f} GB per GPU in host memory"
+        # host_bytes is everything offloaded: the activations are what the optimizer and parameter
+        # offloads leave of it (the line had called the optimizer's 141 GB activations too)
+        act = host - float(out.get("host_optimizer_bytes", 0.0) or 0.0) - float(out.get("host_param_bytes", 0.0) or 0.0)
+        total = f"; {host / 1e9:,.2f} GB per GPU in host memory in all" if host > act * (1 + 1e-9) else ""
+        notes.append(f"offloaded activations: {act / 1e9:,.2f} GB per GPU in host memory{total}"
                      + (f" of {cap / 1e9:,.0f} GB (host_memory_per_gpu)" if cap is not None else
                         f": {hw.name} states no host_memory_per_gpu, so offloading cannot be checked and does not fit")
                      + (" - more than it holds: DOES NOT FIT" if cap is not None and host > cap else "")

@@ -224,8 +224,13 @@ def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts
     if kind == "concurrency":
         C = int(concurrency)
         # requests of different lengths do not stay in step: a spread runs the steady mixed state,
-        # not the waves of identical requests (cost/serving_load.closed_loop)
-        res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / r, limit, budget, waves=spread is None)
+        # not the waves of identical requests (cost/serving_load.closed_loop). Fewer clients than
+        # replicas leave replicas idle: each busy one serves at least one client (C/r of a client
+        # had read a TTFT below one prompt's prefill: 1 client on 2 replicas of tp 4)
+        busy = min(C, r)
+        res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / busy, limit, budget, waves=spread is None)
+        for key in ("requests_per_s", "output_tokens_per_s", "running"):   # serve() scales by r
+            res[key] = res[key] * busy / r
         out["concurrency"] = C
     elif kind == "batch":
         B = int(batch)
