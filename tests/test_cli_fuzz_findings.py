@@ -133,3 +133,28 @@ def test_vllm_splits_a_replica_s_experts_over_every_tp_rank_or_none(cli):
     assert_one_line_error(cli(*base, "--ep", "2"), "--ep 2 with vllm", "give --ep 8")
     assert cli(*base, "--ep", "2", "--engine", "sglang").code == 0
     assert cli(*base, "--ep", "8").code == 0
+
+
+# -------------------------------------------------- a newcomer's re-run of the planning tasks
+
+@pytest.mark.parametrize("args", [("plan", "llama-3.1-405b", "--gpus", "2048", "--top", "3"),
+                                  ("sweep", "llama-3-8b", "--gpus", "8,16"),
+                                  ("validate", "--source", "korthikanti2022-table5"), ("hardware",)])
+def test_columns_on_a_pipe_is_honoured_by_every_table(cli, monkeypatch, args):
+    """docs/cli.md: on a pipe the width is COLUMNS when set. plan, sweep, validate and hardware had
+    set 140-160 columns of their own (lines of 140-160 characters under COLUMNS=80)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*args)
+    assert r.code == 0, r.err
+    assert max(len(line) for line in r.out.splitlines()) <= 80
+
+
+def test_a_token_budget_s_days_and_cost_carry_their_band_in_text(cli):
+    """The days, GPU-hours, energy and cost of a budget scale as the step time, so they carry its
+    80 % band (evidence.speed_json); plan and step printed it only in --json (sweep in its table)."""
+    r = cli("step", "llama-3-8b", "--gpus", "8", "--zero", "3", "--tokens", "1T", "--gpu-hour-price", "2")
+    band = cli("step", "llama-3-8b", "--gpus", "8", "--zero", "3", "--tokens", "1T", "--gpu-hour-price", "2",
+               "--json").json()["interval"]
+    lo, hi = band["days"]
+    assert f"80 % band: {lo:.1f}-{hi:.1f} days" in r.out
+    assert "80 % band:" in cli("plan", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--top", "1").out
