@@ -77,6 +77,8 @@ def _render(r) -> None:
                                (f"TPOT <= {fmt_seconds(r['tpot_s'])}" if r["tpot_s"] else "")) if x) or "no targets"
     con.print(header(f"serve-plan {r['model']} on {r['hardware']}",
                      [("goal", goal), ("requests", f"{r['isl']:,} in / {r['osl']:,} out"), ("targets", slo),
+                      ("load", "Poisson arrivals (the open loop)" if r["rate"] else
+                       "clients in step (a benchmark's closed loop, per replica)"),
                       ("searched", f"{r['evaluated']} deployments of {', '.join(r['engines'])}")]))
     rows = []
     # the chunk size in the layout cell only where --max-num-batched-tokens made it a searched knob
@@ -98,7 +100,11 @@ def _render(r) -> None:
         cells = [[str(x) for x in row] for row in rows]
         # narrow terminals drop the least needed columns whole (render.fit_columns, as plan and sweep
         # do) instead of letting rich elide "trtllm" to "trtl…" and wrap the layout
-        keep, dropped = fit_columns(names, cells, con.width, ("$/M tok", "C/replica", "GPUs", "tok/s", "weights"))
+        # the cost first when there is none to show; with a price it is the answer, kept to the last
+        priced = any(c.cost_per_million_tokens is not None for c in r["candidates"])
+        order = ("C/replica", "GPUs", "tok/s", "weights", "$/M tok") if priced else \
+            ("$/M tok", "C/replica", "GPUs", "tok/s", "weights")
+        keep, dropped = fit_columns(names, cells, con.width, order)
         con.print(simple_table([names[i] for i in keep], [[c[i] for i in keep] for c in cells]))
         if dropped:
             con.print(f"left out at this width: {', '.join(dropped)} (--json or a wider terminal has them)",

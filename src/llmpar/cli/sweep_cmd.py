@@ -131,7 +131,12 @@ def fit_columns(cols, rows, width: int) -> tuple[list[int], list[str]]:
     from llmpar.cli.render import fit_columns as fit
 
     names = [c for c, _ in cols]
-    return fit(names, rows, width, [n for n in _DROP_ORDER if n in names] + [n for n in names if n.startswith("days (")])
+    band = [n for n in names if n.startswith("days (")]
+    order = [n for n in _DROP_ORDER if n in names]
+    if "eff. cost" in order:   # with a price the cost is the answer: the days' band goes before it
+        order = [n for n in order if n != "eff. cost"] + band + ["eff. cost"]
+        band = []
+    return fit(names, rows, width, order + band)
 
 
 def render(r) -> None:
