@@ -67,7 +67,11 @@ def test_serve_plan_at_80_columns_drops_columns_instead_of_eliding_cells(cli, mo
     res = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--engine", "all", "--gpu-hour-price", "2", "--top", "4")
     assert res.code == 0, res.err
     assert "…" not in res.out and all(len(line) <= 80 for line in res.out.splitlines())
-    assert "left out at this width: $/M tok" in res.out and "trtllm" in res.out and "tp1 pp4 x2" in res.out
+    assert "left out at this width: C/replica" in res.out and "trtllm" in res.out and "tp1 pp4 x2" in res.out
+    # with a price the cost is the answer: kept, the others go first (a newcomer review, 2026-12-04)
+    assert "$/M tok" in res.out.split("left out")[0]
+    bare = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--engine", "all", "--top", "4")
+    assert "left out at this width: $/M tok" in bare.out      # no price: no cost to show, dropped first
 
 
 def test_serve_plan_searches_every_pipeline_depth_that_fills_the_gpus(cli):
