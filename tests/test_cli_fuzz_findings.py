@@ -158,3 +158,29 @@ def test_a_token_budget_s_days_and_cost_carry_their_band_in_text(cli):
     lo, hi = band["days"]
     assert f"80 % band: {lo:.1f}-{hi:.1f} days" in r.out
     assert "80 % band:" in cli("plan", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--top", "1").out
+
+
+# ---------------------------------------------- a fuzz sweep of calibrate, specs and emitters
+
+@pytest.mark.parametrize("args", [("validate", "--source", "korthikanti2022-table5", "--limit", "2"),
+                                  ("calibrate", "runs", str(REPO / "validation" / "llm-foundry-mpt.yaml"), "--check")])
+def test_a_bare_tolerance_above_one_is_refused_everywhere(cli, args):
+    """`--tolerance 10` had meant 1000 % in validate and calibrate runs --check (a CI gate that can
+    never fail) while calibrate check refused it: one parser now (units.parse_tolerance)."""
+    assert_one_line_error(cli(*args, "--tolerance", "10"), "reads as a fraction (1000%)", "write 10% or 0.1")
+
+
+@pytest.mark.parametrize("kind,text,culprit", [
+    ("hardware", "tiers: [{name: nvlink, kind: nvlink, domain_size: 8, bandwidth: 450 GB/s, latency: 0.6}]",
+     "0.6 s is more than any interconnect step"),
+    ("hardware", "host_memory_per_gpu: 256", "256 bytes is less than any host memory per GPU"),
+    ("hardware", "gpu_hour_price: 1e306", "gpu_hour_price"),
+    ("stacks", "memory: {cuda_context_bytes: 0.6}", "0.6 bytes is less than any runtime buffer"),
+])
+def test_a_spec_number_missing_its_unit_is_refused_with_the_unit(cli, tmp_path, kind, text, culprit):
+    """A bare tier latency had been seconds (0.6 meant as us: 600,000 us), a bare host memory or
+    CUDA context bytes (256 meant as GB: 256 B), and a hand-written price of 1e306 printed 'cost inf'."""
+    base = "h100-sxm" if kind == "hardware" else "megatron-core"
+    f = tmp_path / "mine.yaml"
+    f.write_text(f"name: mine\nextends: {base}\n{text}\n")
+    assert_one_line_error(cli(kind, "show", str(f)), culprit)

@@ -339,20 +339,30 @@ class ValidateResult(Result):
 def groups_over_tolerance(groups: list[dict[str, Any]], tolerance) -> list[dict[str, Any]]:
     """The validation groups whose mean absolute error exceeds ``tolerance`` (a fraction or a
     percentage such as ``"10%"``; units.parse_tolerance): the one rule of `validate --tolerance`."""
+    tol = _fraction(tolerance)
+    return [g for g in groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tol]
+
+
+def _fraction(tolerance) -> float:
+    """A tolerance as a fraction: a number is one already (the API's, or parse_tolerance's own
+    result); text is read by the --tolerance rule (units.parse_tolerance)."""
+    from llmpar.errors import UserError
     from llmpar.units import parse_tolerance
 
-    tol = parse_tolerance(tolerance)
-    return [g for g in groups if g.get("mean_abs_error") is not None and g["mean_abs_error"] > tol]
+    if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool):
+        if not (tolerance > 0 and math.isfinite(tolerance)):
+            raise UserError(f"tolerance must be above 0, got {tolerance!r}")
+        return float(tolerance)
+    return parse_tolerance(tolerance)
 
 
 def raise_over_tolerance(groups: list[dict[str, Any]], tolerance) -> None:
     """CheckFailed (exit 1) naming every group over ``tolerance``; nothing when none is."""
     from llmpar.errors import CheckFailed
-    from llmpar.units import parse_tolerance
 
     bad = groups_over_tolerance(groups, tolerance)
     if bad:
-        tol = parse_tolerance(tolerance)
+        tol = _fraction(tolerance)
         what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
         raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
 

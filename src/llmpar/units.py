@@ -229,14 +229,23 @@ def fmt_count(n: float) -> str:
 
 
 def parse_tolerance(value) -> float | None:
-    """``--tolerance``: a fraction (0.1) or a percentage (``"10%"``); None = no check."""
+    """``--tolerance`` everywhere (validate, calibrate runs --check, calibrate check/fit): a fraction
+    (0.1) or a percentage (``"10%"``); None = no check. A bare number above 1 is refused with both
+    readings offered: `validate --tolerance 10` had meant 1000 % and could never fail a CI gate
+    (calibrate check had refused it: two parsers, now one)."""
     if value is None:
         return None
     t = str(value).strip()
+    pct = t.endswith("%")
     try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        v = float(t[:-1]) / 100 if pct else float(t)
     except ValueError:
-        raise UserError(f"--tolerance must be a fraction or a percentage such as 10%, got {value!r}") from None
-    if not 0 < v < 100:
-        raise UserError(f"--tolerance must be positive, got {value!r}")
+        raise UserError(f"cannot read --tolerance {value!r}: expected a percentage like 10% or a fraction like "
+                        "0.1") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise UserError(f"--tolerance must be above 0, got {value!r}")
+    if not pct and v > 1:
+        raise UserError(f"--tolerance {t} reads as a fraction ({v:.0%}): write {t}% or {v / 100:g}")
+    if v >= 100:
+        raise UserError(f"--tolerance {t}: below 10,000 %")
     return v

@@ -16,7 +16,6 @@ prints; the CLI renders the result.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,21 +28,13 @@ from llmpar.errors import UserError
 
 STATISTICS = ("median_abs_error_ge_1MB", "max_abs_error_ge_1MB", "median_abs_error_ge_64MB", "max_abs_error_ge_64MB")
 DEFAULT_STATISTIC = "median_abs_error_ge_1MB"
-_TOL = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
 
 
 def parse_tolerance(text) -> float:
-    """'10%' -> 0.10; '0.1' -> 0.10 (a bare number is a fraction, at most 1). Must be > 0."""
-    m = _TOL.match(str(text))
-    if not m:
-        raise UserError(f"cannot read --tolerance {text!r}: expected a percentage like 10% or a fraction like 0.1")
-    pct = bool(m.group(2))
-    value = float(m.group(1)) / (100.0 if pct else 1.0)
-    if not (value > 0 and np.isfinite(value)):
-        raise UserError(f"--tolerance must be above 0, got {text!r}")
-    if not pct and value > 1:
-        raise UserError(f"--tolerance {text!r} reads as a fraction ({value:.0%}): write {m.group(1)}% or {value / 100:g}")
-    return value
+    """'10%' -> 0.10; '0.1' -> 0.10: the one rule, :func:`llmpar.units.parse_tolerance`."""
+    from llmpar.units import parse_tolerance as parse
+
+    return parse(text)
 
 
 @dataclass

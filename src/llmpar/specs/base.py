@@ -80,6 +80,21 @@ def at_most(limit: float, example: str, who: str):
     return AfterValidator(check)
 
 
+def at_least_bytes(floor: float, example: str, who: str):
+    """A size (bytes) of which a nonzero value below ``floor`` is no {who}: a bare number is bytes,
+    so `host_memory_per_gpu: 256` (meant as GB) or `cuda_context_bytes: 0.6` (GB) is refused with
+    the unit suggested, as `memory: 80` is (a fuzz sweep of 2026-12-04: these had been 256 and 0.6
+    bytes). 0 stays allowed where the field allows it (none)."""
+    shown = f"{floor / 1e9:g} GB" if floor >= 1e9 else f"{floor / 2**20:g} MiB"
+
+    def check(v):
+        if v is not None and 0 < v < floor:
+            raise ValueError(f"{v:g} bytes is less than any {who} ({shown}): a bare number is bytes, so a "
+                             f"unit is probably missing (write e.g. '{example}')")
+        return v
+    return AfterValidator(check)
+
+
 def Multiplier(default: float, hi: float, description: str, lo: float = MIN_SHARE):  # noqa: N802 - a field type
     """A fitted multiplier field in [lo, hi] (lo 1e-3 unless given)."""
     return Field(default, ge=lo, le=hi, description=description)

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-from llmpar.specs.base import MIN_FITTED_SHARE, SPEC, Name, Text
+from llmpar.specs.base import MIN_FITTED_SHARE, SPEC, Name, Text, at_least_bytes, at_most
 from llmpar.specs.stack import GENERATIONS
 from llmpar.units import parse_bytes, parse_flops, parse_per_direction_bandwidth, parse_power, parse_seconds
 
@@ -23,6 +23,9 @@ Bytes = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size")
 Bandwidth = Annotated[float, BeforeValidator(lambda v: parse_per_direction_bandwidth(v))]
 Flops = Annotated[float, BeforeValidator(lambda v: parse_flops(v))]
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "latency"))]
+#: a collective's per-step latency: microseconds on every fabric; a bare `latency: 0.6` (meant as us)
+#: had been 0.6 s, 600,000 us, and was printed so
+Latency = Annotated[Seconds, at_most(0.1, "5 us", "interconnect step")]
 Watts = Annotated[float, BeforeValidator(lambda v: parse_power(v))]
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")   # fp4: Blackwell NVFP4/MXFP4 tensor cores (serving)
@@ -116,13 +119,13 @@ class TierFit(BaseModel):
     """
 
     model_config = SPEC
-    latency: Seconds | None = None
-    ll128_latency: Seconds | None = None
-    simple_latency: Seconds | None = None
+    latency: Latency | None = None
+    ll128_latency: Latency | None = None
+    simple_latency: Latency | None = None
     efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
     ll_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
     ll128_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
-    inr_latency: Seconds | None = None
+    inr_latency: Latency | None = None
     inr_efficiency: float | None = Field(None, ge=MIN_FITTED_SHARE, le=1)
 
 
@@ -139,14 +142,14 @@ class Tier(BaseModel):
     domain_size: int | None = Field(None, gt=0)
     bandwidth: Bandwidth = Field(ge=1e6, le=1e15,
                                  description="per GPU, per direction (for a NIC tier: the GPU's share of the node's NICs)")
-    latency: Seconds = Field(le=1.0, description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
+    latency: Latency = Field(description="hardware latency per step of a collective with NCCL's LL protocol (alpha)")
     in_network_reduction: bool = Field(False, description="NVLS (NVSwitch SHARP) or IB SHARP available")
     efficiency: float = Field(0.9, ge=MIN_FITTED_SHARE, le=1, description="achieved/line-rate bandwidth for large messages")
     # --- optional refinements of the collective model (llmpar.cost.collectives; docs/collectives.md).
     # None = derived from `latency` with the ratios of NCCL's hwLatencies table for this tier's kind.
-    ll128_latency: Seconds | None = Field(None, description="per-step latency with the LL128 protocol")
-    simple_latency: Seconds | None = Field(None, description="per-step latency with the Simple protocol")
-    inr_latency: Seconds | None = Field(
+    ll128_latency: Latency | None = Field(None, description="per-step latency with the LL128 protocol")
+    simple_latency: Latency | None = Field(None, description="per-step latency with the Simple protocol")
+    inr_latency: Latency | None = Field(
         None, description="latency of one in-network reduction (NVLS on NVSwitch, SHARP on the NIC tier)")
     inr_efficiency: float | None = Field(
         None, ge=MIN_FITTED_SHARE, le=1, description="achieved/line-rate bandwidth of in-network reduction (NVLS/SHARP)")
@@ -176,7 +179,7 @@ class Hardware(BaseModel):
     extends: str | None = None
     gpu: Accelerator
     gpus_per_node: int = Field(gt=0)
-    reserve: Bytes | None = Field(
+    reserve: Annotated[Bytes, at_least_bytes(2**20, "6 GiB", "runtime reserve")] | None = Field(
         None, description="legacy: a flat runtime reserve; the stack's memory block (CUDA context, NCCL buffers, "
                           "allocator overhead) replaces it. When a user profile sets it, it acts as --reserve "
                           "(docs/design-notes.md)")
@@ -196,7 +199,7 @@ class Hardware(BaseModel):
         None, ge=1e8, le=1e13, description="host DRAM bandwidth per GPU (the node's CPU memory channels x rate / "
                                            "gpus_per_node): prices a CPU optimizer step (--optimizer-offload); None: "
                                            "optimizer offload is refused")
-    host_memory_per_gpu: Bytes | None = Field(
+    host_memory_per_gpu: Annotated[Bytes, at_least_bytes(1e9, "256 GB", "host memory per GPU")] | None = Field(
         None, description="host (CPU) memory per GPU: the node's RAM / gpus_per_node; offloaded activations must fit "
                           "in it (None: offloading is refused, its capacity is unknown)")
     node_power: Watts | None = Field(
@@ -204,7 +207,9 @@ class Hardware(BaseModel):
                           "NVSwitches, fans, PSU losses): its share per GPU is node_power / gpus_per_node "
                           "(llmpar.cost.training)")
     gpu_hour_price: float | None = Field(
-        None, gt=0, description="the user's price of one GPU-hour, in their currency; no shipped profile states one")
+        None, gt=0, le=1e6, description="the user's price of one GPU-hour, in their currency (at most 10^6, as "
+                                        "--gpu-hour-price: 1e306 had overflowed the cost to inf); no shipped profile "
+                                        "states one")
 
     @model_validator(mode="after")
     def _check(self) -> Hardware:

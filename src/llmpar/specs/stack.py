@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
-from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Multiplier, Name, Text, at_most
+from llmpar.specs.base import MIN_SHARE, STRICT_SPEC, Multiplier, Name, Text, at_least_bytes, at_most
 from llmpar.specs.model import MAX_LAYERS
 from llmpar.units import parse_bytes, parse_seconds
 
@@ -26,6 +26,9 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell", "cdna3")   # cdna3: AMD
 ATTENTION_KERNELS = ("flash-2", "flash-3", "cudnn", "sdpa", "eager")
 FP8_GEMMS = ("qkv", "proj", "fc1", "fc2", "experts", "lm_head")
 MEMORY_BYTES = Annotated[float, BeforeValidator(lambda v: parse_bytes(v, "memory size", allow_zero=True))]
+#: a runtime buffer of the memory block (CUDA context, NCCL buffers, a gradient bucket): 0 (none) or
+#: at least 1 MiB, so a bare `cuda_context_bytes: 0.6` (meant as GB) is refused with the unit
+RUNTIME_BYTES = Annotated[MEMORY_BYTES, at_least_bytes(2**20, "600 MB", "runtime buffer")]
 SECONDS = Annotated[float, BeforeValidator(lambda v: parse_seconds(v, "time", allow_zero=True))]
 
 
@@ -272,7 +275,7 @@ class MemoryModel(_Strict):
         False, description="under ZeRO-1 with more than one micro-batch the unsharded gradients accumulated between "
                            "gradient syncs are fp32 (FSDP2 with gradient sync off upcasts them to its reduce dtype: "
                            "FSDPParam.to_accumulated_grad_if_needed), whatever the gradient dtype")
-    grad_bucket_bytes: MEMORY_BYTES = Field(0.0, le=2**40, description="DDP / ZeRO gradient bucket held during reduction")
+    grad_bucket_bytes: RUNTIME_BYTES = Field(0.0, le=2**40, description="DDP / ZeRO gradient bucket held during reduction")
     ddp_bucket_copy: bool = Field(
         False, description="torch DDP without gradient_as_bucket_view: its buckets hold a flat 16-bit copy of every "
                            "gradient (data parallelism > 1)")
@@ -283,8 +286,8 @@ class MemoryModel(_Strict):
                                "optimizers: 0); fitted")
     allocator_overhead: float = Field(
         0.0, ge=0, le=1, description="reserved/allocated - 1 at the peak (caching-allocator fragmentation)")
-    cuda_context_bytes: MEMORY_BYTES = Field(0.0, le=2**40, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
-    nccl_bytes_per_communicator: MEMORY_BYTES = Field(0.0, le=2**40, description="NCCL buffers per communicator a rank is in")
+    cuda_context_bytes: RUNTIME_BYTES = Field(0.0, le=2**40, description="CUDA context + cuBLAS/cuDNN workspaces, per GPU")
+    nccl_bytes_per_communicator: RUNTIME_BYTES = Field(0.0, le=2**40, description="NCCL buffers per communicator a rank is in")
     uncertainty: float = Field(
         0.05, ge=0, le=1, description="relative uncertainty of the peak: within it of the HBM limit the verdict is TIGHT")
 
