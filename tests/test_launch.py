@@ -253,3 +253,31 @@ def launch_emit(fw, spec, settings, par):
     from llmpar import launch
 
     return launch.emit(fw, spec, H100, settings, par, global_batch=64, seq=int(par.seq))
+
+
+def test_an_uneven_pipeline_is_megatron_s_first_and_last_stages_or_refused():
+    """126 layers of Llama 3.1 405B on pp 16 (1F1B): the middle 14 stages hold ceil(126/16) = 8 each,
+    as llmpar prices the busiest stage, and the first and last share 126 - 112 = 14: 7 and 7, Meta's
+    split (Llama 3 §3.3.2), as --decoder-first/last-pipeline-num-layers (Megatron refuses an uneven
+    pp without them; a fuzz sweep found them missing, 2026-12-04). NeMo and torchtitan, and
+    interleaved stages, take even splits only: refused, where NeMo had written DeepSeek-V3's 61
+    layers over pp 32 x v 2."""
+    from llmpar.launch import nemo, torchtitan
+
+    spec = load_model("llama-3.1-405b")
+    st = make_settings(spec)
+    S = SCHEDULES.index
+    par = Parallel(tp=8, pp=16, dp=64, zero=1, sp=True, micro_batch=1, microbatches=32, seq=8192, schedule=S("1f1b"))
+    fl = dict(megatron.flags(spec, H100, st, par, global_batch=2048, seq=8192))
+    assert (fl["--decoder-first-pipeline-num-layers"], fl["--decoder-last-pipeline-num-layers"]) == ("7", "7")
+    with pytest.raises(Exception, match="126 layers do not split into 16 equal stages"):
+        nemo.overrides(spec, H100, st, par, global_batch=2048, seq=8192)
+    with pytest.raises(Exception, match="126 layers do not split"):
+        torchtitan.settings_of(spec, H100, make_settings(spec, stack="torchtitan"),
+                               Parallel(tp=8, pp=16, dp=64, zero=3, micro_batch=1, microbatches=32, seq=8192,
+                                        schedule=S("1f1b")), global_batch=2048, seq=8192)
+    even = load_model("llama-3-70b")    # 80 layers on pp 4 x v 5: 4 per virtual stage, torchtitan's too
+    cfg = torchtitan.settings_of(even, H100, make_settings(even, stack="torchtitan"), Parallel(
+        tp=8, pp=4, dp=2, zero=3, microbatches=8, seq=8192, schedule=S("interleaved"), virtual_stages=5),
+        global_batch=16, seq=8192)
+    assert cfg["parallelism"]["pipeline_parallel_layers_per_stage"] == 4

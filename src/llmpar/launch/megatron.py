@@ -10,6 +10,7 @@ commit); what each llmpar knob becomes:
 | sp (tp > 1) | --sequence-parallel |
 | micro-batch, global batch (sequences), seq | --micro-batch-size, --global-batch-size, --seq-length |
 | interleaved, v virtual stages | --num-layers-per-virtual-pipeline-stage L/(pp·v) |
+| L not a multiple of pp (1F1B) | --decoder-first/last-pipeline-num-layers: the middle stages ceil(L/pp) each, the rest split over the first and last (launch/stages.py) |
 | recompute selective | --recompute-granularity selective (--recompute-modules when the stack's set is not the default) |
 | recompute full (N layers per chunk) | --recompute-granularity full --recompute-method block --recompute-num-layers N (all: uniform, 1) |
 | ZeRO 1 | --use-distributed-optimizer (optimizer states sharded over DP: Megatron-Core's distributed optimizer) |
@@ -20,12 +21,13 @@ commit); what each llmpar knob becomes:
 | model | --num-layers --hidden-size --ffn-hidden-size --num-attention-heads (--group-query-attention --num-query-groups) --max-position-embeddings, SwiGLU/RMSNorm/RoPE flags, MoE flags |
 
 Refused, with the reason: the GPipe, ZB-H1 and DualPipe schedules (Megatron-LM runs 1F1B and
-its interleaved form), a layer count that does not split evenly into pp·v chunks.
+its interleaved form), a layer count that does not split evenly into pp·v chunks (launch.layers_per_chunk).
 """
 
 from __future__ import annotations
 
 from llmpar.errors import UserError
+from llmpar.launch.stages import first_last, layers_per_chunk
 
 FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
@@ -54,12 +56,12 @@ def flags(model, hw, settings, par, *, global_batch: int, seq: int) -> list[tupl
             out.append(("--expert-tensor-parallel-size", str(d["etp"])))
     if d["sp"] and d["tp"] > 1:
         out.append(("--sequence-parallel", None))
-    if sched == "interleaved" and d["virtual_stages"] > 1:
-        chunks = d["pp"] * d["virtual_stages"]
-        if model.layers % chunks:
-            raise UserError(f"--emit megatron: {model.layers} layers do not split into {d['pp']} x "
-                            f"{d['virtual_stages']} equal chunks (--num-layers-per-virtual-pipeline-stage)")
-        out.append(("--num-layers-per-virtual-pipeline-stage", str(model.layers // chunks)))
+    uneven = first_last(model, d)
+    if uneven is not None:
+        out += [("--decoder-first-pipeline-num-layers", str(uneven[0])),
+                ("--decoder-last-pipeline-num-layers", str(uneven[1]))]
+    elif sched == "interleaved" and d["virtual_stages"] > 1:
+        out.append(("--num-layers-per-virtual-pipeline-stage", str(layers_per_chunk("megatron", model, d))))
     out += [("--micro-batch-size", str(d["micro_batch"])), ("--global-batch-size", str(global_batch)),
             ("--seq-length", str(seq))]
     rec = d["recompute"]

@@ -28,6 +28,7 @@ offload (as everywhere), parameter offload (no NeMo 2 option holds parameters in
 from __future__ import annotations
 
 from llmpar.errors import UserError
+from llmpar.launch.stages import layers_per_chunk
 
 #: shipped model -> the NeMo recipe module at the pinned commit (launch/flags/nemo.txt "recipe")
 RECIPES = {"llama-2-7b": "llama2_7b", "llama-3-8b": "llama3_8b", "llama-3-70b": "llama3_70b",
@@ -53,6 +54,7 @@ def overrides(model, hw, settings, par, *, global_batch: int, seq: int) -> list[
     if gpus % per_node:
         raise UserError(f"--emit nemo: {gpus} GPUs do not fill whole nodes of {hw.gpus_per_node} (trainer.num_nodes x "
                         "trainer.devices)")
+    layers_per_chunk("nemo", model, d)
     v = d["virtual_stages"] if d["schedule"] == "interleaved" and d["virtual_stages"] > 1 else None
     out = [("trainer.num_nodes", str(gpus // per_node)), ("trainer.devices", str(per_node)),
            ("trainer.strategy.tensor_model_parallel_size", str(d["tp"])),

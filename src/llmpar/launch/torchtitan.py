@@ -17,6 +17,7 @@ and DualPipe schedules, an expert TP degree other than torchtitan's.
 from __future__ import annotations
 
 from llmpar.errors import UserError
+from llmpar.launch.stages import layers_per_chunk
 
 SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 
@@ -53,6 +54,8 @@ def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dic
     if d["pp"] > 1:
         par_["pipeline_parallel_schedule"] = SCHEDULE[d["schedule"]]
         par_["pipeline_parallel_microbatch_size"] = d["micro_batch"]
+        # the plan's stages, not torchtitan's own split: L/(pp·v) layers in each (v per rank when interleaved)
+        par_["pipeline_parallel_layers_per_stage"] = layers_per_chunk("torchtitan", model, d)
     local = d["micro_batch"] * (d["microbatches"] if d["pp"] > 1 else 1)
     training = {"local_batch_size": local, "global_batch_size": global_batch, "seq_len": seq}
     ac = {"mode": d["recompute"]}
