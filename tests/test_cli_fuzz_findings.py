@@ -184,3 +184,20 @@ def test_a_spec_number_missing_its_unit_is_refused_with_the_unit(cli, tmp_path, 
     f = tmp_path / "mine.yaml"
     f.write_text(f"name: mine\nextends: {base}\n{text}\n")
     assert_one_line_error(cli(kind, "show", str(f)), culprit)
+
+
+@pytest.mark.parametrize("columns,culprit", [("step_time_s,step_time_ms", "step_time_s given twice"),
+                                             ("mfu,mfu_pct", "mfu given twice"), ("model,Model", "model given twice")])
+def test_a_runs_table_with_two_columns_for_one_figure_is_refused(cli, tmp_path, columns, culprit):
+    """`step_time_s: 5` beside `step_time_ms: 9000` had read 9 s (the last column won, with no word);
+    a layout knob given twice was already refused, a measurement or a record field now is too."""
+    a, b = columns.split(",")
+    vals = {"step_time_s": "5", "step_time_ms": "9000", "mfu": "0.4", "mfu_pct": "41", "model": "llama-3-8b",
+            "Model": "llama-3-70b"}
+    f = tmp_path / "runs.csv"
+    head = ["model", "hardware", "gpus", "tp", "seq", "global_batch", "step_time_s"]
+    cols = list(dict.fromkeys([*head, a, b]))
+    row = {"model": "llama-3-8b", "hardware": "h100-sxm", "gpus": "8", "tp": "1", "seq": "8192",
+           "global_batch": "64", "step_time_s": "5", **{k: vals[k] for k in (a, b)}}
+    f.write_text(",".join(cols) + "\n" + ",".join(row[c] for c in cols) + "\n")
+    assert_one_line_error(cli("calibrate", "runs", str(f), "--folds", "0"), "runs.csv:2", culprit)

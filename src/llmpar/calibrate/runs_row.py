@@ -118,11 +118,27 @@ class RowContext:
 
 
 
+class _Once(dict):
+    """A row's measurements and record fields while its columns are read: each set once, so two
+    columns for one figure (`step_time_s` and `step_time_ms`, `mfu` and `mfu_pct`, `model` and
+    `Model`) are refused with the row's place, as a layout knob given twice is; the last one had won
+    silently (a fuzz sweep, 2026-12-04)."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+
+    def __setitem__(self, key, value):
+        if key in self:
+            raise _fail(self.where, f"{key} given twice (two columns name it): keep one")
+        super().__setitem__(key, value)
+
+
 def read_row(row: dict[str, Any], where: str, ctx: RowContext) -> tuple[dict, dict, dict, list[str]]:
     """(layout, measured, meta, notes) from one table row; values typed and checked."""
     layout: dict[str, Any] = {}
-    measured: dict[str, float] = {}
-    meta: dict[str, Any] = {}
+    measured: dict[str, float] = _Once(where)
+    meta: dict[str, Any] = _Once(where)
     notes: list[str] = []
     total_tps = None
     special = next((v for k, v in KNOWN_SOURCES.items() if ctx.source and str(ctx.source).startswith(k)), {})
@@ -147,6 +163,7 @@ def read_row(row: dict[str, Any], where: str, ctx: RowContext) -> tuple[dict, di
             total_tps = _float(value, where, key)
         elif not _read_measured(key, name, value, where, measured, notes):
             ctx.unknown.setdefault(str(raw_key), where)
+    measured, meta = dict(measured), dict(meta)
     if total_tps is not None:
         _per_gpu_rate(total_tps, layout, measured, where, notes)
     check_rates(measured, where, notes, meta.get("status", "ok") == "ok")
@@ -260,9 +277,10 @@ def _read_memory(key: str, value: Any, mem: tuple[str, float | None], where: str
         raise _fail(where, f"{key} {value!r}: the column name already gives the unit")
     if is_text:
         try:
-            measured[kind] = parse_bytes(value, key, allow_zero=True)
+            size = parse_bytes(value, key, allow_zero=True)
         except UserError as exc:
             raise _fail(where, str(exc)) from None
+        measured[kind] = size
     elif scale is None:
         raise _fail(where, f"memory column {key!r} has no unit: name it e.g. {key}_gib / {key}_gb / "
                            f"{key}_bytes, or write values like '61.2 GiB'")
