@@ -201,3 +201,18 @@ def test_a_runs_table_with_two_columns_for_one_figure_is_refused(cli, tmp_path, 
            "global_batch": "64", "step_time_s": "5", **{k: vals[k] for k in (a, b)}}
     f.write_text(",".join(cols) + "\n" + ",".join(row[c] for c in cols) + "\n")
     assert_one_line_error(cli("calibrate", "runs", str(f), "--folds", "0"), "runs.csv:2", culprit)
+
+
+def test_the_calibrate_sweep_s_options_that_changed_nothing_or_lacked_a_unit(cli, tmp_path):
+    """hardware show --json --units gib printed what it prints without --units; calibrate runs --name
+    without --out named nothing; a benchmark file's negative duration switched its own consistency
+    check off; calibrate gemm --peak 1000 (meant as TFLOP/s) divided by 1 kFLOP/s."""
+    assert_one_line_error(cli("hardware", "show", "h100-sxm", "--json", "--units", "gib"), "--units changes nothing")
+    runs = str(REPO / "validation" / "llm-foundry-mpt.yaml")
+    assert_one_line_error(cli("calibrate", "runs", runs, "--name", "foo"), "--name names the stack --out writes")
+    d = json.loads(VLLM_C100.read_text())
+    d["duration"] = -5
+    bad = tmp_path / "neg.json"
+    bad.write_text(json.dumps(d))
+    assert_one_line_error(cli("calibrate", "serve", str(bad), "--model", "llama-3.1-70b", "--tp", "8"),
+                          "neg.json:1", "duration = -5")

@@ -221,6 +221,10 @@ def calibrate(plan: GemmPlan, shapes: list[Shape], device: str) -> GemmResult:
 
     hw = load_hardware(plan.hardware)
     peak = parse_flops(plan.peak, "--peak") if plan.peak is not None else hw.gpu.peak(plan.dtype)
+    if plan.peak is not None and not peak >= 1e9:
+        # a bare number is FLOP/s: --peak 1000 (meant as TFLOP/s) had divided by 1 kFLOP/s
+        raise UserError(f"--peak {plan.peak}: {peak:g} FLOP/s is below any device's peak (1 GFLOP/s): a bare number "
+                        "is FLOP/s, so a unit is probably missing (write e.g. '989 TFLOP/s')")
     seconds = measure(shapes, device, plan.dtype, plan.iters, plan.warmup)
     eff = [2.0 * s.m * s.n * s.k / t / peak for s, t in zip(shapes, seconds)]
     if max(eff) > 1.0:

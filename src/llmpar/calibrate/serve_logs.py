@@ -124,9 +124,9 @@ def _consistent(d: dict[str, Any], m: dict[str, Any], done: float, tout: float, 
     and no request's first token or token gaps take longer than the run. A file edited or corrupted
     (an output throughput of 1e-300 tokens/s beside 128,000 tokens in 63 s, a TTFT of 1e300 ms) is
     refused with its place; it had been fitted and blamed on --model."""
-    dur = _num(d.get("duration"))
-    if dur is None or not math.isfinite(dur) or dur <= 0:
+    if d.get("duration") is None:
         return
+    dur = _measure(d, "duration", where)   # stated, it must be a positive time: it checks the rest
     out = m.get("output_tokens_per_s")
     if out is not None and not 0.9 <= out * dur / tout <= 1.1:
         raise UserError(f"{where}: output_throughput {out:.6g} tokens/s disagrees with the run's own "

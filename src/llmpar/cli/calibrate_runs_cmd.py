@@ -216,6 +216,8 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     from llmpar.calibrate.runs_holdout import fit_and_hold_out
 
     tol, folds_given = _check_options(check, tolerance, healthy, out, fit_names, train_sel, folds)
+    if out_name is not None and out is None:   # names the written stack: nothing is written without --out
+        raise UserError("--name names the stack --out writes: give --out FILE.yaml or drop --name")
     if out is not None:
         out = _out_path(out)
     train = _train_predicate(train_sel)

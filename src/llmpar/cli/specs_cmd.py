@@ -262,6 +262,10 @@ def hardware(ctx: click.Context, as_json: bool, units: str) -> None:
 @_UNITS
 def hardware_show(name: str, as_json: bool, units: str) -> None:
     """Print one hardware profile: GPU, peaks per dtype and the network tiers (NAME or YAML path)."""
+    if as_json:
+        from llmpar.cli.common import refuse_moot_outputs
+
+        refuse_moot_outputs({"--units": units != "gb"}, "--json (bytes)")
     hw = registry.load_hardware(name)
     result = hardware_summary(hw, _aliases("hardware").get(hw.name, []))
     if as_json:
