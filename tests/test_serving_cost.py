@@ -482,6 +482,7 @@ def test_no_request_sees_its_first_token_before_its_prompt_is_prefilled(gpus, tp
     r = llmpar.serve("llama-3-70b", gpus=gpus, tp=tp, pp=pp, weights="fp8", engine="trtllm", concurrency=clients,
                      isl=1024, osl=128)
     assert r.ttft_s >= r.breakdown["prefill"]["total_s"]
+    assert r.breakdown["decode_batch"] >= 1.0 / pp     # a busy replica's batch, not one spread over idle ones
     # Little's law over the busy clients, to the engine's per-request host cost (5.9 ms of ~0.7 s),
     # which the model counts in the first token's latency but not in the engine's cycle
     assert r.requests_per_s == pytest.approx(clients / r.e2e_s, rel=0.01)

@@ -66,7 +66,8 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         res[key] = res[key] * r
     res["running"] = res["running"] * r
     out["figures"] = res
-    b = res["running"] / r / d.pp
+    busy = min(int(concurrency), r) if kind == "concurrency" else r   # replicas with a request (_run_load)
+    b = res["running"] / busy / d.pp
     out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
     if simulate is not None:
         out["simulation"] = _simulate(model, hw, engine, d, cap, budget, rate, simulate, seed,
