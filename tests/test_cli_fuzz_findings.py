@@ -216,3 +216,22 @@ def test_the_calibrate_sweep_s_options_that_changed_nothing_or_lacked_a_unit(cli
     bad.write_text(json.dumps(d))
     assert_one_line_error(cli("calibrate", "serve", str(bad), "--model", "llama-3.1-70b", "--tp", "8"),
                           "neg.json:1", "duration = -5")
+
+
+def test_a_long_nccl_tests_log_lists_its_first_rows_and_says_how_many_more(cli, tmp_path):
+    """A 30,000-row log took 14-30 s to draw as one table; the table lists --rows (60) and says how
+    many it left out; --json has every row."""
+    from conftest import REPO as R
+
+    src = (R / "tests" / "fixtures" / "nccl").glob("*.txt")
+    log = next(iter(sorted(src)))
+    lines = log.read_text().splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.strip() and ln.strip()[0].isdigit()]
+    first, last = at[0], at[-1]
+    rows = lines[first:last + 1]
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join(lines[:first] + rows * 200 + lines[last + 1:]) + "\n")
+    r = cli("calibrate", "parse", str(big), "--rows", "10")
+    assert r.code == 0, r.err
+    assert f"{len(rows) * 200 - 10:,} more rows not shown" in r.out
+    assert_one_line_error(cli("calibrate", "parse", str(big), "--rows", "10", "--json"), "--rows")

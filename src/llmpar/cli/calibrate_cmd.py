@@ -29,7 +29,9 @@ def calibrate():
 
 # ----------------------------------------------------------------------------- parse
 
-def _render_logs(logs) -> None:
+def _render_logs(logs, rows: int = 60) -> None:
+    """Each log's facts and at most ``rows`` of its rows (a 30,000-row log had taken 14-30 s to draw;
+    --json has every row)."""
     from llmpar.cli.render import console as make_console
     from rich.table import Table
 
@@ -47,7 +49,7 @@ def _render_logs(logs) -> None:
         for col in ("size", "type", "oop time (us)", "oop algbw (GB/s)", "oop busbw (GB/s)",
                     "ip time (us)", "ip algbw (GB/s)", "ip busbw (GB/s)", "#wrong"):
             table.add_column(col, justify="right")
-        for r in log.rows:
+        for r in log.rows[:rows]:
             cells = [fmt_size(r.size_bytes), r.type]
             for m in (r.out_of_place, r.in_place):
                 cells += ([f"{m.time_us:.2f}", f"{m.algbw_GBps:.2f}", f"{m.busbw_GBps:.2f}"] if m else ["-", "-", "-"])
@@ -57,6 +59,8 @@ def _render_logs(logs) -> None:
             cells.append(f"[red]{mark} FLAGGED[/red]" if r.flagged else mark)
             table.add_row(*cells)
         console.print(table)
+        if len(log.rows) > rows:
+            console.print(f"  {len(log.rows) - rows:,} more rows not shown (--rows N shows more; --json has all)")
         for note in log.notes:
             console.print(f"  note: {note}")
         console.print()
@@ -68,8 +72,10 @@ def _render_logs(logs) -> None:
 @click.option("--ranks", type=int, help="Override the rank count.")
 @click.option("--nodes", type=int, help="Override the node count.")
 @click.option("--gpu", help="Override the GPU model.")
+@click.option("--rows", "show_rows", type=click.IntRange(1, 100_000), default=60, show_default=True,
+              help="Rows of each log to list (the fit and --json use all).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def parse_cmd(logs, collective, ranks, nodes, gpu, as_json):
+def parse_cmd(logs, collective, ranks, nodes, gpu, show_rows, as_json):
     """Read nccl-tests / rccl-tests output (text or -J JSON): sizes, times, algbw, busbw.
 
     Collective, rank count, nodes and GPU come from the log where it states them, otherwise they
@@ -80,9 +86,11 @@ def parse_cmd(logs, collective, ranks, nodes, gpu, as_json):
 
     parsed = parse_files(logs, collective=collective, ranks=ranks, nodes=nodes, gpu=gpu)
     if as_json:
+        if click.get_current_context().get_parameter_source("show_rows") == click.core.ParameterSource.COMMANDLINE:
+            raise UserError("--rows lists rows in the table; --json has every row: drop --rows")
         echo_json({"files": [p.to_dict() for p in parsed]})
     else:
-        _render_logs(parsed)
+        _render_logs(parsed, show_rows)
 
 
 # ----------------------------------------------------------------------------- bench
