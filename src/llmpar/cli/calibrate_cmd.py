@@ -140,7 +140,7 @@ def _kill_group(proc) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("llmpar-bench"), show_default=True,
               help="Folder for <program>.txt (nccl-tests layout) and bench.json.")
 @click.option("--no-check", is_flag=True, help="Skip the #wrong data check.")
-@click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds for the whole run.")
+@click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds the measurements may take (the workers' deadline); with --launch torchrun's start-up gets 60 s more.")
 @click.option("--json", "as_json", is_flag=True, help="Print bench.json when done.")
 def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, out, no_check, timeout, as_json):
     """Time collectives with torch.distributed and write nccl-tests-layout logs.
@@ -187,8 +187,12 @@ def bench_cmd(launch, nproc, sizes, collectives, iters, warmup, dtype, backend, 
             raise UserError(f"calibrate bench: torchrun did not finish within {timeout + 60:.0f} s "
                             f"(its workers were stopped)") from None
         if proc.returncode != 0:
-            lines = [ln for ln in (stderr or "").splitlines() if ln.strip() and "Warning" not in ln]
-            err = next((ln for ln in lines if ln.startswith("llmpar: error:")), lines[-1] if lines else "")
+            # torchrun ends its report with rules of '=' and '-': the culprit is the worker's own error
+            # line (llmpar's, else the last exception's: an allocation of --sizes beyond the host's memory)
+            lines = [ln.strip() for ln in (stderr or "").splitlines()
+                     if ln.strip() and "Warning" not in ln and set(ln.strip()) - set("=-_ ")]
+            err = next((ln for ln in lines if ln.startswith("llmpar: error:")),
+                       next((ln for ln in reversed(lines) if "Error" in ln.split(":")[0]), lines[-1] if lines else ""))
             raise UserError(f"calibrate bench: torchrun exited with {proc.returncode}: {err.removeprefix('llmpar: error: ')}")
     result_path = Path(out) / "bench.json"
     if not result_path.is_file():
