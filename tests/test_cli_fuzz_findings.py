@@ -235,3 +235,12 @@ def test_a_long_nccl_tests_log_lists_its_first_rows_and_says_how_many_more(cli, 
     assert r.code == 0, r.err
     assert f"{len(rows) * 200 - 10:,} more rows not shown" in r.out
     assert_one_line_error(cli("calibrate", "parse", str(big), "--rows", "10", "--json"), "--rows")
+
+
+def test_a_sweep_gives_the_failure_interval_at_its_smallest_and_largest_count(cli):
+    """One GPU fails at λ = 1.97e-5 per hour (Llama 3 §3.3.4: 419 interruptions, 54 days, 16,384
+    GPUs), so a job of N fails every 1 / (λ N) hours: 198 h at 256 GPUs, 12.4 h at 4,096. The sweep's
+    note had given the largest count's alone, beside rows from 256 GPUs up."""
+    r = cli("sweep", "llama-3-70b", "--gpus", "256,4096", "--tokens", "15T")
+    assert r.code == 0, r.err
+    assert "the job fails every 198 h at 256 GPUs; 12.4 h at 4,096 GPUs" in r.out.replace("\n", " ")

@@ -20,6 +20,7 @@ The global batch is the same at every count (the plan's default, 4,194,304 token
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -331,10 +332,16 @@ def _training_notes(rows: list[SweepRow], hws) -> list[str]:
             t = next((r.training for r in rows if r.training is not None and r.hardware == hw.name), None)
             if t is not None:
                 notes += [f"{hw.name} {a}" for a in t["assumptions"] if a.startswith("power:")]
-        # goodput's inputs (cost/goodput.py); the failure interval is the largest count's
+        # goodput's inputs (cost/goodput.py), once; the failure interval 3,600/(λN) h differs by
+        # count, so it is given at the smallest and the largest (it had been the largest count's alone)
         g = next((t["goodput"] for t in reversed(with_t) if t.get("goodput")), None)
         if g is not None:
-            notes += ["goodput " + a for a in g["assumptions"]]
+            by_count = sorted({(r.gpus, float(r.training["goodput"]["mtbf_s"])) for r in rows
+                               if r.training is not None and r.training.get("goodput")})
+            span = "; ".join(f"{m / 3600:.3g} h at {n:,} GPUs" for n, m in
+                             ([by_count[0], by_count[-1]] if len(by_count) > 1 else by_count))
+            notes += ["goodput " + re.sub(r"the job fails every [0-9.e+]+ h", f"the job fails every {span}", a)
+                      for a in g["assumptions"]]
     return notes
 
 
