@@ -79,11 +79,11 @@ def test_many_foreign_lines_are_counted():
 
 @needs_real
 @pytest.mark.parametrize("token, reason", [
-    ("inf", "time inf us is not a positive finite number"),
-    ("1e999", "time inf us is not a positive finite number"),   # overflowed the resolution: found by the fuzz test
-    ("0.00", "time 0 us is not a positive finite number"),
-    ("0", "time 0 us is not a positive finite number"),
-    ("nan", "time nan us is not a positive finite number"),
+    ("inf", "time (infinite) is not a positive finite number"),
+    ("1e999", "time (infinite) is not a positive finite number"),   # overflowed the resolution: found by the fuzz test
+    ("0.00", "time (0 us) is not a positive finite number"),
+    ("0", "time (0 us) is not a positive finite number"),
+    ("nan", "time (not a number) is not a positive finite number"),
 ])
 def test_impossible_time_is_flagged_not_used_and_named(token, reason):
     lines = _lines()
@@ -119,8 +119,8 @@ def test_json_infinity_is_flagged_with_its_index():
     data["results"][2]["out_of_place"]["time"] = float("inf")     # json.dumps writes Infinity
     log = parse_text(json.dumps(data), "run.json")[0]
     row = log.rows[2]
-    assert row.flagged and row.problem.startswith("out-of-place time inf")
-    assert any("run.json: results[2]: out-of-place time inf" in n for n in log.notes)
+    assert row.flagged and row.problem.startswith("out-of-place time (infinite)")
+    assert any("run.json: results[2]: out-of-place time (infinite)" in n for n in log.notes)
     assert row.size_bytes not in [s for s, _, _ in log.samples()]
 
 

@@ -268,7 +268,10 @@ def _row_problem(r: Row) -> str | None:
         if m is None:
             continue
         if not math.isfinite(m.time_us) or m.time_us <= 0:
-            return f"{name} time {m.time_us:g} us is not a positive finite number"
+            # the log's own value in words where it is not a number (no inf/nan printed)
+            shown = (f"{m.time_us:g} us" if math.isfinite(m.time_us) else "not a number" if math.isnan(m.time_us)
+                     else "infinite")
+            return f"{name} time ({shown}) is not a positive finite number"
         if not (math.isfinite(m.algbw_GBps) and math.isfinite(m.busbw_GBps)):
             return f"{name} algbw/busbw {m.algbw_GBps:g}/{m.busbw_GBps:g} GB/s is not finite"
     if r.size_bytes <= 0:

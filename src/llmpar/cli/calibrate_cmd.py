@@ -10,6 +10,7 @@ objects ``parse`` builds; those two commands are defined in :mod:`llmpar.cli.cal
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -28,6 +29,11 @@ def calibrate():
 
 
 # ----------------------------------------------------------------------------- parse
+
+def _cell(x: float) -> str:
+    """A measured figure of a row: '-' where the log's own number is not finite (a flagged row)."""
+    return f"{x:.2f}" if math.isfinite(x) else "-"
+
 
 def _render_logs(logs, rows: int = 60) -> None:
     """Each log's facts and at most ``rows`` of its rows (a 30,000-row log had taken 14-30 s to draw;
@@ -52,7 +58,7 @@ def _render_logs(logs, rows: int = 60) -> None:
         for r in log.rows[:rows]:
             cells = [fmt_size(r.size_bytes), r.type]
             for m in (r.out_of_place, r.in_place):
-                cells += ([f"{m.time_us:.2f}", f"{m.algbw_GBps:.2f}", f"{m.busbw_GBps:.2f}"] if m else ["-", "-", "-"])
+                cells += ([_cell(m.time_us), _cell(m.algbw_GBps), _cell(m.busbw_GBps)] if m else ["-", "-", "-"])
             wrong = [m.wrong for m in r.blocks() if m.wrong is not None]
             errs = [m.max_error for m in r.blocks() if m.max_error is not None]
             mark = f"{max(wrong):g}" if wrong else (f"{max(errs):.0e}" if errs else "N/A")
