@@ -244,3 +244,10 @@ def test_a_sweep_gives_the_failure_interval_at_its_smallest_and_largest_count(cl
     r = cli("sweep", "llama-3-70b", "--gpus", "256,4096", "--tokens", "15T")
     assert r.code == 0, r.err
     assert "the job fails every 198 h at 256 GPUs; 12.4 h at 4,096 GPUs" in r.out.replace("\n", " ")
+
+
+def test_rows_with_json_is_refused_in_both_calibrate_tables(cli):
+    """--rows shortens a table; --json has every row or run: calibrate parse and calibrate runs refuse
+    the pair alike (one had taken it silently)."""
+    runs = str(REPO / "validation" / "llm-foundry-mpt.yaml")
+    assert_one_line_error(cli("calibrate", "runs", runs, "--json", "--rows", "3"), "--rows")

@@ -16,7 +16,7 @@ Each function here is a face: its documented keywords (the shared ones declared 
 :mod:`llmpar.validation.core`.
 
     >>> import llmpar
-    >>> r = llmpar.memory("llama-3-70b", hardware=DEFAULT_HARDWARE, zero=3, dp=8)
+    >>> r = llmpar.memory("llama-3-70b", hardware="h100-sxm", zero=3, dp=8)
     >>> r.fits, r.memory["total_bytes"], r.model_dump()["verdict"]
 """
 
@@ -249,8 +249,7 @@ def collective(
     ``"tree"``, ``"nvls"``, ...). ``explain``: add each algorithm's latency and bandwidth terms.
     Raises :class:`~llmpar.errors.UserError` for bad input (and for a forced algorithm that
     cannot run this group)."""
-    refuse_unknown("collective", unknown, ("collective", "size", "gpus", "gpus_per_node", "hardware", "algorithm",
-                                           "sweep", "explain"))
+    refuse_unknown("collective", unknown, [k for k in locals() if k != "unknown"])
     from llmpar.run import collective as RC
 
     return RC.run(collective, size=size, gpus=gpus, gpus_per_node=gpus_per_node, hardware=hardware,
@@ -277,7 +276,7 @@ def validate(
     exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
     ``progress(name, done, total)`` is called before each source. ``serving=True``: the published
     serving runs instead (``validate --serving``; the result's ``serving`` holds the block)."""
-    refuse_unknown("validate", unknown, ("source", "stack", "limit", "tolerance", "progress", "serving"))
+    refuse_unknown("validate", unknown, [k for k in locals() if k != "unknown"])
     from llmpar.validation.core import validate as _validate
 
     if serving:

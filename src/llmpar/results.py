@@ -360,9 +360,9 @@ def raise_over_tolerance(groups: list[dict[str, Any]], tolerance) -> None:
     """CheckFailed (exit 1) naming every group over ``tolerance``; nothing when none is."""
     from llmpar.errors import CheckFailed
 
-    bad = groups_over_tolerance(groups, tolerance)
+    tol = _fraction(tolerance)
+    bad = groups_over_tolerance(groups, tol)
     if bad:
-        tol = _fraction(tolerance)
         what = ", ".join(f"{g['source']} {g['metric']} ({g['stack']}) {g['mean_abs_error'] * 100:.1f} %" for g in bad)
         raise CheckFailed(f"validate: mean |error| above {tol * 100:g} % in {len(bad)} group(s): {what}")
 

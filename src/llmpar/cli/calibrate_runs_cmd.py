@@ -218,6 +218,8 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     tol, folds_given = _check_options(check, tolerance, healthy, out, fit_names, train_sel, folds)
     if out_name is not None and out is None:   # names the written stack: nothing is written without --out
         raise UserError("--name names the stack --out writes: give --out FILE.yaml or drop --name")
+    if as_json and click.get_current_context().get_parameter_source("show_rows") == click.core.ParameterSource.COMMANDLINE:
+        raise UserError("--rows lists runs in the table; --json has every run: drop --rows")   # as calibrate parse
     if out is not None:
         out = _out_path(out)
     train = _train_predicate(train_sel)

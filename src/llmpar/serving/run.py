@@ -66,8 +66,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
         res[key] = res[key] * r
     res["running"] = res["running"] * r
     out["figures"] = res
-    busy = min(int(concurrency), r) if kind == "concurrency" else r   # replicas with a request (_run_load)
-    b = res["running"] / busy / d.pp
+    b = res["running"] / _busy(kind, concurrency, r) / d.pp
     out["breakdown"] = _breakdown(model, hw, engine, d, b, isl, osl)
     if simulate is not None:
         out["simulation"] = _simulate(model, hw, engine, d, cap, budget, rate, simulate, seed,
@@ -217,6 +216,12 @@ def _notes(hw, weights, d, model=None) -> list[str]:
     return notes
 
 
+def _busy(kind: str, concurrency, replicas: int) -> int:
+    """Replicas with a request: all of them, but under a closed loop of fewer clients than replicas
+    only as many as the clients (the others idle)."""
+    return min(int(concurrency), replicas) if kind == "concurrency" else replicas
+
+
 def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts, isl, osl, limit, budget,
               spread) -> dict[str, Any]:
     """One replica's figures under its share of the load (cost/serving_load.py, serving_finite.py); the
@@ -228,7 +233,7 @@ def _run_load(model, hw, engine, d, out, kind, concurrency, rate, batch, prompts
         # not the waves of identical requests (cost/serving_load.closed_loop). Fewer clients than
         # replicas leave replicas idle: each busy one serves at least one client (C/r of a client
         # had read a TTFT below one prompt's prefill: 1 client on 2 replicas of tp 4)
-        busy = min(C, r)
+        busy = _busy(kind, C, r)
         res = load.closed_loop(model, hw, engine, d.dep(), isl, osl, C / busy, limit, budget, waves=spread is None)
         for key in ("requests_per_s", "output_tokens_per_s", "running"):   # serve() scales by r
             res[key] = res[key] * busy / r

@@ -193,7 +193,7 @@ class Overlap(_Strict):
         None, ge=0, le=1, description="ZeRO-1/2 weight all-gather after the optimizer step hidden behind the next "
                                       "step's forward (Megatron-Core overlap_param_gather); 0 = synchronous after the "
                                       "step (nanotron, DeepSpeed stage 1/2); None = as overlap.dp")
-    param_gather_bucket_bytes: MEMORY_BYTES | None = Field(
+    param_gather_bucket_bytes: RUNTIME_BYTES | None = Field(
         None, description="bytes of weights per ZeRO-1/2 all-gather collective; 0 = one collective over all the "
                           "rank's weights (nanotron's all_gather_coalesced); None = as many collectives as the "
                           "gradient buckets (dp_bucket_bytes)")
