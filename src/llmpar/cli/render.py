@@ -247,6 +247,12 @@ def interval_text(interval: dict[str, Any]) -> str:
             f"{ev['used_class']}, widened")
 
 
+def band(iv: dict[str, Any] | None, fmt: Callable[[float], str]) -> str:
+    """``  (lo-hi)`` after a serving figure from its band ({low, high}: serving/evidence.interval_json);
+    empty where the figure has none."""
+    return f"  ({fmt(iv['low'])}-{fmt(iv['high'])})" if iv else ""
+
+
 def interval_line(interval: dict[str, Any], step_time_s: float) -> str:
     """The line under a step-time figure: its bounds for time, throughput and MFU, and the evidence."""
     from llmpar.units import fmt_seconds

@@ -100,10 +100,9 @@ def serve(model, as_json, explain, **kw):
 
 
 def _band(r, key, fmt):
-    iv = r.interval.get(key)
-    if not iv:
-        return ""
-    return f"  ({fmt(iv['low'])}-{fmt(iv['high'])})"
+    from llmpar.cli.render import band
+
+    return band(r.interval.get(key), fmt)
 
 
 def _render(r, explain: bool) -> None:

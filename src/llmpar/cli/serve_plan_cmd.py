@@ -109,8 +109,8 @@ def _render(r) -> None:
         if dropped:
             con.print(f"left out at this width: {', '.join(dropped)} (--json or a wider terminal has them)",
                       highlight=False)
-        con.print("  figures are means of the fluid model; each has the bands `llmpar serve` prints for it "
-                  "(--json: each row's interval; docs/serving.md)", highlight=False)
+        for line in _band_lines(r):
+            con.print(line, highlight=False)
         if any(c.spec for c in r["candidates"]):
             con.print("  specK@a: speculative decoding of K draft tokens accepted at a (Leviathan et al. 2023 eq. 1); "
                       "no published run with it is in the evidence", highlight=False)
@@ -128,3 +128,39 @@ def _render(r) -> None:
                       "that rests on them is a guess (docs/serving.md, Engines)", highlight=False)
     else:
         con.print("[bold red]no deployment meets the targets[/]")
+
+
+def _band_lines(r) -> list[str]:
+    """Under the table: #1's 80 % bands (the ones `llmpar serve` prints for the same deployment) and
+    which shown rows still meet the targets at the slow end of theirs (TTFT and TPOT at their highs)."""
+    from llmpar.cli.render import band as cell
+    from llmpar.units import fmt_seconds
+
+    def band(b, fmt):   # inline: one space before the bounds (serve's table cells have two)
+        return " " + cell(b, fmt).strip() if b else ""
+    c = r["candidates"][0]
+    iv = c.interval or {}
+    tput = iv.get("output_tokens_per_s")
+    lines = [f"  #1: TTFT {fmt_seconds(c.ttft_s)}{band(iv.get('ttft_s'), fmt_seconds)}, TPOT "
+             f"{fmt_seconds(c.tpot_s)}{band(iv.get('tpot_s'), fmt_seconds)}, {c.output_tokens_per_s:,.0f} tok/s"
+             f"{band(tput, lambda x: f'{x:,.0f}')}"
+             + (f"; {tput['level'] * 100:.0f} % bands from {_evidence(tput)}" if tput else "")
+             + " (means of the fluid model; --json: every row's bands)"]
+    targets = [(key, t) for key, t in (("ttft_s", r["ttft_s"]), ("tpot_s", r["tpot_s"])) if t]
+    if targets:
+        def holds(cand):
+            bands = cand.interval or {}
+            return all((bands.get(key) or {}).get("high", getattr(cand, key)) <= t for key, t in targets)
+        ok = [str(i) for i, cand in enumerate(r["candidates"], 1) if holds(cand)]
+        lines.append(f"  at the slow end of their bands, {'rows ' + ', '.join(ok) if ok else 'no row shown'} still "
+                     f"meet{'s' if len(ok) == 1 else ''} the targets" + ("" if len(ok) == len(r["candidates"])
+                                                                         else "; the others may miss them"))
+    return lines
+
+
+def _evidence(iv) -> str:
+    """Where a band comes from: the published figures of its class, or the stated band's note."""
+    if not iv["rows"]:
+        return iv.get("note", "no published run")
+    return (f"{iv['rows']} published figures of {iv['used_class']}"
+            + (" (extrapolated: none of this exact class, widened)" if iv["extrapolated"] else ""))
