@@ -147,11 +147,12 @@ SCHEMA: dict[str, tuple[str, ...]] = {
                            "total", "active"))),
     "hardware": under("[].", (
         "name", "aliases[]", "description", "extends", "gpu", "gpus_per_node", "job_domain", "memory_bytes",
-        "memory_bandwidth_GBps", "peak_tflops.*", "reserve_bytes", "generation", "board_power_w", "sms", "host_bandwidth_GBps", "host_memory_bandwidth_GBps",
-        "node_power_w",
+        "memory_bandwidth_GBps", "memory_efficiency", "peak_tflops.*", "reserve_bytes", "generation", "board_power_w", "sms",
+        "host_bandwidth_GBps", "host_memory_bandwidth_GBps", "host_memory_per_gpu_bytes", "gpus_per_host_link",
+        "node_power_w", *under("gemm.", ("max_efficiency", "half_dim", "half_flops")),
         "gpu_hour_price", *under("tiers[].", (
-            "name", "kind", "bandwidth_per_direction_GBps", "latency_s", "efficiency", "domain_size",
-            "in_network_reduction")))),
+            "name", "kind", "bandwidth_per_direction_GBps", "latency_s", "ll128_latency_s", "simple_latency_s",
+            "efficiency", "domain_size", "in_network_reduction", "inr_latency_s", "inr_efficiency")))),
     "stacks": under("[].", ("name", "aliases[]", "description", "extends", "fitted", "attention_kernel",
                             "activations", "main_grad_fp32", "tp_overlap", "dp_overlap")),
     "stacks show": ("name", "aliases[]", "description", "extends", "fitted", "attention_kernel", "activations",
@@ -295,8 +296,10 @@ def test_json_keys_are_pinned(cli, inputs, name):
 def test_hardware_show_has_the_keys_of_a_hardware_row(cli):
     rows = cli("hardware", "--json").json()
     one = cli("hardware", "show", "h100-sxm", "--json").json()
+    spec = one.pop("spec")   # show alone adds the profile as validated, every field (the row's units aside)
     assert key_paths(one, ("peak_tflops",)) == {p[3:] for p in SCHEMA["hardware"]}
     assert one == next(r for r in rows if r["name"] == "h100-sxm")
+    assert load_hardware("h100-sxm").model_validate(spec) == load_hardware("h100-sxm")
 
 
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*?(_GBps|_[0-9]+MB)?$")

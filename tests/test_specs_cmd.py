@@ -1,5 +1,6 @@
 """`llmpar models` and `llmpar hardware` (listing, show, --json, bad names)."""
 
+import pytest
 from conftest import assert_one_line_error
 
 
@@ -108,6 +109,13 @@ def test_hardware_show(cli):
     from llmpar.specs import load_hardware
 
     assert d["tiers"][1]["latency_s"] == load_hardware("h100-sxm").scale_out.latency
+    # the GEMM curve and the host memory the time model and the planner read (a review found them
+    # missing from the JSON): hardware/h100-sxm.yaml states max_efficiency 0.803 (MAMF 794.5 / 989),
+    # half_dim 64, half_flops 3.18e9; 256 GB of host memory per GPU, its own host link
+    assert d["gemm"] == {"max_efficiency": 0.803, "half_dim": 64.0, "half_flops": 3.18e9}
+    assert d["host_memory_per_gpu_bytes"] == 256e9 and d["gpus_per_host_link"] == 1
+    assert d["tiers"][0]["ll128_latency_s"] == pytest.approx(8e-6) and d["tiers"][0]["inr_efficiency"] == 0.69
+    assert d["spec"]["gpu"]["gemm"] == d["gemm"]
     res = cli("hardware", "show", "h100-sxm")
     assert res.code == 0 and "Network tiers" in res.out and "infiniband" in res.out
 

@@ -191,7 +191,11 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "gpu": hw.gpu.name,
         "memory_bytes": hw.gpu.memory,
         "memory_bandwidth_GBps": hw.gpu.memory_bandwidth / 1e9,
+        "memory_efficiency": hw.gpu.memory_efficiency,
         "peak_tflops": {k: v / 1e12 for k, v in hw.gpu.peak_flops.items()},
+        # the GEMM curve every compute term reads (cost/compute.py; docs/time-model.md): its ceiling
+        # (MAMF), the dimension at which it halves, the launch cost's FLOPs (a fit writes all three)
+        "gemm": hw.gpu.gemm.model_dump(mode="json"),
         "gpus_per_node": hw.gpus_per_node,
         "job_domain": hw.job_domain,
         "reserve_bytes": hw.reserve,
@@ -200,6 +204,8 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
         "sms": hw.gpu.sms,
         "host_bandwidth_GBps": hw.host_bandwidth / 1e9 if hw.host_bandwidth is not None else None,
         "host_memory_bandwidth_GBps": hw.host_memory_bandwidth / 1e9 if hw.host_memory_bandwidth is not None else None,
+        "host_memory_per_gpu_bytes": hw.host_memory_per_gpu,
+        "gpus_per_host_link": hw.gpus_per_host_link,
         "node_power_w": hw.node_power,
         "gpu_hour_price": hw.gpu_hour_price,
         "tiers": [
@@ -209,8 +215,12 @@ def hardware_summary(hw: Hardware, aliases: list[str] | None = None) -> dict[str
                 "domain_size": t.domain_size,
                 "bandwidth_per_direction_GBps": t.bandwidth / 1e9,
                 "latency_s": t.latency,
+                "ll128_latency_s": t.ll128_latency,
+                "simple_latency_s": t.simple_latency,
                 "in_network_reduction": t.in_network_reduction,
                 "efficiency": t.efficiency,
+                "inr_latency_s": t.inr_latency,
+                "inr_efficiency": t.inr_efficiency,
             }
             for t in hw.tiers
         ],
@@ -268,8 +278,8 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
         refuse_moot_outputs({"--units": units != "gb"}, "--json (bytes)")
     hw = registry.load_hardware(name)
     result = hardware_summary(hw, _aliases("hardware").get(hw.name, []))
-    if as_json:
-        echo_json(result)
+    if as_json:   # the summary's units, and every field of the profile as validated (calibration included)
+        echo_json({**result, "spec": hw.model_dump(mode="json")})
         return
     from rich.table import Table
 
@@ -283,6 +293,10 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
     gpu.add_row("memory bandwidth", f"{result['memory_bandwidth_GBps']:g} GB/s")
     for dtype, tf in result["peak_tflops"].items():
         gpu.add_row(f"peak {dtype} (dense)", f"{tf:g} TFLOP/s")
+    g = result["gemm"]
+    gpu.add_row("GEMM curve", f"at most {g['max_efficiency']:g} of the peak (MAMF), half of it at a smallest dimension "
+                              f"of {g['half_dim']:g}, launch cost half at {g['half_flops']:.3g} FLOPs (docs/time-model.md)")
+    gpu.add_row("HBM efficiency", f"{result['memory_efficiency']:g} of the datasheet bandwidth")
     gpu.add_row("GPUs per node", str(result["gpus_per_node"]))
     if result["job_domain"] is not None:
         gpu.add_row("job domain", f"{result['job_domain']} GPUs of each scale-up domain per job (rank placement)")
@@ -294,6 +308,10 @@ def hardware_show(name: str, as_json: bool, units: str) -> None:
         gpu.add_row("SMs", f"{result['sms']} (what overlapped all-to-alls take from compute: stack overlap.ep_sms)")
     if result["host_bandwidth_GBps"] is not None:
         gpu.add_row("host link", f"{result['host_bandwidth_GBps']:g} GB/s per GPU per direction (--offload-layers)")
+    if result["host_memory_per_gpu_bytes"] is not None:
+        gpu.add_row("host memory per GPU", f"{result['host_memory_per_gpu_bytes'] / scale:.1f} {unit} "
+                                           f"(offload capacity; " + ("each GPU its own host link)" if result["gpus_per_host_link"] == 1
+                                                                        else f"{result['gpus_per_host_link']} GPUs share a host link)"))
     if result["host_memory_bandwidth_GBps"] is not None:
         gpu.add_row("host memory", f"{result['host_memory_bandwidth_GBps']:g} GB/s of CPU DRAM per GPU (--optimizer-offload)")
     if result["node_power_w"] is not None:
