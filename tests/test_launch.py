@@ -136,6 +136,29 @@ def test_deepspeed_keys_exist_and_batches_multiply():
     assert not set(deepspeed.dotted_keys(cfg)) - names("deepspeed"), sorted(set(deepspeed.dotted_keys(cfg)) - names("deepspeed"))
 
 
+def test_deepspeed_refusal_names_every_reason_and_one_fix_that_keeps_the_planner_within_the_config(cli, tmp_path):
+    """Review finding: `plan mixtral-8x7b --gpus 64 --emit deepspeed` named the degrees and
+    `--fix tp=1,pp=1,cp=1`, leaving ep 8 (which the config cannot hold either); following the next
+    suggestion, the new #1 offloaded activations and was refused in turn. Now one line names every
+    reason (the expert degree as DeepSpeed-MoE's ep_size in the model code) and one --fix pinning
+    every knob a ds_config cannot express; following it ends in a config or a verdict, never a
+    traceback (it had raised in the no-fit message, a scalar recompute key in np.lexsort)."""
+    spec = load_model("mixtral-8x7b")
+    par = Parallel(tp=2, pp=2, ep=8, dp=16, recompute=RECOMPUTE.index("selective"), seq=8192)
+    with pytest.raises(Exception) as e:
+        deepspeed.config_of(spec, H100, make_settings(spec), par, global_batch=512, seq=8192)
+    msg = str(e.value)
+    assert "tp 2 pp 2 ep 8 here" in msg and "MoE(ep_size=...)" in msg and "recompute selective here" in msg
+    assert msg.endswith("--fix tp=1,pp=1,cp=1,ep=1,recompute=none,offload_layers=0")
+    res = cli("plan", "mixtral-8x7b", "--gpus", "64", "--fix", "tp=1,pp=1,cp=1,ep=1,recompute=none,offload_layers=0",
+              "--emit", "deepspeed", "--out", str(tmp_path / "ds"))
+    # no tp/pp/ep and no recompute at seq 8192: the smallest layout (ZeRO-3 over 64, micro-batch 1)
+    # needs 92.6 GB against 85.9 GB of HBM, so nothing fits (exit 1, the verdict naming that
+    # smallest memory), and nothing is written
+    assert_one_line_error(res, "no layout fits", code=1)
+    assert not (tmp_path / "ds").exists()
+
+
 def test_refusals_name_the_knob():
     spec = load_model("llama-3-70b")
     st = make_settings(spec)

@@ -16,19 +16,35 @@ import json
 from llmpar.errors import UserError
 
 
+def _refuse_what_the_config_cannot_hold(model, settings, d: dict) -> None:
+    """Every part of the layout a ds_config cannot express, in one line with the one ``--fix`` that
+    keeps the planner to layouts it can: every such knob pinned, not only this layout's (naming only
+    the degrees had let the next #1 offload activations, refused in turn)."""
+    reasons = []
+    over = [k for k in ("tp", "pp", "cp", "ep") if d[k] > 1]
+    if over:
+        # an expert degree is DeepSpeed-MoE's ep_size, an argument of deepspeed.moe.layer.MoE in the
+        # model code, never a config key
+        moe = "; DeepSpeed-MoE takes the expert degree as deepspeed.moe.layer.MoE(ep_size=...) in the model code" \
+            if d["ep"] > 1 else ""
+        reasons.append(f"no tensor, pipeline, context or expert degree ({' '.join(f'{k} {d[k]}' for k in over)} here: "
+                       f"Megatron-DeepSpeed takes them as Megatron flags, --emit megatron{moe})")
+    if d["recompute"] != "none":
+        reasons.append(f"no recompute (recompute {d['recompute']} here: deepspeed.checkpointing in the model's forward)")
+    if d["offload_layers"]:
+        reasons.append(f"no activation offloading ({d['offload_layers']} layers offloaded here)")
+    if settings.dtype == "fp8":   # a setting, not a layout knob: no --fix removes it
+        reasons.append("no FP8 (Transformer Engine's, set in the model code; plan without --dtype fp8)")
+    if reasons:
+        layout = len(reasons) > (settings.dtype == "fp8")
+        fix = ("; plan with --fix tp=1,pp=1,cp=1" + (",ep=1" if model.is_moe else "") + ",recompute=none"
+               + (",offload_layers=0" if settings.stack.activation_offloading else "")) if layout else ""
+        raise UserError(f"--emit deepspeed: DeepSpeed's config has {'; '.join(reasons)}{fix}")
+
+
 def config_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dict:
     d = par.as_dict()
-    if d["tp"] > 1 or d["pp"] > 1 or d["cp"] > 1 or d["ep"] > 1:
-        raise UserError("--emit deepspeed: DeepSpeed's config has no tensor, pipeline, context or expert degree "
-                        f"(tp {d['tp']} pp {d['pp']} cp {d['cp']} ep {d['ep']} here): Megatron-DeepSpeed takes them as "
-                        "Megatron flags (--emit megatron), or plan with --fix tp=1,pp=1,cp=1")
-    if settings.dtype == "fp8":
-        raise UserError("--emit deepspeed: FP8 is Transformer Engine's, set in the model code, not in the config")
-    if d["offload_layers"]:
-        raise UserError("--emit deepspeed: activation offloading to host memory is not a config key")
-    if d["recompute"] != "none":
-        raise UserError("--emit deepspeed: recompute is the model's (deepspeed.checkpointing in its forward), not a "
-                        "config key; plan with --fix recompute=none or set it in the model")
+    _refuse_what_the_config_cannot_hold(model, settings, d)
     ov = settings.stack.overlap
     zero = {"stage": d["zero"], "overlap_comm": (settings.dp_overlap or 0) > 0, "contiguous_gradients": True}
     if ov.dp_bucket_bytes:

@@ -73,9 +73,12 @@ def nothing_fits(model, mem, par: Parallel, units: str, margin: float = 0.0) -> 
     scale, unit = unit_scale(units)
     tot = np.asarray(mem["total_bytes"], dtype=float)
     # the smallest total; among equal ones (e.g. ZeRO stages at dp = 1) name the most sharded
-    i = int(np.lexsort((-np.asarray(par.recompute), -np.asarray(par.zero), tot))[0])
-    cap = float(np.asarray(mem["capacity_bytes"])[i])
-    run = float(np.asarray(mem["runtime_bytes"])[i])
+    # every key at the candidates' shape: a knob fixed to one value is a scalar in par (--fix
+    # recompute=none had raised "all keys need to be the same shape" instead of this refusal)
+    keys = [np.broadcast_to(np.asarray(k), tot.shape) for k in (-np.asarray(par.recompute), -np.asarray(par.zero), tot)]
+    i = int(np.lexsort(keys)[0])
+    cap = float(np.broadcast_to(np.asarray(mem["capacity_bytes"]), tot.shape)[i])
+    run = float(np.broadcast_to(np.asarray(mem["runtime_bytes"]), tot.shape)[i])
     # the runtime (CUDA context + NCCL buffers) is part of the total; "reserved" is the allocator's
     # pool, not a reserve held back from the HBM (main printed it as "the reserve", larger than the HBM)
     rule = f" with --margin {margin:g} (total x {1 + margin:g} must be within the HBM)" if margin else ""
