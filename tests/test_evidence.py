@@ -21,6 +21,12 @@ KEY = ("megatron-core", "hopper", "dense", "16-bit", "65-512 GPUs", "seq 4K-16K"
 TEN = [-0.10 + 0.05 * i for i in range(10)]
 
 
+# TEN's 10 % / 50 % / 90 % quantiles (midpoints (i + 0.5) / 10): -0.075, 0.125, 0.325. One source,
+# so the few-sources factor is sqrt(1 + 1/1) = sqrt 2 about the median: 0.125 -/+ sqrt 2 x 0.2
+LO1, HI1 = 0.125 - math.sqrt(2) * 0.2, 0.125 + math.sqrt(2) * 0.2     # -0.15784, 0.40784
+M = 1.025                                                               # e^MARGIN_PER_DIMENSION
+
+
 def residuals(values, key=KEY, source="a", kind="speed"):
     return [EV.Residual(source, kind, key, v) for v in values]
 
@@ -42,25 +48,25 @@ def test_source_weights_make_each_source_weigh_one():
 
 def test_interval_from_a_known_residual_set():
     # midpoints (i + 0.5) / 10 = 0.05 ... 0.95; the 10 % quantile lies halfway between the first
-    # two values: -0.10 + 0.025 = -0.075; the 90 % one between the last two: 0.30 + 0.025 = 0.325
+    # two values: -0.10 + 0.025 = -0.075; the 90 % one between the last two: 0.30 + 0.025 = 0.325;
+    # the median between 0.10 and 0.15: 0.125. One source: spread about the median x sqrt 2
     iv = EV.interval(residuals(TEN), "speed", KEY, 0.8)
-    assert (iv.lo, iv.hi) == pytest.approx((math.exp(-0.075), math.exp(0.325)))   # 0.9277, 1.3840
+    assert (iv.lo, iv.hi) == pytest.approx((math.exp(LO1), math.exp(HI1)))   # 0.8540, 1.5036
     assert (iv.rows, iv.sources, iv.extrapolated) == (10, 1, False)
     assert iv.evidence()["class"] == " · ".join(KEY)
 
 
 def test_a_class_with_no_rows_widens_by_the_rule():
     # the query's sequence band has no residual: one dimension dropped, both ends widened by
-    # ln 1.05: ratio bounds 0.9277 / 1.05 = 0.8836 and 1.3840 x 1.05 = 1.4532, and it says so
+    # ln 1.025: ratio bounds 0.8540 / 1.025 = 0.8332 and 1.5036 x 1.025 = 1.5412, and it says so
     query = KEY[:-1] + ("seq >16K",)
     iv = EV.interval(residuals(TEN), "speed", query, 0.8)
-    assert (iv.lo, iv.hi) == pytest.approx((math.exp(-0.075) / 1.05, math.exp(0.325) * 1.05))
+    assert (iv.lo, iv.hi) == pytest.approx((math.exp(LO1) / M, math.exp(HI1) * M))
     assert iv.extrapolated and iv.used == KEY[:-1] and iv.rows == 10
-    # a stack with no published run at all: every dimension but none dropped -> 6 x ln 1.05
+    # a stack with no published run at all: every dimension but none dropped -> 6 x ln 1.025
     other = ("torchtitan", "blackwell", "moe", "fp8", ">4096 GPUs", "seq >16K")
     iv = EV.interval(residuals(TEN), "speed", other, 0.8)
-    assert iv.used == () and (iv.lo, iv.hi) == pytest.approx((math.exp(-0.075) / 1.05 ** 6,
-                                                              math.exp(0.325) * 1.05 ** 6))
+    assert iv.used == () and (iv.lo, iv.hi) == pytest.approx((math.exp(LO1) / M ** 6, math.exp(HI1) * M ** 6))
 
 
 def test_no_residual_at_all_is_the_stated_band():
@@ -69,10 +75,11 @@ def test_no_residual_at_all_is_the_stated_band():
 
 
 def test_the_point_prediction_is_always_inside():
-    # residuals 0.10 ... 0.55: every run slower than predicted; the 10 % quantile 0.125 > 0 is
-    # moved to 0 so the interval starts at the prediction itself
+    # residuals 0.10 ... 0.55: every run slower than predicted; quantiles 0.125 / 0.325 / 0.525,
+    # spread x sqrt 2 about the median: 0.325 - 0.2828 = 0.042 > 0 is moved to 0 so the interval
+    # starts at the prediction itself; the top 0.325 + 0.2828 = 0.6078
     iv = EV.interval(residuals([0.10 + 0.05 * i for i in range(10)]), "speed", KEY, 0.8)
-    assert iv.lo == pytest.approx(1.0) and iv.hi == pytest.approx(math.exp(0.525))
+    assert iv.lo == pytest.approx(1.0) and iv.hi == pytest.approx(math.exp(0.325 + math.sqrt(2) * 0.2))
 
 
 def test_a_thin_class_falls_back_and_exclusion_leaves_a_source_out():
@@ -83,7 +90,19 @@ def test_a_thin_class_falls_back_and_exclusion_leaves_a_source_out():
     iv = EV.interval(thin + parent, "speed", KEY, 0.8)
     assert iv.used == KEY[:-1] and iv.rows == 14 and iv.sources == 2
     iv = EV.interval(thin + parent, "speed", KEY, 0.8, exclude_source="b")
-    assert iv.rows == 10 and (iv.lo, iv.hi) == pytest.approx((math.exp(-0.075) / 1.05, math.exp(0.325) * 1.05))
+    assert iv.rows == 10 and (iv.lo, iv.hi) == pytest.approx((math.exp(LO1) / M, math.exp(HI1) * M))
+
+
+def test_few_sources_factor_widens_a_thin_pool_about_its_median():
+    """A new cluster is a new source: sqrt(1 + 1/k) for a pool of k sources (1: 1.4142, 4: 1.1180,
+    20: 1.0247). Two sources a and b of five residuals each, a at 0.0 and b at 0.2: weights 1/5 each,
+    cumulative midpoints 0.05 ... 0.95; the 10 % quantile is a's 0.0, the 90 % one b's 0.2, the median
+    halfway, 0.1; k = 2 spreads them to 0.1 -/+ sqrt 1.5 x 0.1 = -0.0225 and 0.2225."""
+    assert [round(EV.few_sources_factor(k), 4) for k in (1, 4, 20)] == [1.4142, 1.118, 1.0247]
+    rs = residuals([0.0] * 5, source="a") + residuals([0.2] * 5, source="b")
+    iv = EV.interval(rs, "speed", KEY, 0.8)
+    f = math.sqrt(1.5)
+    assert iv.sources == 2 and (iv.lo, iv.hi) == pytest.approx((math.exp(0.1 - f * 0.1), math.exp(0.1 + f * 0.1)))
 
 
 def test_speed_json_scales_every_figure_by_the_ratio():

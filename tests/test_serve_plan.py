@@ -94,13 +94,16 @@ def test_text_gives_the_first_rows_bands_and_which_rows_hold_at_their_slow_end(c
     """The table's figures are means; under it, #1's 80 % bands (the `serve` bands of the same
     deployment) and the rows whose bands' slow ends (TTFT high, TPOT high) still meet the targets.
     The bands are the candidates' own JSON intervals, so the rows named are derived from them here:
-    a row holds when interval.ttft_s.high <= 0.5 s and interval.tpot_s.high <= 0.030 s."""
+    a row holds when interval.ttft_s.high <= 0.5 s and interval.tpot_s.high <= 0.030 s (today none
+    does: the class's TTFT band comes from one source, so its slow end is 1.18x the mean, and #1's
+    463 ms reads 548 ms there)."""
     r = llmpar.serve_plan("llama-3-70b", gpus=8, ttft="500ms", tpot="30ms")
     holds = [str(i) for i, c in enumerate(r["candidates"], 1)
              if c.interval["ttft_s"]["high"] <= 0.5 and c.interval["tpot_s"]["high"] <= 0.030]
-    # a TPOT of 29.9 ms (the tp2 rows) is inside the target at its mean but not at its band's high
-    # end (the band's ratio is above 1), so not every row holds, and #1 (13.6 ms TPOT) does
-    assert "1" in holds and len(holds) < len(r["candidates"])
+    # each band's slow end is its mean x the class's high ratio (>= 1: the prediction is inside it),
+    # so a row holds only if its means are below the targets by that ratio
+    for c in r["candidates"]:
+        assert c.interval["ttft_s"]["high"] >= c.ttft_s and c.interval["tpot_s"]["high"] >= c.tpot_s
     monkeypatch.setenv("COLUMNS", "200")
     out = cli("serve-plan", "llama-3-70b", "--gpus", "8", "--ttft", "500ms", "--tpot", "30ms")
     assert out.code == 0, out.err
@@ -109,4 +112,9 @@ def test_text_gives_the_first_rows_bands_and_which_rows_hold_at_their_slow_end(c
     assert f"#1: TTFT {r['candidates'][0].ttft_s * 1e3:.3f} ms (" in text   # the mean first, then its band
     assert f"({iv['ttft_s']['low'] * 1e3:.3f} ms-{iv['ttft_s']['high'] * 1e3:.3f} ms)" in text
     assert f"({iv['tpot_s']['low'] * 1e3:.3f} ms-{iv['tpot_s']['high'] * 1e3:.3f} ms)" in text
-    assert f"at the slow end of their bands, rows {', '.join(holds)} still meet the targets; the others may miss them" in text
+    if not holds:
+        assert "at the slow end of its band no row shown meets the targets" in text
+    elif len(holds) == 1:
+        assert f"at the slow end of its band, row {holds[0]} still meets the targets" in text
+    else:
+        assert f"at the slow end of their bands, rows {', '.join(holds)} still meet the targets" in text

@@ -152,9 +152,13 @@ def _band_lines(r) -> list[str]:
             bands = cand.interval or {}
             return all((bands.get(key) or {}).get("high", getattr(cand, key)) <= t for key, t in targets)
         ok = [str(i) for i, cand in enumerate(r["candidates"], 1) if holds(cand)]
-        lines.append(f"  at the slow end of their bands, {'rows ' + ', '.join(ok) if ok else 'no row shown'} still "
-                     f"meet{'s' if len(ok) == 1 else ''} the targets" + ("" if len(ok) == len(r["candidates"])
-                                                                         else "; the others may miss them"))
+        if not ok:
+            lines.append("  at the slow end of its band no row shown meets the targets: each meets them at its mean "
+                         "only, and a real run may miss them")
+        else:
+            lines.append(f"  at the slow end of {'its band, row' if len(ok) == 1 else 'their bands, rows'} "
+                         f"{', '.join(ok)} still meet{'s' if len(ok) == 1 else ''} the targets"
+                         + ("" if len(ok) == len(r["candidates"]) else "; the others may miss them"))
     return lines
 
 
