@@ -223,3 +223,50 @@ def test_a_fitted_value_on_its_bound_is_named():
     assert F.at_bounds({"values": [0.3, 0.9, 0.05, 0.1, 5e-5], "by_gen": {}}) == {"decode_bandwidth": "lower",
                                                                                  "per_step_s": "upper"}
     assert F.at_bounds([0.8, 0.9, 0.002, 0.005, 5e-5]) == {}
+
+
+# R70: 1,000 requests completed of 1,000 sent in 62.745 s at 100 clients, 1,023,000 prompt and
+# 128,000 output tokens, 15.94 requests/s. Each edit below makes one stated figure impossible
+@pytest.mark.parametrize("edit, culprit", [
+    ({"num_prompts": -5}, "num_prompts = -5"), ({"num_prompts": "inf"}, "num_prompts = 'inf'"),
+    ({"num_prompts": "NaN"}, "num_prompts = 'NaN'"), ({"num_prompts": 0.5}, "num_prompts = 0.5"),
+    ({"num_prompts": 1e300}, "num_prompts = 1e+300"),
+    ({"max_concurrency": 0.5}, "max_concurrency = 0.5"), ({"max_concurrency": 1e-300}, "max_concurrency = 1e-300"),
+    ({"completed": 10 ** 400}, "completed = 1000000"),
+    # half an output token per request; 0.012 prompt tokens per request; more done than sent
+    ({"total_output_tokens": 500}, "a mean output of 0.5 tokens"),
+    ({"total_input_tokens": 12}, "a mean prompt of 0.012 tokens"),
+    ({"completed": 5000, "total_input_tokens": 5115000, "total_output_tokens": 640000}, "more finished than were sent"),
+    # a median token gap longer than the run; a NaN mean beside a good median
+    ({"median_itl_ms": 1e300}, "itl of"), ({"mean_tpot_ms": "NaN"}, "mean_tpot_ms = 'NaN'"),
+    # 1,000 requests / 62.7 s = 15.9/s: a request throughput of 1e300 or a rate of 1e-300 is not this run
+    ({"request_throughput": 1e300}, "request_throughput 1e+300"),
+    ({"request_rate": 1e-300}, "request_rate = 1e-300"),
+])
+def test_every_stated_count_and_figure_is_checked_before_a_fit(cli, tmp_path, edit, culprit):
+    """Fuzz review 2026-12-04: these tracebacked (a logarithm of -5, int() of inf or NaN, a fit whose
+    first residuals were not finite) or were fitted and the miss blamed on --model. Each is now one
+    line naming the file and what is wrong, exit 2."""
+    import json
+
+    d = json.loads(R70.read_text())
+    d.update(edit)
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(d))
+    assert_one_line_error(cli("calibrate", "serve", R70, f, "--model", "llama-3.1-70b", "--tp", "8"), f"{f}:1", culprit)
+
+
+@pytest.mark.parametrize("cfg, culprit", [
+    ([1, 2], "input_config = [1, 2]"), ("x", "input_config = 'x'"),
+    ({"concurrency": "inf"}, "concurrency = 'inf'"), ({"concurrency": 0.3}, "concurrency = 0.3"),
+    ({"request_count": "inf"}, "request_count = 'inf'"),
+])
+def test_a_genai_perf_export_with_impossible_settings_is_refused(cli, tmp_path, cfg, culprit):
+    import json
+
+    good = next(DATA.glob("*genai*perf*.json"))
+    d = json.loads(good.read_text())
+    d["input_config"] = cfg
+    f = tmp_path / "gp.json"
+    f.write_text(json.dumps(d))
+    assert_one_line_error(cli("calibrate", "serve", f, good, "--model", "llama-3.1-8b", "--tp", "1"), str(f), culprit)

@@ -251,3 +251,19 @@ def test_rows_with_json_is_refused_in_both_calibrate_tables(cli):
     the pair alike (one had taken it silently)."""
     runs = str(REPO / "validation" / "llm-foundry-mpt.yaml")
     assert_one_line_error(cli("calibrate", "runs", runs, "--json", "--rows", "3"), "--rows")
+
+
+R70 = REPO / "tests" / "data" / "serving" / "vllm-bench-serve-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.json"
+SG70 = R70.with_name("sglang-bench-serving-llama3.1-70b-8xH100-tp8-isl1024-osl128-c100.jsonl")
+
+
+@pytest.mark.parametrize("args", [
+    ("validate", "--markdown", "--out"),
+    ("plan", "llama-3-8b", "--gpus", "8", "--emit", "megatron", "--out"),
+    ("calibrate", "serve", str(R70), str(SG70), "--model", "llama-3.1-70b", "--tp", "8", "--out"),
+])
+@pytest.mark.parametrize("path", ["", "."])
+def test_an_empty_or_folder_out_is_refused_before_any_work(cli, args, path):
+    """Fuzz review 2026-12-04: `--out ""` (which click reads as ".") reached the writer after the
+    whole run and raised "PosixPath('.') has an empty name"; every writer now says it first."""
+    assert_one_line_error(cli(*args, path), "is a folder: name the file to write")

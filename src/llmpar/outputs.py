@@ -39,7 +39,11 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
     """UserError when ``out`` is one of ``inputs`` or a file of ``spec``'s extends chain."""
     if out is None:
         return
+    if not str(out).strip():   # Path("") is "." and had reached the writer: "PosixPath('.') has an empty name"
+        raise UserError(f"{option}: an empty path: name the file to write")
     out = Path(out)
+    if out.is_dir():
+        raise UserError(f"{option} {out} is a folder: name the file to write in it")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():      # every --out writes into an existing folder: said before any work
         raise UserError(f"cannot write {out}: no folder {parent} (llmpar creates none)")
@@ -84,6 +88,8 @@ def check_out_folder(out: Path | str, option: str = "--out") -> None:
     ``calibrate bench --out`` does) cannot take new files: it is a file, or it or its nearest
     existing parent refuses a new entry (reliability review item 24: ``--out /proc/x`` surfaced as
     torchrun's banner)."""
+    if not str(out).strip():
+        raise UserError(f"{option}: an empty path: name the folder to write into")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{option} {out} is a file, not a folder")
@@ -111,6 +117,8 @@ def refuse_read(out: Path | str, option: str = "--out") -> None:
 def write_text(out: Path | str, text: str, option: str = "--out") -> Path:
     """``text`` to ``out`` through a temporary file in the same folder and a rename."""
     out = Path(out)
+    if not out.name or out.is_dir():   # "" (click reads it as "."), a folder: no file name to write
+        raise UserError(f"{option} {out} is a folder: name the file to write in it")
     refuse_read(out, option)
     tmp = out.with_name(f".{out.name}.llmpar-{os.getpid()}.tmp")
     try:

@@ -31,13 +31,17 @@ from llmpar.errors import UserError
 from llmpar.specs.reading import JSONReadError, loads_json
 
 MAX_BYTES = 64 * 2**20
+MAX_COUNT = 1e9   # requests or clients a benchmark states: no published run comes near a billion
 
 
 def _num(x) -> float | None:
     if isinstance(x, bool) or x is None:
         return None
     if isinstance(x, (int, float)):
-        return float(x)
+        try:
+            return float(x)
+        except OverflowError:   # a JSON integer beyond a float (10**400): infinite, refused where read
+            return math.inf
     t = str(x).strip().lower()
     if t in ("inf", "infinity"):
         return math.inf
@@ -45,6 +49,30 @@ def _num(x) -> float | None:
         return float(t)
     except ValueError:
         return None
+
+
+def _count(d: dict[str, Any], key: str, where: str) -> int | None:
+    """A count a run states (completed, num_prompts, max_concurrency, GenAI-Perf's concurrency and
+    request_count): None when absent or null; anything but a whole number of at least 1 (0.5, -5,
+    NaN, inf, 10**400, "abc") is refused with its place. Such values had reached a logarithm, an
+    int() of infinity or a fit whose first residuals were not finite, each a traceback."""
+    raw = d.get(key)
+    if raw is None or str(raw).strip().lower() in ("none", "null", ""):   # text logs print None
+        return None
+    v = _num(raw)
+    if v is None or not math.isfinite(v) or v < 1 or v != int(v) or v > MAX_COUNT:
+        raise UserError(f"{where}: {key} = {raw!r}: a count of the run must be a whole number from 1 to {MAX_COUNT:.0e}")
+    return int(v)
+
+
+def _lengths(isl: float, osl: float, where: str) -> None:
+    """Mean prompt and output lengths of at least one token each: an output total below the
+    completed requests (half a token each) or a prompt total of 12 tokens over 1,000 requests is a
+    corrupted file, not a run (they had been fitted, and the miss blamed on --model)."""
+    for name, v in (("prompt", isl), ("output", osl)):
+        if not math.isfinite(v) or v < 1.0:
+            raise UserError(f"{where}: a mean {name} of {v:.6g} tokens per request: the run's token totals and its "
+                            "completed requests disagree (a corrupted or edited result)")
 
 
 def _from_genai_perf(d: dict[str, Any], where: str) -> dict[str, Any] | None:
@@ -58,25 +86,31 @@ def _from_genai_perf(d: dict[str, Any], where: str) -> dict[str, Any] | None:
         m = d.get(key)
         if isinstance(m, dict):
             for n in names:
-                if isinstance(m.get(n), (int, float)):
-                    return float(m[n])
+                if isinstance(m.get(n), (int, float)) and not isinstance(m.get(n), bool):
+                    v = _num(m[n])
+                    if not math.isfinite(v) or v <= 0:
+                        raise UserError(f"{where}: {key}.{n} = {m[n]!r}: a measured figure must be a positive number")
+                    return v
         return None
 
     cfg = d.get("input_config") or {}
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}: input_config = {cfg!r}: GenAI-Perf writes an object of the run's settings there")
     isl, osl = stat("input_sequence_length", "avg"), stat("output_sequence_length", "avg")
     if not isl or not osl:
         return None
+    _lengths(isl, osl, where)
     asked = _num(cfg.get("output_tokens_mean"))
     if asked and asked > 0 and osl > 2.0 * asked:
         raise UserError(f"{where}: output length {osl:,.0f} is {osl / asked:.1f}x the {asked:,.0f} requested: GenAI-Perf "
                         "24.11-24.12 miscounts streamed output tokens (perf_analyzer#298); rerun with a fixed version")
-    conc, rate = _num(cfg.get("concurrency")), _num(cfg.get("request_rate"))
-    if conc and conc > 0:
-        load = {"concurrency": int(conc)}
-    elif rate and math.isfinite(rate) and rate > 0:
+    conc, rate = _count(cfg, "concurrency", where), _load_field(cfg, "request_rate", where)
+    if conc:
+        load = {"concurrency": conc}
+    elif rate is not None and math.isfinite(rate):
         load = {"rate": rate}
     else:
-        load = {"offline": int(_num(cfg.get("request_count")) or 1000)}
+        load = {"offline": _count(cfg, "request_count", where) or 1000}
     m: dict[str, Any] = {}
     thr = stat("output_token_throughput", "avg")
     if thr:
@@ -131,8 +165,19 @@ def _consistent(d: dict[str, Any], m: dict[str, Any], done: float, tout: float, 
     if out is not None and not 0.9 <= out * dur / tout <= 1.1:
         raise UserError(f"{where}: output_throughput {out:.6g} tokens/s disagrees with the run's own "
                         f"{tout:,.0f} output tokens in {dur:,.1f} s ({tout / dur:,.1f}/s): a corrupted or edited result")
+    req = _measure(d, "request_throughput", where)   # not fitted on (output tokens/s is), but checked
+    if req is not None and not 0.9 <= req * dur / done <= 1.1:
+        raise UserError(f"{where}: request_throughput {req:.6g} requests/s disagrees with the run's own "
+                        f"{done:,.0f} requests in {dur:,.1f} s ({done / dur:,.3g}/s): a corrupted or edited result")
+    rate = _load_field(d, "request_rate", where)
+    # requests cannot finish faster than they are sent: beyond Poisson noise (x1.5 over the run and
+    # the clients' first requests), a stated rate below what the run completed is not the run's
+    if rate is not None and math.isfinite(rate) and done / dur > 1.5 * rate + (_count(d, "max_concurrency", where) or 0) / dur:
+        raise UserError(f"{where}: request_rate = {d.get('request_rate')!r} requests/s, but the run completed "
+                        f"{done / dur:,.3g}/s ({done:,.0f} in {dur:,.1f} s): a corrupted or edited result")
     osl = tout / done
-    for key, steps in (("ttft_ms", 1.0), ("tpot_ms", max(osl - 1.0, 1.0)), ("e2e_ms", 1.0)):
+    for key, steps in (("ttft_ms", 1.0), ("tpot_ms", max(osl - 1.0, 1.0)), ("itl_ms", max(osl - 1.0, 1.0)),
+                       ("e2e_ms", 1.0)):
         if key in m:
             v = next(iter(m[key].values()))
             if v * steps / 1e3 > 1.01 * dur:
@@ -144,22 +189,23 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
     """One run from a vLLM or SGLang result object (their key sets, all versions we know)."""
     if isinstance(d.get("request_throughput"), dict):
         return _from_genai_perf(d, where)
-    done = _num(d.get("completed"))
-    tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
-    if not done or tin is None or tout is None:
+    if d.get("completed") is None or d.get("total_input_tokens") is None or d.get("total_output_tokens") is None:
         return None
-    for key in ("completed", "total_input_tokens", "total_output_tokens"):
-        _measure(d, key, where)      # counts of a run that ran: positive and finite
-    rate, conc = _load_field(d, "request_rate", where), _load_field(d, "max_concurrency", where)
-    if conc is not None and math.isinf(conc):
-        raise UserError(f"{where}: max_concurrency = {d.get('max_concurrency')!r}: a concurrency is a whole number")
-    prompts = _num(d.get("num_prompts")) or done
+    done = _count(d, "completed", where)
+    tin, tout = (_measure(d, key, where) for key in ("total_input_tokens", "total_output_tokens"))
+    _lengths(tin / done, tout / done, where)
+    rate, conc = _load_field(d, "request_rate", where), _count(d, "max_concurrency", where)
+    sent = _count(d, "num_prompts", where)
+    if sent is not None and done > sent:
+        raise UserError(f"{where}: completed = {done:,} requests of num_prompts = {sent:,} sent: more finished than "
+                        "were sent (a corrupted or edited result)")
+    prompts = sent or done
     if conc is not None and conc >= prompts:   # as many clients as prompts: every prompt sent at once
-        load = {"offline": int(prompts)}
+        load = {"offline": prompts}
     elif conc is not None:
-        load = {"concurrency": int(conc)}
+        load = {"concurrency": conc}
     elif rate is None or math.isinf(rate):
-        load = {"offline": int(_num(d.get("num_prompts")) or done)}
+        load = {"offline": prompts}
     else:
         load = {"rate": rate}
     m: dict[str, Any] = {}
@@ -173,15 +219,16 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
                        ("e2e_ms", ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms", "mean_e2e_latency_ms"))):
         if one_token and key in ("tpot_ms", "itl_ms"):
             continue
+        # every stated statistic is checked (a NaN mean beside a good median had been passed over);
+        # the first one stated is used: the median where printed
         for n in names:
             v = _measure(d, n, where)
-            if v is not None:
+            if v is not None and key not in m:
                 m[key] = {"median" if n.startswith("median") else "mean": v}
-                break
     _consistent(d, m, done, tout, where)
     # the run's request count: a rate run is predicted as that many requests (serving_finite.finite_rate)
     return {"isl": tin / done, "osl": tout / done, "load": load, "measured": m, "where": where,
-            "model_id": d.get("model_id"), "requests": int(_num(d.get("num_prompts")) or done)}
+            "model_id": d.get("model_id"), "requests": prompts}
 
 
 _TEXT_KEYS = {

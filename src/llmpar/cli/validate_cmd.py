@@ -138,6 +138,10 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
         raise UserError("--out goes with --markdown")
     if out is not None and html_path is not None and Path(out).resolve() == html_path.resolve():
         raise UserError(f"--out and --html both name {out}: give each its own file")
+    if out is not None:   # before the run: a folder, a missing folder or an unwritable one is said first
+        from llmpar.outputs import check_out
+
+        check_out(out)
     from llmpar.cli.render import console
 
     con = console()
