@@ -53,14 +53,22 @@ def test_serve_settings_round_trip_with_the_hardware_and_the_split():
     """A review (2026-12-04): serve().settings left out `hardware` and `disagg`, so feeding them back
     priced an H100 (B200 TPOT 12.5 ms read 22.2 ms) or a colocated deployment (TTFT 0.35 s read
     0.19 s). The settings are now every keyword that sets the deployment."""
-    for kw in ({"hardware": "b200", "tp": 4, "concurrency": 16},
-               {"gpus": 8, "tp": 2, "weights": "fp8", "disagg": 2, "rate": 4, "isl": 2048, "osl": 256}):
-        r = llmpar.serve("llama-3-70b", **kw)
+    for model, kw in (("llama-3-70b", {"hardware": "b200", "tp": 4, "concurrency": 16}),
+                      ("llama-3-70b", {"gpus": 8, "tp": 2, "weights": "fp8", "disagg": 2, "rate": 4, "isl": 2048,
+                                       "osl": 256}),
+                      # fuzz review 2026-12-04: memory_fraction came back as the engine's 0.9 (the KV pool
+                      # had been priced at 0.5: max concurrency 158 read 385 on the way back); under DP
+                      # attention max_num_seqs and the budget came back as the replica's totals (tp x the
+                      # flags), doubling again; a 95 % band came back at 80 %
+                      ("llama-3-8b", {"memory_fraction": 0.5, "concurrency": 8, "interval_level": "95%"}),
+                      ("mixtral-8x7b", {"tp": 2, "dp_attention": True, "concurrency": 8})):
+        r = llmpar.serve(model, **kw)
         load = {k: kw[k] for k in ("concurrency", "rate") if k in kw}
-        again = llmpar.serve("llama-3-70b", **load,
+        again = llmpar.serve(model, **load,
                              **{k: v for k, v in r.settings.items() if k not in ("engine_version", "replicas")})
-        assert (again.ttft_s, again.tpot_s) == (r.ttft_s, r.tpot_s)
+        assert (again.ttft_s, again.tpot_s, again.max_concurrency) == (r.ttft_s, r.tpot_s, r.max_concurrency)
         assert again.settings == r.settings
+        assert again.interval == r.interval
     assert r.to_dict() == r.model_dump()
 
 

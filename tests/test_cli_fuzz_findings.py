@@ -270,3 +270,32 @@ def test_an_empty_or_folder_out_is_refused_before_any_work(cli, args, path):
     r = cli(*args, path)
     assert_one_line_error(r)
     assert "is a folder: name the file to write" in r.err or "is a directory" in r.err, r.err
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (("serve", "llama-3-8b", "--rate", "2", "--osl", "1", "--spec-tokens", "3", "--acceptance", "0.7"), "--spec-tokens with --osl 1"),
+    (("serve-plan", "llama-3-8b", "--gpus", "8", "--osl", "1", "--spec-tokens", "3", "--acceptance", "0.7"),
+     "--spec-tokens with --osl 1"),
+    (("serve", "mixtral-8x7b", "--tp", "2", "--dp-attention", "--concurrency", "8", "--ep", "1"), "not --ep 1"),
+])
+def test_serving_options_that_would_change_nothing_are_refused(cli, args, culprit):
+    """Fuzz review 2026-12-04: drafts for one-token answers, and --ep 1 beside --dp-attention (which
+    puts the experts over every GPU of the replica), were taken and changed nothing."""
+    assert_one_line_error(cli(*args), culprit)
+
+
+def test_serve_plan_shows_no_tpot_for_one_token_answers_and_no_nan(cli):
+    r = cli("serve-plan", "llama-3-8b", "--gpus", "8", "--osl", "1")
+    assert r.code == 0, r.err
+    assert "nan" not in r.out and "TPOT nan" not in r.out
+    assert "#1: TTFT" in r.out and ", TPOT" not in r.out.split("#1:")[1].split("\n")[0]
+
+
+def test_speculative_decoding_takes_at_least_one_step_per_request():
+    """16 drafts at acceptance 0.99 emit E = (1 - 0.99^17) / 0.01 = 15.7 tokens a step, so the fluid
+    (O - 1) / E read 1/15.7 of a step for O = 2 and a TPOT of 1 ms under a 10 ms iteration; one
+    token after the first still takes one step: TPOT is then that step (at least the iteration)."""
+    import llmpar
+
+    r = llmpar.serve("llama-3-8b", osl=2, concurrency=4, spec_tokens=16, acceptance=0.99)
+    assert r.tpot_s >= r.load["iteration_s"] * (1 - 1e-9)

@@ -5,6 +5,8 @@ parses, calls it and renders."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from llmpar.cli.common import complete_hardware, complete_model, echo_json, plot_option
@@ -92,7 +94,7 @@ def _render(r) -> None:
         pools = (f" {c.disagg['prefill_replicas']}P+{c.disagg['decode_replicas']}D" if c.disagg
                  else f" x{c.replicas}")
         rows.append((i, c.engine, c.weights + kv, f"tp{c.tp} pp{c.pp}{ep}{bt}{pools}", c.gpus, c.concurrency if c.concurrency is not None else "-",
-                     fmt_seconds(c.ttft_s), fmt_seconds(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
+                     _secs(c.ttft_s), _secs(c.tpot_s), f"{c.output_tokens_per_s:,.0f}",
                      f"{d['output_tokens_per_s_per_gpu']:,.0f}",
                      f"{c.cost_per_million_tokens:.3g}" if c.cost_per_million_tokens is not None else "-"))
     if rows:
@@ -141,8 +143,10 @@ def _band_lines(r) -> list[str]:
     c = r["candidates"][0]
     iv = c.interval or {}
     tput = iv.get("output_tokens_per_s")
-    lines = [f"  #1: TTFT {fmt_seconds(c.ttft_s)}{band(iv.get('ttft_s'), fmt_seconds)}, TPOT "
-             f"{fmt_seconds(c.tpot_s)}{band(iv.get('tpot_s'), fmt_seconds)}, {c.output_tokens_per_s:,.0f} tok/s"
+    tpot = (f", TPOT {fmt_seconds(c.tpot_s)}{band(iv.get('tpot_s'), fmt_seconds)}"
+            if c.tpot_s is not None and math.isfinite(c.tpot_s) else "")   # one output token has no gap
+    lines = [f"  #1: TTFT {fmt_seconds(c.ttft_s)}{band(iv.get('ttft_s'), fmt_seconds)}{tpot}, "
+             f"{c.output_tokens_per_s:,.0f} tok/s"
              f"{band(tput, lambda x: f'{x:,.0f}')}"
              + (f"; {tput['level'] * 100:.0f} % bands from {_evidence(tput)}" if tput else "")
              + " (means of the fluid model; --json: every row's bands)"]
@@ -150,7 +154,8 @@ def _band_lines(r) -> list[str]:
     if targets:
         def holds(cand):
             bands = cand.interval or {}
-            return all((bands.get(key) or {}).get("high", getattr(cand, key)) <= t for key, t in targets)
+            return all((bands.get(key) or {}).get("high", getattr(cand, key)) <= t for key, t in targets
+                       if getattr(cand, key) is not None and math.isfinite(getattr(cand, key)))
         ok = [str(i) for i, cand in enumerate(r["candidates"], 1) if holds(cand)]
         if not ok:
             lines.append("  at the slow end of its band no row shown meets the targets: each meets them at its mean "
@@ -160,6 +165,13 @@ def _band_lines(r) -> list[str]:
                          f"{', '.join(ok)} still meet{'s' if len(ok) == 1 else ''} the targets"
                          + ("" if len(ok) == len(r["candidates"]) else "; the others may miss them"))
     return lines
+
+
+def _secs(x) -> str:
+    """A latency cell; none (TPOT of one-token answers) is '-', never 'nan us'."""
+    from llmpar.units import fmt_seconds
+
+    return fmt_seconds(x) if x is not None and math.isfinite(x) else "-"
 
 
 def _evidence(iv) -> str:

@@ -69,7 +69,10 @@ def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16",
            "weights_bytes": wt, "activations_bytes": act, "workspace_bytes": work + 0.0 * t,
            "kv_pool_bytes": np.maximum(pool, 0.0), "kv_bytes_per_token": per_tok,
            "kv_tokens": blocks * s.block_tokens * ranks, "fits": pool > 0, "max_num_seqs": seqs * ranks + 0.0 * t,
-           "max_num_batched_tokens": tokens * ranks + 0.0 * t}
+           "max_num_batched_tokens": tokens * ranks + 0.0 * t,
+           # what each scheduler was given (the engine's own flags; a result's settings report these so
+           # they round-trip: the replica's totals above are ranks times them under DP attention)
+           "memory_fraction": f + 0.0 * t, "schedulers": ranks + 0.0 * t}
     return {k: scalar_out(v) for k, v in out.items()}
 
 

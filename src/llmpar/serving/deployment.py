@@ -93,7 +93,7 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
         raise UserError(f"--tp {tp} does not divide the model's {model.heads} attention heads")
     if model.layers < pp:
         raise UserError(f"--pp {pp} exceeds the model's {model.layers} layers")
-    ep = ep or 1
+    given_ep, ep = ep, ep or 1
     if ep > 1 and model.moe is None:
         raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
     if ep > 1 and tp % ep:
@@ -110,13 +110,22 @@ def deployment(model, hw, *, gpus=None, tp=None, pp=None, ep=None, weights="bf16
             raise UserError("--dp-attention spreads one replica's sequences over its GPUs: give --tp 2 or more")
         if pp > 1:
             raise UserError("--dp-attention with --pp is not modelled: give --pp 1")
-        if ep not in (1, tp):
+        if given_ep is not None and given_ep != tp:   # --ep 1 too: it had been taken and replaced by tp
             raise UserError(f"--dp-attention spreads the experts over all {tp} GPUs of the replica: leave --ep out "
-                            f"(or give --ep {tp})")
+                            f"(or give --ep {tp}), not --ep {given_ep}")
         ep = tp
     k, a = speculation(spec_tokens, acceptance)
     return Deployment(gpus, tp, pp, ep, gpus // (tp * pp), weights, kv, k, a, _share(prefix_hit, "prefix-hit", True),
                       bool(dp_attention))
+
+
+def refuse_speculation_without_decode(spec_tokens, osl) -> None:
+    """``--spec-tokens`` with one-token answers: speculative decoding drafts the tokens after the
+    first, and a one-token answer has none, so the option would change nothing (it had been taken:
+    serve's figures were those without it). One check for `serve` and `serve-plan`."""
+    if spec_tokens and osl is not None and float(osl) <= 1.0:
+        raise UserError("--spec-tokens with --osl 1: speculative decoding drafts the tokens after the first, and "
+                        "a one-token answer has none (give --osl 2 or more, or leave --spec-tokens out)")
 
 
 def speculation(spec_tokens, acceptance) -> tuple[int, float]:

@@ -75,7 +75,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     from llmpar.errors import refuse_unknown
     from llmpar.inputs import load_hardware_spec, load_model_spec
     from llmpar.parallel import flag
-    from llmpar.serving.deployment import _int
+    from llmpar.serving.deployment import _int, refuse_speculation_without_decode
 
     refuse_unknown("serve_plan", unknown, [k for k in locals() if k != "unknown"])
     disagg = flag(disagg, "disagg", default_none=False)
@@ -118,6 +118,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     if disagg and rate is None:   # the disaggregated pools are modelled under Poisson arrivals only
         raise UserError("--disagg searches disaggregated pools for a request rate: give --rate R (their model is "
                         "Poisson arrivals; --gpus N ranks closed loops)")
+    refuse_speculation_without_decode(spec_tokens, osl)
     if t_tpot is not None and osl == 1:   # an option that changes nothing is refused, not ignored
         raise UserError("--tpot with --osl 1: a one-token answer has no gap between tokens to bound (give "
                         "--ttft, or --osl of 2 or more)")

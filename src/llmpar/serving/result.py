@@ -87,9 +87,12 @@ def build(model, hw, engine, out: dict[str, Any], iv: dict[str, Any] | None, dis
     settings = {"hardware": hw.name, "engine": engine.name, "engine_version": engine.version, "gpus": d.gpus,
                 "tp": d.tp, "pp": d.pp,
                 "ep": d.ep, "replicas": d.replicas, "weights": d.weights, "kv_dtype": d.kv_dtype, "isl": out["isl"],
-                "osl": out["osl"], "max_num_seqs": int(cap["max_num_seqs"]),
-                "max_num_batched_tokens": int(cap["max_num_batched_tokens"]),
-                "memory_fraction": engine.scheduler.memory_fraction, "spec_tokens": d.spec_tokens,
+                # the engine flags as given (per scheduler: DP attention runs tp of them), so that they
+                # round-trip (the replica's totals had come back and doubled; memory_fraction had been
+                # the engine's default whatever --memory-fraction said)
+                "osl": out["osl"], "max_num_seqs": round(cap["max_num_seqs"] / cap["schedulers"]),
+                "max_num_batched_tokens": round(cap["max_num_batched_tokens"] / cap["schedulers"]),
+                "memory_fraction": float(cap["memory_fraction"]), "spec_tokens": d.spec_tokens,
                 "acceptance": d.acceptance if d.spec_tokens else None, "prefix_hit": d.prefix_hit, "dp_attention": d.dp_attention,
                 "disagg": None if disagg is None else int(disagg)}
     for key in ("isl_range", "osl_range"):

@@ -17,7 +17,7 @@ from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
 from llmpar.cost.serving_finite import finite_rate
 from llmpar.cost.serving_tails import length_percentiles
 from llmpar.errors import UserError
-from llmpar.serving.deployment import _int, _load_kind, _range, _rate, deployment
+from llmpar.serving.deployment import _int, _load_kind, _range, _rate, deployment, refuse_speculation_without_decode
 from llmpar.specs.registry import DEFAULT_HARDWARE
 from llmpar.specs.stack import per_gen
 
@@ -35,6 +35,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     and ``percentiles`` the requests' spread in it (cost/serving_tails.py)."""
     check_engine_runs_on(engine, hw)
     spread, isl, osl = _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg)
+    refuse_speculation_without_decode(spec_tokens, spread[1][1] if spread is not None else osl)
     d = deployment(model, hw, gpus=gpus, tp=tp, pp=pp, ep=ep, weights=weights, kv_dtype=kv_dtype,
                    spec_tokens=spec_tokens, acceptance=acceptance, prefix_hit=prefix_hit, dp_attention=dp_attention)
     if engine.expert_parallel == "tp" and d.ep not in (1, d.tp):
@@ -364,5 +365,7 @@ def serve_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gp
                 # the TPOT residuals hold both kinds of token gap (published means and medians are
                 # each compared with their own figure): one band for both
                 iv["itl_median_s"] = evidence.interval_json(bands["tpot"], f["itl_median_s"], True)
-    return build(spec, hw, eng, out, iv, disagg)
+    result = build(spec, hw, eng, out, iv, disagg)
+    result.settings["interval_level"] = level   # serve()'s keyword: a 95 % run round-trips at 95 %
+    return result
 
