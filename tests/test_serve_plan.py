@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import assert_one_line_error
+from conftest import REPO, assert_one_line_error
 
 import llmpar
 from llmpar.serving.plan import _grid
@@ -118,3 +118,19 @@ def test_text_gives_the_first_rows_bands_and_which_rows_hold_at_their_slow_end(c
         assert f"at the slow end of its band, row {holds[0]} still meets the targets" in text
     else:
         assert f"at the slow end of their bands, rows {', '.join(holds)} still meet the targets" in text
+
+
+def test_a_budget_an_engine_cannot_schedule_the_prompt_in_is_not_a_candidate(cli):
+    """Fuzz review 2026-12-04: TensorRT-LLM prefills each prompt whole, so at a 512-token budget a
+    1,024-token prompt never runs (`serve` refuses it); serve-plan had ranked that deployment third
+    with a 12.5 s TTFT. It is now no candidate; the 16,384-token budget still is."""
+    r = llmpar.serve_plan("llama-3-8b", gpus=8, engine="trtllm", max_num_batched_tokens="512,16384")
+    assert r["candidates"] and {c.max_num_batched_tokens for c in r["candidates"]} == {16384}
+    assert_one_line_error(cli("serve", "llama-3-8b", "--engine", "trtllm", "--gpus", "8", "--tp", "1",
+                              "--max-num-batched-tokens", "512", "--concurrency", "8"), "does not chunk prompts")
+
+
+@pytest.mark.parametrize("engines", ["vllm,VLLM", f"{REPO / 'engines' / 'vllm.yaml'},vllm"])
+def test_one_engine_named_twice_in_any_spelling_is_refused(cli, engines):
+    """Every row had appeared twice and the header read 'vllm, vllm'."""
+    assert_one_line_error(cli("serve-plan", "llama-3-8b", "--gpus", "8", "--engine", engines), "twice")

@@ -76,6 +76,14 @@ def kv_capacity(model, hw, engine, *, tp, pp=1, weights="bf16", kv_dtype="bf16",
     return {k: scalar_out(v) for k, v in out.items()}
 
 
+def prompt_exceeds_budget(engine, budget, isl):
+    """True where an engine that prefills each prompt whole (``scheduler.chunked_prefill`` false:
+    TensorRT-LLM without enable_chunked_context) has an iteration budget below the prompt: it never
+    schedules that prompt. One rule for `serve` (refused, naming the option) and `serve-plan`
+    (the deployment is not a candidate: it had been ranked with a 12 s TTFT)."""
+    return (not engine.scheduler.chunked_prefill) & (np.asarray(budget) < np.asarray(isl))
+
+
 def max_concurrency(capacity, model, request_tokens):
     """Requests of ``request_tokens`` (I + O) the KV pool holds at once, capped at max_num_seqs.
     A sliding-window layer keeps at most its window of each request (vLLM's V1 KV-cache manager

@@ -19,6 +19,8 @@ from llmpar.errors import UserError
 
 LOADS = ("concurrency", "rate", "batch")
 MAX_REQUESTS = 10_000_000
+#: --max-num-batched-tokens, in `serve` and in `serve-plan`'s list alike (they had disagreed: 1 and 16)
+BUDGET_RANGE = (1, 1_048_576)
 
 
 @dataclass

@@ -35,7 +35,7 @@ import numpy as np
 
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
-from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
+from llmpar.cost.serving_capacity import kv_capacity, max_concurrency, prompt_exceeds_budget
 from llmpar.errors import CheckFailed, UserError
 
 MAX_TP = 64
@@ -189,7 +189,7 @@ def _points(model, hw, engine, weights, tp, pp, isl, osl, kv_dtype="bf16", ep=1,
     ``waves``: clients in step (a benchmark's closed loop), else the steady mixed state."""
     cap = kv_capacity(model, hw, engine, tp=tp, pp=pp, weights=weights, kv_dtype=kv_dtype,
                       max_num_batched_tokens=budget, dp_attention=dpa)
-    if not cap["fits"]:
+    if not cap["fits"] or prompt_exceeds_budget(engine, cap["max_num_batched_tokens"], isl):
         return None
     limit = int(max_concurrency(cap, model, isl + osl))
     if limit < 1:

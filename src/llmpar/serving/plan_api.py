@@ -61,6 +61,11 @@ def _engines(engine, hw) -> list:
             dup = next(n for n in names if names.count(n) > 1)
             raise UserError(f"--engine {dup!r} is given twice: name each engine once")
     engines = [load_engine(n) for n in names]
+    seen = [e.name for e in engines]   # resolved: VLLM, vllm and engines/vllm.yaml are one engine
+    if len(set(seen)) != len(seen):
+        dup = next(n for n in seen if seen.count(n) > 1)
+        raise UserError(f"--engine names {dup} twice (as {', '.join(repr(n) for n, e in zip(names, seen) if e == dup)}): "
+                        "name each engine once")
     for e in engines:
         check_engine_runs_on(e, hw)
     return engines
@@ -75,7 +80,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     from llmpar.errors import refuse_unknown
     from llmpar.inputs import load_hardware_spec, load_model_spec
     from llmpar.parallel import flag
-    from llmpar.serving.deployment import _int, refuse_speculation_without_decode
+    from llmpar.serving.deployment import BUDGET_RANGE, _int, refuse_speculation_without_decode
 
     refuse_unknown("serve_plan", unknown, [k for k in locals() if k != "unknown"])
     disagg = flag(disagg, "disagg", default_none=False)
@@ -104,7 +109,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
             except ValueError:
                 raise UserError(f"--max-num-batched-tokens {t!r}: expected whole numbers of tokens, e.g. 2048,8192") \
                     from None
-            budgets.append(_int(v, "max-num-batched-tokens", 16, 1_048_576))
+            budgets.append(_int(v, "max-num-batched-tokens", *BUDGET_RANGE))
         if len(set(budgets)) != len(budgets):
             raise UserError("--max-num-batched-tokens: a value is given twice")
     price = gpu_hour_price if gpu_hour_price is not None else hw.gpu_hour_price

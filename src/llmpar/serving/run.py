@@ -17,7 +17,8 @@ from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
 from llmpar.cost.serving_finite import finite_rate
 from llmpar.cost.serving_tails import length_percentiles
 from llmpar.errors import UserError
-from llmpar.serving.deployment import _int, _load_kind, _range, _rate, deployment, refuse_speculation_without_decode
+from llmpar.cost.serving_capacity import prompt_exceeds_budget
+from llmpar.serving.deployment import BUDGET_RANGE, _int, _load_kind, _range, _rate, deployment, refuse_speculation_without_decode
 from llmpar.specs.registry import DEFAULT_HARDWARE
 from llmpar.specs.stack import per_gen
 
@@ -57,7 +58,7 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
     r = d.replicas
     if disagg is not None:
         return _disagg(model, hw, engine, d, out, disagg, rate, isl, osl, limit, budget)
-    if budget < isl and not engine.scheduler.chunked_prefill:
+    if prompt_exceeds_budget(engine, budget, isl):
         raise UserError(f"a prompt of {isl:,} tokens exceeds --max-num-batched-tokens {budget:,}, and {engine.name} "
                         "does not chunk prompts by default: raise --max-num-batched-tokens to at least the prompt "
                         "(TensorRT-LLM: max_num_tokens), or use an engine file with scheduler.chunked_prefill: true")
@@ -168,7 +169,7 @@ def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, se
 def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory_fraction) -> dict[str, Any]:
     """The replica's KV pool and scheduler limits (cost/serving_capacity.py), the engine's options checked."""
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
-    budget = _int(max_num_batched_tokens, "max_num_batched_tokens", 1, 1_048_576)
+    budget = _int(max_num_batched_tokens, "max_num_batched_tokens", *BUDGET_RANGE)
     if memory_fraction is not None and (isinstance(memory_fraction, bool) or not (
             isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1)):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
