@@ -299,3 +299,53 @@ def test_speculative_decoding_takes_at_least_one_step_per_request():
 
     r = llmpar.serve("llama-3-8b", osl=2, concurrency=4, spec_tokens=16, acceptance=0.99)
     assert r.tpot_s >= r.load["iteration_s"] * (1 - 1e-9)
+
+
+def test_disagg_suggestion_names_tp_and_does_not_loop(cli):
+    """`--disagg 1 --gpus 2` without --tp (tp fills the GPUs: replicas of 2) had suggested --disagg 2
+    --gpus 4, where tp filled 4 and the next message suggested 8. It now names --tp."""
+    r = cli("serve", "llama-3-8b", "--disagg", "1", "--gpus", "2", "--rate", "5")
+    assert_one_line_error(r, "--tp 1 for a prefill pool of 1 GPU")
+    assert cli("serve", "llama-3-8b", "--disagg", "1", "--gpus", "2", "--tp", "1", "--rate", "5").code == 0
+
+
+def test_an_engine_with_no_generation_is_refused_at_load(cli, tmp_path):
+    f = tmp_path / "t83.yaml"
+    f.write_text("name: t83\nextends: vllm\ngenerations: []\n")
+    assert_one_line_error(cli("serve", "llama-3-8b", "--engine", str(f), "--concurrency", "2"), "generations")
+
+
+@pytest.mark.parametrize("text, seconds", [("1h", 3600.0), ("2 min", 120.0), ("500ms", 0.5)])
+def test_latency_targets_read_minutes_and_hours(text, seconds):
+    """The documented bound is 'at most an hour', which could not be written (`--ttft 1h` was
+    unreadable); 0 and negatives now share one wording."""
+    from llmpar.serving.plan_api import _slo
+    from llmpar.errors import UserError
+
+    assert _slo(text, "ttft") == pytest.approx(seconds)
+    for bad in ("0ms", "-5ms"):
+        with pytest.raises(UserError, match="must be positive"):
+            _slo(bad, "ttft")
+
+
+@pytest.mark.parametrize("rate", [[1.0, 2.0], 1 + 2j, True])
+def test_api_rate_of_the_wrong_type_is_a_user_error(rate):
+    import numpy as np
+
+    import llmpar
+    from llmpar.errors import UserError
+
+    with pytest.raises(UserError, match="expected requests per second"):
+        llmpar.serve("llama-3-8b", rate=np.array(rate) if isinstance(rate, list) else rate)
+
+
+def test_a_calibrated_engine_is_not_called_prior_only():
+    """serve-plan had said a `calibrate serve` profile rested on 'prior values only, fitted on no
+    published run'; its calibration record makes it 'calibrated'."""
+    from types import SimpleNamespace
+
+    from llmpar.serving.plan_api import _engine_evidence
+
+    assert _engine_evidence(SimpleNamespace(calibration={"runs": 4}, fitted_on=[])) == "calibrated"
+    assert _engine_evidence(SimpleNamespace(calibration=None, fitted_on=["FITTED on x"])) == "fitted"
+    assert _engine_evidence(SimpleNamespace(calibration=None, fitted_on=["a prior"])) == "prior only"

@@ -177,9 +177,14 @@ MAX_RATE = 1e6
 MIN_RATE = 1.0 / 86400.0
 
 
-def _rate(text: str, allow_inf: bool = True) -> float:
+def _rate(text, allow_inf: bool = True) -> float:
     """A request rate (requests/s, or inf for `serve`'s offline load; ``allow_inf`` False:
-    serve-plan's, which sizes for a finite one and says so in its messages)."""
+    serve-plan's, which sizes for a finite one and says so in its messages): a number or its text.
+    A bool, an array or a complex number is refused as concurrency's are (numpy had raised a
+    TypeError at np.array([1, 2]), and True had been a rate of 1)."""
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise UserError(f"rate {text!r}: expected requests per second, a number (e.g. 4 or 0.5)"
+                        + (" or 'inf'" if allow_inf else ""))
     t = str(text).strip().lower()
     inf = ", or inf" if allow_inf else ""
     if t in ("inf", "infinity", "offline"):

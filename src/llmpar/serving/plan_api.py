@@ -21,15 +21,22 @@ def _slo(text, name: str) -> float | None:
     t = str(text).strip()
     if t.replace(".", "", 1).isdigit():
         raise UserError(f"--{name} {t}: give a unit, e.g. {t}ms or {t}s")
-    v = parse_seconds(t, f"--{name}")
-    if not (v > 0 and math.isfinite(v)):
-        raise UserError(f"--{name} must be a positive time, got {text!r}")
+    v = parse_seconds(t, f"--{name}", allow_zero=False)   # one wording for 0 and below: "must be positive"
     if v > MAX_SLO_S:   # an hour to the first token, or per token, is no serving target (--ttft 1e308)
         raise UserError(f"--{name} {text}: a serving latency target of at most an hour")
     return v
 
 
 MAX_SLO_S = 3600.0
+
+
+def _engine_evidence(e) -> str:
+    """What an engine's constants rest on: "calibrated" (a `calibrate serve` fit on the user's own
+    runs, its calibration record), "fitted" (published runs, its fitted_on) or "prior only". A
+    calibrated profile had been called "prior values only, fitted on no published run"."""
+    if (e.calibration or {}).get("runs"):
+        return "calibrated"
+    return "fitted" if any(x.startswith("FITTED") for x in e.fitted_on) else "prior only"
 
 
 def _names(value, what: str) -> list[str] | None:
@@ -134,9 +141,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     for c in out["candidates"]:
         c.interval = _bands(spec, hw, c)
     # how much each engine's constants rest on: the sources its fit used (docs/serving.md, Engines)
-    evidence = {e.name: (len((e.calibration or {}).get("sources", [])) or
-                         sum(1 for x in e.fitted_on if x.startswith("FITTED")) and "fitted" or "prior only")
-                for e in engines}
+    evidence = {e.name: _engine_evidence(e) for e in engines}
     out.update(model=spec.name, hardware=hw.name, engines=[e.name for e in engines], isl=isl, osl=osl, ttft_s=t_ttft, tpot_s=t_tpot,
                gpus=gpus, rate=rate, gpu_hour_price=price, engine_evidence=evidence)
     return out

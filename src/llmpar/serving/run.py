@@ -151,8 +151,11 @@ def _check_load_options(d, kind, concurrency, rate, batch, prompts, simulate, se
         size = d.tp * d.pp
         P = _int(disagg, "disagg", 1, d.gpus)
         if P % size or (d.gpus - P) < size or (d.gpus - P) % size:
+            # without --tp, tp fills --gpus: a suggestion of twice the GPUs would only double tp again
+            # (--disagg 1 --gpus 2 had suggested --disagg 2 --gpus 4, which suggested --disagg 4 --gpus 8)
             raise UserError(f"--disagg {P}: the prefill and decode pools are whole replicas of tp x pp = {size} GPUs "
-                            f"out of --gpus {d.gpus} (e.g. --disagg {size} with --gpus {2 * size})")
+                            f"out of --gpus {d.gpus} (e.g. --disagg {size} with --gpus {2 * size} and --tp {d.tp}, or "
+                            f"--tp {max(1, P // d.pp)} for a prefill pool of {P} GPU{'s' * (P != 1)})")
         if not poisson:
             raise UserError("--disagg is modelled under Poisson arrivals: give --rate R (requests/s)")
         if prompts is not None:   # the pools are modelled at their steady state only
@@ -341,7 +344,7 @@ def serve_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gp
     spec = load_model_spec(model, hf)[0]
     hw = load_hardware_spec(hardware)
     eng = load_engine(engine)
-    if isinstance(rate, str):
+    if rate is not None:   # a number or its text, checked as the CLI's (serving/deployment._rate)
         rate = _rate(rate)
     out = serve(spec, hw, eng, gpus=gpus, tp=tp, pp=pp, ep=ep, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
                 batch=batch, prompts=prompts, weights=weights, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,

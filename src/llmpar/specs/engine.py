@@ -111,7 +111,7 @@ class Engine(_Strict):
     sources: list[Text] = Field(default_factory=list, description="where the values come from")
     fitted_on: list[Text] = Field(default_factory=list, description="the measurements any fitted value was fitted on")
     generations: list[Literal[GENERATIONS]] | None = Field(
-        None, description="the GPU generations the engine runs on (TensorRT-LLM: NVIDIA's only); `serve` refuses "
+        None, min_length=1, description="the GPU generations the engine runs on (TensorRT-LLM: NVIDIA's only); `serve` refuses "
                           "it on another and `serve-plan --engine all` leaves it out there; None = every generation")
     expert_parallel: Literal["tp", "divisor"] = Field(
         "divisor", description="how a replica's MoE layers may split their experts: 'divisor', over ep groups of "
