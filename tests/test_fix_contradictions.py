@@ -35,3 +35,25 @@ def test_plan_nothing_valid_without_held_contradiction_is_exit_1(cli):
 def test_sweep_contradictory_held_knobs_exit_2(cli):
     res = cli("sweep", "llama-3-8b", "--gpus", "8,16", "--fix", "sp=1,tp=1")
     assert_one_line_error(res, "sequence parallelism")
+
+
+@pytest.mark.parametrize("args, needles", [
+    # fuzz review 2026-12-04: each exited 1 ("every one of the candidates breaks a rule") because an
+    # unrelated rule also took a few candidates, or because only one of the rule's knobs was held;
+    # `step` refuses each of these layouts (exit 2). A rule that rejects every candidate on its own
+    # and reads a held knob is now the contradiction
+    (("--finetune", "lora", "--fix", "tp=8"), ("tp=8", "LoRA/QLoRA is modelled data-parallel only")),
+    (("--finetune", "qlora", "--fix", "cp=2"), ("cp=2", "data-parallel only")),
+    (("--optimizer-offload", "0.5", "--zero", "0"), ("zero=0", "ZeRO 0 has none")),
+    (("--param-offload", "--stack", "deepspeed", "--fix", "zero=1"), ("zero=1", "below ZeRO 3")),
+    (("--convention", "megatron", "--fix", "zero=3"), ("zero=3", "--convention")),
+    (("--fix", "schedule=gpipe,pp=1"), ("schedule=gpipe, pp=1", "schedule cannot run it")),
+    (("--fix", "schedule=interleaved,virtual_stages=1"), ("virtual_stages=1", "schedule cannot run it")),
+])
+def test_a_held_knob_that_one_rule_refuses_everywhere_is_exit_2(cli, args, needles):
+    assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "16", *args), *needles)
+
+
+def test_sp_on_tp_1_on_an_moe_model_is_exit_2_as_on_a_dense_one(cli):
+    """mixtral: the ep rule also took candidates, which had hidden the sp/tp contradiction (exit 1)."""
+    assert_one_line_error(cli("plan", "mixtral-8x7b", "--gpus", "16", "--fix", "sp=on,tp=1"), "sp=on, tp=1")

@@ -44,14 +44,14 @@ def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed
     if not cand.total:
         return NoLayout(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
-    if len(hits) == 1:
-        (rule,) = hits
-        knobs = SP.RULE_KNOBS.get(rule, ())
-        if knobs and all(k in spec.allowed for k in knobs):
-            # every candidate broken by one rule of knobs the user held: the options contradict each other
+    for rule in cand.universal:
+        held = [k for k in SP.RULE_KNOBS.get(rule, ()) if k in spec.allowed]
+        if held:
+            # one rule breaks every candidate on its own and reads a knob the user held: the options
+            # contradict each other (space.RULE_KNOBS), bad input as in `step`
             from llmpar.planner.arguments import FixConflict
-            held = ", ".join(f"{k}={K.show_values(k, spec.allowed[k])}" for k in knobs)
-            exc = FixConflict(f"--fix/--allow {held}: {SP.REASONS[rule]}")
+            shown = ", ".join(f"{k}={K.show_values(k, spec.allowed[k])}" for k in held)
+            exc = FixConflict(f"--fix/--allow {shown}: {SP.REASONS[rule]}")
             exc.rejected = hits
             return exc
     return NoLayout(f"no layout of {spec.gpus:,} GPUs can run {model.name} with global batch {spec.global_batch:,} "

@@ -76,11 +76,20 @@ REASONS = {
     "host_memory": "offloaded activations exceed the GPU's share of host memory (hardware host_memory_per_gpu)",
 }
 
-# the knobs each rule reads alone (no batch, sequence or model size): when one of these rules rejects
-# every candidate and the user held each of its knobs (--fix/--allow/--layout), the options contradict
-# each other -- bad input (exit 2, refusals.nothing_valid), not a search that found nothing
+# the knobs each rule reads: when one rule rejects every candidate on its own (its mask over all of
+# them, not only those no earlier rule took) and the user held one of its knobs (--fix/--allow/
+# --layout), the options contradict each other -- bad input (exit 2, refusals.nothing_valid), as
+# `step` refuses the same layout, not a search that found nothing. (It had needed that rule to be the
+# only one counted and every one of its knobs held: --finetune lora --fix tp=8 read exit 1.)
 RULE_KNOBS = {
+    "tp_heads": ("tp",),
+    "pp_layers": ("pp",),
+    "cp_seq": ("cp",),
+    "ep": ("ep", "etp"),
+    "etp": ("etp",),
+    "sp_seq": ("sp", "tp", "cp"),
     "sp_tp": ("sp", "tp"),
+    "schedule": ("schedule", "pp", "virtual_stages"),
     "stack": ("zero", "pp"),
     "convention": ("zero",),
     "finetune": ("tp", "pp", "cp", "ep"),
@@ -118,6 +127,9 @@ class Candidates:
     par: Parallel
     total: int                       # every candidate enumerated
     rejected: dict[str, int]
+    # the rules that reject every candidate they were applied to on their own (degree rules over
+    # every row of degrees, knob rules over every candidate those left): refusals.nothing_valid
+    universal: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -314,8 +326,9 @@ def _degree_rows(G: int, L: int, rg: _Ranges) -> tuple[list, list, list]:
     return rows, keys, knobs
 
 
-def _degree_survivors(model: ModelSpec, S: int, rows, keys, knobs, rejected: dict) -> dict[tuple, list]:
-    """The degree rows that pass the degree rules, grouped by (pp, SP options); the others counted in ``rejected``."""
+def _degree_survivors(model: ModelSpec, S: int, rows, keys, knobs, rejected: dict, universal: list) -> dict[tuple, list]:
+    """The degree rows that pass the degree rules, grouped by (pp, SP options); the others counted in
+    ``rejected``; a rule that every row breaks is added to ``universal``."""
     groups: dict[tuple, list[tuple[int, int, int, int, int]]] = {}   # (pp, SP options) -> rows (tp, cp, dp, ep, etp)
     if rows:
         d = np.asarray(rows, dtype=np.int64)
@@ -323,6 +336,7 @@ def _degree_survivors(model: ModelSpec, S: int, rows, keys, knobs, rejected: dic
                                                 etp=d[:, 4], seq=S), only=_DEGREE_RULES)
         n = np.asarray(knobs, dtype=np.int64)
         alive = np.ones(len(d), dtype=bool)
+        universal.extend(r for r in _DEGREE_RULES if np.all(np.asarray(bad[r], dtype=bool)))
         for r in _DEGREE_RULES:          # the first rule a row breaks is its reason
             hit = alive & np.asarray(bad[r], dtype=bool)
             rejected[r] += int(n[hit].sum())
@@ -373,9 +387,10 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     # rules of layout.layout_violations (the function check_layout uses), applied to all rows at once
     rows, keys, knobs = _degree_rows(G, L, rg)
     total = int(sum(knobs))
-    groups = _degree_survivors(model, S, rows, keys, knobs, rejected)
+    universal: list[str] = []
+    groups = _degree_survivors(model, S, rows, keys, knobs, rejected, universal)
     if not groups:
-        return Candidates(par=_empty(S), total=total, rejected=rejected)
+        return Candidates(par=_empty(S), total=total, rejected=rejected, universal=tuple(universal))
     cols = _expand_all(groups, rg)
 
     # ---- knob-level constraints, in order
@@ -386,6 +401,8 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
     n_rec, distinct = _partial_layers(cols["rq"], L, pp, v)
     distinct &= (cols["off"] == 0) | (pp == 1)        # offloading: pp = 1 only (not a candidate elsewhere)
     alive = distinct.copy()
+    if alive.any():
+        universal.extend(r for r, mask in bad.items() if np.all(np.asarray(mask, dtype=bool)[distinct]))
     for reason, mask in bad.items():
         hit = alive & mask
         rejected[reason] += int(np.count_nonzero(hit))
@@ -397,7 +414,7 @@ def enumerate_space(model: ModelSpec, spec: SpaceSpec, settings: Settings) -> Ca
         micro_batch=cols["micro_batch"][idx], microbatches=m[idx], seq=S,
         schedule=cols["schedule"][idx], virtual_stages=v[idx], recompute_layers=n_rec[idx], offload_layers=cols["off"][idx],
     )
-    return Candidates(par=par.shared_as_scalars(), total=total, rejected=rejected)
+    return Candidates(par=par.shared_as_scalars(), total=total, rejected=rejected, universal=tuple(universal))
 
 
 _DEGREES = ("tp", "cp", "dp", "ep", "etp")
