@@ -21,7 +21,7 @@ LOG_LAYOUT = ["--folds", "0", "--model", "llama-3-8b", "--hardware", "h100-sxm",
     (["sweep", "llama-3-8b", "--gpus", "8,99999999"], "at most 4,194,304"),
     (["collective", "all-reduce", "--gpus", "99999999999"], "at most 4,194,304"),   # was a 93 GiB allocation
     # tp=3 divides neither 8 nor 16: bad input as in `plan` (was exit 1, "no GPU count ... runs")
-    (["sweep", "llama-3-8b", "--gpus", "8,16", "--tp", "3"], "--fix tp=3 does not divide --gpus 8"),
+    (["sweep", "llama-3-8b", "--gpus", "8,16", "--tp", "3"], "--tp 3 does not divide --gpus 8"),   # as typed
     (["sweep", "llama-3-8b", "--gpus", "8,16", "--fix", "tp=3"], "nor any other GPU count"),
 ])
 def test_sweep_and_collective_bounds(cli, args, needle):
@@ -34,7 +34,7 @@ def test_sweep_fix_that_divides_some_counts_is_still_rows(cli):
     res = cli("sweep", "llama-3-8b", "--gpus", "8,24", "--dp", "3", "--global-batch", "48", "--json")
     assert res.code == 0, res.err
     rows = {r["gpus"]: r for r in res.json()["rows"]}
-    assert (rows[8]["status"], rows[8]["reason"]) == ("no_layout", "--fix dp=3 does not divide --gpus 8")
+    assert (rows[8]["status"], rows[8]["reason"]) == ("no_layout", "--dp 3 does not divide --gpus 8")
     assert rows[24]["status"] == "ok"
 
 

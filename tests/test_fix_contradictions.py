@@ -57,3 +57,20 @@ def test_a_held_knob_that_one_rule_refuses_everywhere_is_exit_2(cli, args, needl
 def test_sp_on_tp_1_on_an_moe_model_is_exit_2_as_on_a_dense_one(cli):
     """mixtral: the ep rule also took candidates, which had hidden the sp/tp contradiction (exit 1)."""
     assert_one_line_error(cli("plan", "mixtral-8x7b", "--gpus", "16", "--fix", "sp=on,tp=1"), "sp=on, tp=1")
+
+
+@pytest.mark.parametrize("args, needle", [
+    # fuzz review 2026-12-04: messages in the user's spelling, not the internal codes and not "--fix"
+    # for an option given as --allow or --tp
+    (("--schedule", "gpipe", "--fix", "schedule=1f1b"), "--schedule gpipe contradicts --fix schedule=1f1b"),
+    (("--recompute", "full", "--fix", "recompute=none"), "--recompute full contradicts --fix recompute=none"),
+    (("--sp", "--fix", "sp=off"), "--sp contradicts --fix sp=off"),
+    (("--no-sp", "--fix", "sp=on"), "--no-sp contradicts --fix sp=on"),
+    (("--allow", "cp=3"), "--allow cp=3 does not divide --gpus 16"),
+    (("--allow", "ep=2"), "--allow ep=2: llama-3-8b has no experts"),
+    (("--tp", "3"), "--tp 3 does not divide --gpus 16"),
+    # a held micro-batch alone: 512 sequences over micro-batches of 3 (no dp was held)
+    (("--allow", "micro_batch=3"), "not divisible by micro_batch 3 (--allow micro_batch=3)"),
+])
+def test_refusals_name_the_options_as_the_user_gave_them(cli, args, needle):
+    assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "16", *args), needle)

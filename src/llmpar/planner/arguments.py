@@ -128,22 +128,45 @@ def resolve_batch(model, seq, global_batch, tokens_per_batch, microbatches, defa
     return seq, global_batch, microbatches
 
 
-def knob_values(fix, allow, layout) -> dict:
+class Held(dict):
+    """knob -> the values to search, and ``origin``: knob -> the option that held it, in the user's
+    spelling (``--tp``, ``--fix``, ``--allow``), for the messages (an --allow cp=3 had been called
+    "--fix cp=3", a --tp 3 too)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.origin: dict[str, str] = {}
+
+    def said(self, k: str) -> str:
+        """``--tp 3``, ``--fix tp=3`` or ``--allow tp=3`` as the user held knob ``k``."""
+        how = self.origin.get(k, "--fix")
+        shown = K.show_values(k, self[k])
+        return f"{how} {shown}" if how.startswith("--") and how not in ("--fix", "--allow") else f"{how} {k}={shown}"
+
+
+def knob_values(fix, allow, layout) -> Held:
     """knob -> the values to search: --allow sets, narrowed by --fix and the layout keywords."""
     fixed = K.parse_assignments(_as_specs(fix, "fix"), "fix")
+    origin = {k: "--fix" for k in fixed}
     for key, value in layout.items():
         if value is None:
             continue
         k = K.knob_name(key)
         vals = K.parse_values(k, _layout_keyword(k, value))
         if k in fixed and fixed[k] != vals:
-            raise UserError(f"--{key.replace('_', '-')} {value} contradicts --fix {k}={fixed[k][0]}")
+            # both in the user's spelling (the codes had shown: "--fix schedule=1", "--sp True ... sp=False")
+            opt = (f"--{'' if vals[0] else 'no-'}sp" if k == "sp"
+                   else f"--{key.replace('_', '-')} {K.show_values(k, vals)}")
+            raise UserError(f"{opt} contradicts --fix {k}={K.show_values(k, fixed[k])}")
         fixed[k] = vals
-    allowed = K.parse_assignments(_as_specs(allow, "allow"), "allow")
+        origin.setdefault(k, f"--{key.replace('_', '-')}")
+    allowed = Held(K.parse_assignments(_as_specs(allow, "allow"), "allow"))
+    allowed.origin = {k: "--allow" for k in allowed}
     for k, vals in fixed.items():
         if k in allowed and not set(vals) <= set(allowed[k]):
             raise UserError(f"--fix {k}={K.show_values(k, vals)} is outside --allow {k}={K.show_values(k, allowed[k])}")
         allowed[k] = vals
+        allowed.origin[k] = origin[k]
     return allowed
 
 
@@ -163,34 +186,34 @@ def margin_value(value) -> float | None:
 
 def check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: int | None = None) -> None:
     """Fixed degrees that cannot work whatever else is chosen: one clear line (exit 2)."""
+    said = allowed.said if isinstance(allowed, Held) else (lambda k: f"--fix {k}={K.show_values(k, allowed[k])}")
     one = {k: v[0] for k, v in allowed.items() if len(v) == 1 and k in ("tp", "pp", "dp", "cp")}
     for k, v in one.items():
         if gpus % v:
-            raise FixConflict(f"--fix {k}={v} does not divide --gpus {gpus}")
+            raise FixConflict(f"{said(k)} does not divide --gpus {gpus}")
     prod = 1
     for v in one.values():
         prod *= v
     if gpus % prod:
-        raise FixConflict(f"--fix {', '.join(f'{k}={v}' for k, v in one.items())}: the product {prod} does not "
-                          f"divide --gpus {gpus}")
+        raise FixConflict(f"{', '.join(said(k) for k in one)}: the product {prod} does not divide --gpus {gpus}")
     if len(one) == 4 and prod != gpus:
-        raise FixConflict(f"--fix tp*pp*dp*cp = {prod} but --gpus is {gpus}")
+        raise FixConflict(f"tp*pp*dp*cp held at {prod} ({', '.join(said(k) for k in one)}) but --gpus is {gpus}")
     if "tp" in one and max_tp is not None and one["tp"] > max_tp:
-        raise UserError(f"--fix tp={one['tp']} exceeds --max-tp {max_tp}")
+        raise UserError(f"{said('tp')} exceeds --max-tp {max_tp}")
     ep = allowed.get("ep")
     if ep and len(ep) == 1 and ep[0] > 1 and model.moe is None:
-        raise UserError(f"--fix ep={ep[0]}: {model.name} has no experts")
+        raise UserError(f"{said('ep')}: {model.name} has no experts")
     if ep and len(ep) == 1 and model.moe is not None and model.moe.experts % ep[0]:
         # step's layout rule (layout.py "ep"), as bad input: a fixed value can be no layout at all
-        raise UserError(f"--fix ep={ep[0]} does not divide the {model.moe.experts} experts of {model.name}")
+        raise UserError(f"{said('ep')} does not divide the {model.moe.experts} experts of {model.name}")
     etp = allowed.get("etp")
     if etp and model.moe is None:
         raise UserError(f"--etp / etp={','.join(map(str, etp))}: {model.name} has no experts")
     if "tp" in one and (model.heads % one["tp"] or model.n_kv_heads % one["tp"]):
-        raise UserError(f"--fix tp={one['tp']} does not divide the {model.heads} heads / {model.n_kv_heads} KV heads "
+        raise UserError(f"{said('tp')} does not divide the {model.heads} heads / {model.n_kv_heads} KV heads "
                         f"of {model.name}")
     if "pp" in one and one["pp"] > model.layers:
-        raise UserError(f"--fix pp={one['pp']} exceeds the {model.layers} layers of {model.name}")
+        raise UserError(f"{said('pp')} exceeds the {model.layers} layers of {model.name}")
     off = allowed.get("offload_layers")
     if off and 0 not in off:
         # Megatron-Core's rules for CPU offloading (layout.resolve refuses the same for `llmpar step`)
@@ -204,5 +227,8 @@ def check_fixed_degrees(allowed: dict, gpus: int, model, max_tp, global_batch: i
     b = allowed.get("micro_batch")
     per = one.get("dp", 1) * (b[0] if b and len(b) == 1 else 1)
     if global_batch is not None and ("dp" in one or (b and len(b) == 1)) and global_batch % per:
-        # options that contradict each other are bad input, not a search that found nothing
-        raise UserError(f"global batch {global_batch:,} is not divisible by the fixed micro_batch*dp = {per}")
+        # options that contradict each other are bad input, not a search that found nothing; named as
+        # held (a held micro_batch 3 alone had read "the fixed micro_batch*dp = 3", as if dp were 1)
+        held = [said(k) for k in ("micro_batch", "dp") if k in allowed and len(allowed[k]) == 1]
+        what = "micro_batch x dp" if len(held) == 2 else "micro_batch" if "micro_batch" in " ".join(held) else "dp"
+        raise UserError(f"global batch {global_batch:,} is not divisible by {what} {per} ({', '.join(held)})")
