@@ -188,3 +188,15 @@ def test_qlora_zero3_gathers_the_quantised_storage():
     want = ((LINEAR_PARAMS * FT.NF4_BYTES + (r.params_total - LINEAR_PARAMS) * 2.0 + a * 2.0) / 8
             + 2 * (lin_layer * FT.NF4_BYTES + 2 * H * 2.0))
     assert r.memory["weights_bytes"] == pytest.approx(want, rel=1e-9)
+
+
+def test_the_default_rank_above_a_router_s_width_is_said_not_refused(cli):
+    """Fuzz review 2026-12-04: `--finetune lora` on Mixtral failed with every default ("--lora-rank
+    16 exceeds mixtral-8x7b's router matrix (4096 x 8)"), blaming an option not given. PEFT builds
+    the adapter, r (d_in + d_out) = 16 x 4,104 = 65,664 parameters per MoE layer, which is counted;
+    the note says the router is no longer low-rank there and how to change it."""
+    r = cli("memory", "mixtral-8x7b", "--gpus", "16", "--finetune", "lora")
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())
+    assert "rank 16 is above the smaller side of router (4096 x 8)" in text and "--lora-rank 8 or less" in text
+    assert cli("plan", "mixtral-8x7b", "--gpus", "16", "--finetune", "lora").code == 0

@@ -121,12 +121,12 @@ def make_settings(model: ModelSpec | None, *, dtype="bf16", optimizer="adam", gr
                         attention=attention, kv_dtype=kv, stack=stack, **extra)
     if recompute_modules is not None and model is not None:
         _check_modules(model, settings.recompute_modules)
-    if model is not None and settings.finetune != "full":
-        # a rank above an adapted matrix's smaller side (cost/finetune.check_rank): one check for
-        # memory, step and plan, which all build their settings here
-        from llmpar.cost.finetune import check_rank
+    if model is not None and lora_rank is not None and settings.finetune != "full":
+        # a rank the user gave above an adapted matrix's smaller side is refused, naming it; the
+        # default rank meeting a narrow matrix (Mixtral's router) is said in the note instead
+        from llmpar.cost.finetune import refuse_wide_rank
 
-        check_rank(model, settings)
+        refuse_wide_rank(model, settings)
     return settings
 
 

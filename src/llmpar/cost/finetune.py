@@ -140,18 +140,39 @@ def largest_linear(model) -> float:
     return float(max(i * o for moe in (False, True) for _, i, o, _ in linear_shapes(model, moe)))
 
 
-def check_rank(model, settings) -> None:
-    """A rank above an adapted matrix's smaller side adds parameters and no expressiveness (B·A
-    already spans the full matrix at r = min(d_in, d_out)): refused, naming the matrix."""
+def _wide(model, settings) -> dict[str, tuple[int, int]]:
+    """The adapted matrices whose smaller side is below the rank: name -> (d_in, d_out)."""
+    return {name: (i, o) for moe in ((False, True) if model.moe is not None else (False,))
+            for name, i, o, _ in adapter_shapes(model, moe, settings.lora_targets, settings.lora_rank)
+            if settings.lora_rank > min(i, o)}
+
+
+def refuse_wide_rank(model, settings) -> None:
+    """A --lora-rank the user gave above an adapted matrix's smaller side adds parameters and no
+    expressiveness there: refused, naming the matrix (the default rank is only noted: wide_rank)."""
     from llmpar.errors import UserError
 
+    for name, (i, o) in _wide(model, settings).items():
+        raise UserError(f"--lora-rank {settings.lora_rank} exceeds {model.name}'s {name} matrix ({i} x {o}): "
+                        f"a rank above {min(i, o)} is no longer low-rank there")
+
+
+def wide_rank(model, settings) -> str:
+    """The adapted matrices whose smaller side is below the rank, as a clause of the note ('' for
+    none): PEFT builds such an adapter (r (d_in + d_out) parameters, as counted here) but it adds
+    no expressiveness there (B·A spans the matrix at r = min(d_in, d_out)). For the default rank it
+    is said, not refused: rank 16 on every linear meets Mixtral's 4096 x 8 router, and a refusal had
+    blamed a --lora-rank the user never gave (a rank given is refused: refuse_wide_rank)."""
     if settings.finetune == "full":
-        return
-    for moe in (False, True) if model.moe is not None else (False,):
-        for name, i, o, _ in adapter_shapes(model, moe, settings.lora_targets, settings.lora_rank):
-            if settings.lora_rank > min(i, o):
-                raise UserError(f"--lora-rank {settings.lora_rank} exceeds {model.name}'s {name} matrix ({i} x {o}): "
-                                f"a rank above {min(i, o)} is no longer low-rank there")
+        return ""
+    wide = _wide(model, settings)
+    if not wide:
+        return ""
+    shown = ", ".join(f"{n} ({i} x {o})" for n, (i, o) in wide.items())
+    low = min(min(io) for io in wide.values())
+    return (f"; rank {settings.lora_rank} is above the smaller side of {shown}: PEFT builds those adapters (counted) "
+            f"but they are no longer low-rank there (--lora-targets attention leaves them out; --lora-rank {low} or "
+            "less keeps them low-rank)")
 
 
 _TARGET_WORDS = {"all": "every linear layer of the blocks", "attention": "q, k, v, o", "qv": "q and v"}
@@ -170,7 +191,8 @@ def note(model, settings, trainable_per_gpu: float, total: float) -> str:
             f"{_TARGET_WORDS[settings.lora_targets]}: {full / 1e6:,.1f}M trainable parameters "
             f"({full / total * 100:.2f} % of {total / 1e9:,.2f}B; {trainable_per_gpu / 1e6:,.1f}M on this GPU's "
             f"stage), with gradients and optimizer states; {base}; activations as full fine-tuning saves them "
-            "(an adapter needs its layer's input, as the weight gradient did): docs/finetune.md")
+            "(an adapter needs its layer's input, as the weight gradient did): docs/finetune.md"
+            + wide_rank(model, settings))
 
 
 def describe(settings) -> dict[str, Any]:
