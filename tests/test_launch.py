@@ -181,7 +181,9 @@ def test_plan_emit_cli(cli, tmp_path):
     assert r.code == 0 and out.read_text().startswith("# llmpar plan") and "wrote" in r.out
     assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--out", out), "--emit")
     assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "megatron", "--json"), "--json")
-    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--emit", "torchtitan"), "ZeRO 1")
+    # ZeRO 1 is torchtitan's FSDP2 under PP only (no reshard after forward there): at pp 1 refused
+    assert_one_line_error(cli("plan", "llama-3-70b", "--gpus", "64", "--fix", "pp=1,zero=1", "--emit", "torchtitan"),
+                          "ZeRO 1 at pp 1")
 
 
 def test_the_smoke_run_names_exist_too():
@@ -304,3 +306,21 @@ def test_an_uneven_pipeline_is_megatron_s_first_and_last_stages_or_refused():
         tp=8, pp=4, dp=2, zero=3, microbatches=8, seq=8192, schedule=S("interleaved"), virtual_stages=5),
         global_batch=16, seq=8192)
     assert cfg["parallelism"]["pipeline_parallel_layers_per_stage"] == 4
+
+
+def test_the_torchtitan_stack_ranks_no_layout_its_emitter_refuses(cli):
+    """Fuzz review 2026-12-04: `plan --stack torchtitan --emit torchtitan` refused the stack's own #1
+    (ZeRO 1 at pp 1, which torchtitan has no setting for). The stack now states ZeRO 1 as a PP-only
+    stage (pp_only_zero_stages, layout.stack_violations "zero_pp_only"): at pp 1 the planner does
+    not rank it, and under PP it is emitted as FSDP2 with fsdp_reshard_after_forward "default"
+    (torchtitan keeps the parameters after forward when PP is on)."""
+    r = cli("plan", "llama-3-8b", "--gpus", "16", "--stack", "torchtitan", "--json", "--top", "50")
+    assert r.code == 0, r.err
+    plans = [p["parallel"] for p in r.json()["plans"]]
+    assert plans and not any(p["zero"] == 1 and p["pp"] == 1 for p in plans)
+    r = cli("plan", "llama-3-8b", "--gpus", "16", "--stack", "torchtitan", "--emit", "torchtitan")
+    assert r.code == 0, r.err
+    # today's #1 is ZeRO 1 under pp 2 (tp 1, cp 8): the PP-only stage, emitted as torchtitan runs it
+    head = r.out.splitlines()[0]
+    assert "ZeRO 1" in head and " pp 2 " in head, head
+    assert 'fsdp_reshard_after_forward = "default"' in r.out and "pipeline_parallel_degree = 2" in r.out

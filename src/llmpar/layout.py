@@ -101,13 +101,21 @@ def stack_violations(stack, par: Parallel) -> dict[str, Any]:
       (megatron/training/arguments.py at d98e8a6 refuses only --use-torch-fsdp2 with PP), torchtitan
       composes FSDP2 with PP (parallel_dims.py at b5bcd76), so their stacks state none.
 
+    - zero_pp_only: pp = 1 with a ZeRO stage in the stack's ``pp_only_zero_stages``: torchtitan's
+      ZeRO 1 is FSDP2 under PP, which keeps the parameters unsharded between forward and backward
+      (torchtitan/distributed/utils.py at b5bcd76: reshard_after_forward "default" is False when
+      PP is enabled); without PP its FSDP2 reshards (ZeRO 3) or is replicated (0), so ZeRO 1 at
+      pp 1 is no torchtitan layout (`--emit torchtitan` had refused the plans the stack ranked).
+
     The planner masks with it (planner/space.py), calibrate runs searches within it, and ``step`` says
     so (inputs.stack_support_note)."""
     allowed = getattr(stack, "pp_zero_stages", None)
+    pp_only = getattr(stack, "pp_only_zero_stages", None)
     pp, zero = np.asarray(par.pp), np.asarray(par.zero)
-    bad = np.zeros(np.broadcast_shapes(pp.shape, zero.shape), dtype=bool) if allowed is None else \
-        (pp > 1) & ~np.isin(zero, np.asarray(allowed))
-    return {"pp_zero": out_mask(bad)}
+    none = np.zeros(np.broadcast_shapes(pp.shape, zero.shape), dtype=bool)
+    bad = none if allowed is None else (pp > 1) & ~np.isin(zero, np.asarray(allowed))
+    only = none if not pp_only else (pp == 1) & np.isin(zero, np.asarray(pp_only))
+    return {"pp_zero": out_mask(bad), "zero_pp_only": out_mask(only)}
 
 
 
@@ -122,6 +130,9 @@ def stack_violation_message(rule: str, stack, par: Parallel) -> str:
         return (f"stack {stack.name} does not launch ZeRO-{int(par.zero)} with pipeline parallelism (pp "
                 f"{int(par.pp)}): its framework allows ZeRO " + ", ".join(str(z) for z in stack.pp_zero_stages)
                 + " under pp > 1 (`llmpar stacks show " + stack.name + "`)")
+    if rule == "zero_pp_only":
+        return (f"stack {stack.name} has ZeRO-{int(par.zero)} only under pipeline parallelism (pp > 1; here pp 1): "
+                f"its framework has no such sharding without PP (`llmpar stacks show {stack.name}`)")
     raise AssertionError(rule)
 
 

@@ -3,13 +3,15 @@
 The section.key names are torchtitan's job-config dataclasses' (launch/flags/torchtitan.txt at a
 pinned commit). Mapping: tp, pp, cp, ep -> parallelism.*_degree; ZeRO 0 -> DDP
 (data_parallel_replicate_degree = dp), ZeRO 3 -> FSDP2 (data_parallel_shard_degree = dp), ZeRO 2 ->
-FSDP2 that keeps the parameters after forward (fsdp_reshard_after_forward = "never"); the batch:
+FSDP2 that keeps the parameters after forward (fsdp_reshard_after_forward = "never"), ZeRO 1 under
+PP -> FSDP2 with fsdp_reshard_after_forward = "default" (which torchtitan resolves to no reshard
+when PP is on: what llmpar's ZeRO 1 prices for its PP rows, stacks/torchtitan.yaml); the batch:
 training.local_batch_size is one rank's batch per step (b without PP; b·m with PP, split into
 pipeline_parallel_microbatch_size = b), training.global_batch_size the sequences per step (torchtitan
 accumulates gradients to reach it); recompute -> activation_checkpoint.mode; 1F1B, interleaved
 1F1B and GPipe -> pipeline_parallel_schedule.
 
-Refused, with the reason: ZeRO 1 (FSDP2 has no optimizer-only sharding), partial full recompute
+Refused, with the reason: ZeRO 1 at pp 1 (FSDP2 has no optimizer-only sharding), partial full recompute
 (torchtitan recomputes every layer or an op-level selection), activation offloading, the ZB-H1
 and DualPipe schedules, an expert TP degree other than torchtitan's.
 """
@@ -25,8 +27,10 @@ SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dict[str, dict[str, object]]:
     d = par.as_dict()
     refuse = None
-    if d["zero"] == 1:
-        refuse = "ZeRO 1 (optimizer states only): torchtitan's FSDP2 shards parameters too; plan with --allow zero=0,2,3"
+    if d["zero"] == 1 and d["pp"] == 1:
+        refuse = ("ZeRO 1 at pp 1 (optimizer states only): torchtitan's FSDP2 shards parameters too, and keeps them "
+                  "unsharded after forward only under PP; plan with --allow zero=0,2,3 (the torchtitan stack ranks "
+                  "ZeRO 1 under pp > 1 only: pp_only_zero_stages)")
     elif d["recompute"] == "full" and d["recompute_layers"]:
         refuse = (f"full recompute of {d['recompute_layers']} layers per chunk: torchtitan recomputes every layer "
                   "(mode full) or an op selection (selective)")
@@ -49,6 +53,10 @@ def settings_of(model, hw, settings, par, *, global_batch: int, seq: int) -> dic
         par_.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=d["dp"])
         if d["zero"] == 2:
             par_["fsdp_reshard_after_forward"] = "never"
+        elif d["zero"] == 1:
+            # ZeRO 1 under PP is FSDP2 as torchtitan runs it there: "default" keeps the parameters
+            # unsharded after forward when PP is on (torchtitan/distributed/utils.py at b5bcd76)
+            par_["fsdp_reshard_after_forward"] = "default"
     if model.moe is not None:
         par_["expert_parallel_degree"] = d["ep"]
     if d["pp"] > 1:

@@ -66,7 +66,8 @@ REASONS = {
     "schedule": "schedule cannot run it (interleaved: m a multiple of pp, v >= 2 dividing the layers per stage; "
                 "DualPipe: pp even, m even and >= 2*pp; a schedule other than 1F1B at pp 1)",
     "convention": "ZeRO stage outside what --convention covers",
-    "stack": "the stack's framework does not launch it (layout.stack_violations: ZeRO stage under pipeline parallelism)",
+    "stack": "the stack's framework does not launch it (layout.stack_violations: ZeRO stage under pipeline "
+             "parallelism, or one it has only under pipeline parallelism)",
     "finetune": "LoRA/QLoRA is modelled data-parallel only: tp = pp = cp = ep = 1 (cost/finetune.layout_violations)",
     "optimizer_offload": "--optimizer-offload offloads ZeRO's optimizer partition: ZeRO 0 has none "
                          "(layout_settings.optimizer_offload_violations)",
@@ -364,8 +365,8 @@ def _knob_violations(model: ModelSpec, spec: SpaceSpec, settings: Settings, cols
         "schedule": ~np.asarray(pipeline.schedule_feasible(sched, pp, np.maximum(m, 1), v), dtype=bool)
                     | rules["virtual_stages"] | rules["schedule_pp"],
         "convention": ~np.broadcast_to(np.asarray(M.convention_allows(settings, zero), dtype=bool), zero.shape),
-        "stack": np.broadcast_to(np.asarray(stack_violations(settings.stack, Parallel(pp=pp, zero=zero))["pp_zero"],
-                                            dtype=bool), zero.shape),
+        "stack": np.broadcast_to(np.logical_or.reduce([np.asarray(m, dtype=bool) for m in stack_violations(
+            settings.stack, Parallel(pp=pp, zero=zero)).values()]), zero.shape),   # every rule of the stack
         "finetune": np.broadcast_to(np.asarray(finetune_layout_violations(settings.finetune, tp, pp, cp, cols["ep"]),
                                                dtype=bool), zero.shape),
         "optimizer_offload": np.broadcast_to(np.asarray(optimizer_offload_violations(settings, zero), dtype=bool),

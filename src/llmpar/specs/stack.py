@@ -314,6 +314,10 @@ class Stack(_Strict):
         None, description="ZeRO stages the framework launches together with pipeline parallelism (pp > 1), cited "
                           "from its own argument checks (DeepSpeed's PipelineEngine: 0 and 1); None: every stage of "
                           "zero_stages (layout.stack_violations)")
+    pp_only_zero_stages: list[Literal[0, 1, 2, 3]] | None = Field(
+        None, description="ZeRO stages that are the framework's only under pipeline parallelism (torchtitan: 1, "
+                          "FSDP2 that does not reshard after forward when PP is on; at pp 1 it has no such "
+                          "setting); None: none (layout.stack_violations)")
     schedules: list[Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]] = Field(
         default_factory=lambda: ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"], min_length=1,
         description="pipeline schedules the framework implements (the planner searches only these unless "
