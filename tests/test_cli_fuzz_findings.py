@@ -84,7 +84,7 @@ def test_serve_plan_disaggregated_search_at_a_huge_rate_ends(cli):
     (("step", "llama-3-8b", "--gpus", "8", "--ep-overlap", "0.5"), "llama-3-8b is dense"),
     (("plan", "llama-3-8b", "--gpus", "8", "--ep-overlap", "0.5"), "llama-3-8b is dense"),
     (("sweep", "llama-3-8b", "--min-gpus"), "--min-gpus"),
-    (("plan", "mixtral-8x7b", "--gpus", "16", "--ep", "16"), "ep=16 does not divide the 8 experts"),
+    (("plan", "mixtral-8x7b", "--gpus", "16", "--ep", "16"), "--ep 16 does not divide the 8 experts"),
     (("serve-plan", "llama-3-8b", "--rate", "0"), "positive number of requests per second"),
     (("serve-plan", "llama-3-8b", "--gpus", "1", "--engine", ","), "an empty name"),
     (("calibrate", "runs", str(REPO / "validation" / "llm-foundry-mpt.yaml"), "--fit", ""), "--fit names no parameter"),

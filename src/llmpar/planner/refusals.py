@@ -38,8 +38,9 @@ def layout_text(par: Parallel) -> str:
 def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed | UserError:
     """A valid request with no runnable layout is a check that failed (exit 1, like "nothing fits"),
     not bad input (issue 9, item 6): one line, the rules that rejected the layouts, most first.
-    Unless one rule of knobs the user held rejected them all (space.RULE_KNOBS): then the options
-    contradict each other, a FixConflict (exit 2), as `step` refuses the same layout."""
+    Unless one rule rejects every candidate on its own (``cand.universal``) and reads a knob the user
+    held (planner/reasons.RULE_KNOBS): then the options contradict each other, a FixConflict (exit
+    2), as `step` refuses the same layout."""
     hits = {k: v for k, v in cand.rejected.items() if v}
     if not cand.total:
         return NoLayout(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
@@ -48,7 +49,7 @@ def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed
         held = [k for k in SP.RULE_KNOBS.get(rule, ()) if k in spec.allowed]
         if held:
             # one rule breaks every candidate on its own and reads a knob the user held: the options
-            # contradict each other (space.RULE_KNOBS), bad input as in `step`
+            # contradict each other (planner/reasons.RULE_KNOBS), bad input as in `step`
             from llmpar.planner.arguments import FixConflict
             shown = ", ".join(f"{k}={K.show_values(k, spec.allowed[k])}" for k in held)
             exc = FixConflict(f"--fix/--allow {shown}: {SP.REASONS[rule]}")
