@@ -349,3 +349,17 @@ def test_a_calibrated_engine_is_not_called_prior_only():
     assert _engine_evidence(SimpleNamespace(calibration={"runs": 4}, fitted_on=[])) == "calibrated"
     assert _engine_evidence(SimpleNamespace(calibration=None, fitted_on=["FITTED on x"])) == "fitted"
     assert _engine_evidence(SimpleNamespace(calibration=None, fitted_on=["a prior"])) == "prior only"
+
+
+@pytest.mark.parametrize("value, needle", [("0", "must be positive: e.g. '450 GB/s'"), ("12", "e.g. '12 GB/s'")])
+def test_a_bare_bandwidth_is_told_its_unit(cli, value, needle):
+    """`--checkpoint-bandwidth 0` had read "cannot read ... expected e.g. '450 GB/s'" (fuzz review)."""
+    assert_one_line_error(cli("sweep", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--checkpoint-bandwidth", value),
+                          "needs its unit", needle)
+
+
+def test_plan_emit_takes_top_1_and_a_lone_sweep_row_is_one_row(cli):
+    """--top 1 agrees with what --emit prints (it had been refused as changing nothing); "(1 rows"."""
+    assert cli("plan", "llama-3-8b", "--gpus", "8", "--top", "1", "--emit", "megatron").code == 0
+    assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--emit", "megatron"), "--top")
+    assert_one_line_error(cli("sweep", "llama-3-8b", "--gpus", "1000000"), "(1 row: see the reasons)", code=1)

@@ -96,6 +96,11 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> tuple[f
         return _positive(float(text), str(text), what), False
     m = _BW_RE.match(str(text))
     if not m:
+        if re.fullmatch(r"\s*[-+]?[0-9.]+([eE][-+]?[0-9]+)?\s*", str(text)):   # a bare number: the unit is missing
+            t = str(text).strip()
+            ok = float(t) > 0 and math.isfinite(float(t))
+            raise UserError(f"{what} {t}: a bandwidth needs its unit (bytes or bits per second)"
+                            + (f", e.g. '{t} GB/s' or '{t} Gb/s'" if ok else ", and must be positive: e.g. '450 GB/s'"))
         raise UserError(f"cannot read {what} {text!r}: expected e.g. '450 GB/s', '400 Gb/s', '900 GB/s bidirectional'")
     num, prefix, unit, direction = m.groups()
     value = float(num) * _DEC[prefix or ""]

@@ -110,7 +110,8 @@ def sweep(model, **kw):
         if html_path is not None:
             click.echo(f"report: {html_path}")
     if not result.any_ok:
-        raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({len(result.rows)} rows: see the reasons)")
+        n = len(result.rows)
+        raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({n} row{'s' * (n != 1)}: see the reasons)")
 
 
 def _csv_row(d: dict) -> dict:
