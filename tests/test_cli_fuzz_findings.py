@@ -362,4 +362,6 @@ def test_plan_emit_takes_top_1_and_a_lone_sweep_row_is_one_row(cli):
     """--top 1 agrees with what --emit prints (it had been refused as changing nothing); "(1 rows"."""
     assert cli("plan", "llama-3-8b", "--gpus", "8", "--top", "1", "--emit", "megatron").code == 0
     assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "8", "--top", "2", "--emit", "megatron"), "--top")
+    for moot in (("--pareto",), ("--explain-rank", "3")):   # still refused beside it
+        assert_one_line_error(cli("plan", "llama-3-8b", "--gpus", "8", *moot, "--emit", "megatron"), moot[0])
     assert_one_line_error(cli("sweep", "llama-3-8b", "--gpus", "1000000"), "(1 row: see the reasons)", code=1)

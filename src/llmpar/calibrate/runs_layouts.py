@@ -138,9 +138,8 @@ def _recompute_choices(lay: dict, num, rec_given, model, pp: int, where: str) ->
     return recs, n_rec_given, n_off
 
 
-def _zero_choices(zero_given: int | None, zero_stages, pp: int, pp_zero_stages, pp_only=None) -> list[int]:
-    """The ZeRO stages to evaluate: the stated one, else the stack's (under pp, those it launches there;
-    at pp 1, not those it has only under pp)."""
+def _zero_choices(zero_given: int | None, zero_stages, pp: int, pp_zero_stages) -> list[int]:
+    """The ZeRO stages to evaluate: the stated one, else the stack's (under pp, those it launches there)."""
     # an unstated ZeRO stage is searched like the other tuned knobs (FSDP-style runs rarely say
     # which stage their sharding amounts to)
     zeros = [zero_given] if zero_given is not None else list(zero_stages)
@@ -148,8 +147,6 @@ def _zero_choices(zero_given: int | None, zero_stages, pp: int, pp_zero_stages, 
         # under pipeline parallelism only the stages the framework launches there
         # (layout.stack_violations)
         zeros = [z for z in zeros if z in pp_zero_stages] or zeros
-    if zero_given is None and pp == 1 and pp_only:
-        zeros = [z for z in zeros if z not in pp_only] or zeros
     return zeros
 
 

@@ -179,7 +179,9 @@ def _check_outputs(as_json, as_csv, units, emit, out, kw) -> None:
     if emit is not None and (as_json or as_csv):
         raise UserError("--emit prints the launch configuration: leave out --json/--csv")
     if emit is not None and out is None:   # only plan #1's configuration is printed
-        refuse_moot_outputs({"--top": kw["top"] not in (10, 1),   # --top 1 agrees with what --emit prints "--pareto": kw["pareto"], "--explain-rank": kw["explain_rank"] != 2,
+        # --top 1 agrees with what --emit prints (plan #1): not refused
+        refuse_moot_outputs({"--top": kw["top"] not in (10, 1), "--pareto": kw["pareto"],
+                             "--explain-rank": kw["explain_rank"] != 2,
                              "--interval-level": kw["interval_level"] is not None, "--units": units != "gb",
                              "--gpu-hour-price": kw["gpu_hour_price"] is not None},
                             f"--emit {emit} without --out (it prints plan #1's launch configuration only)")
