@@ -139,7 +139,7 @@ def few_sources_factor(sources: float) -> float:
     """How much wider than the pool's own spread a *new* source's residual may fall: the pool's
     centre is itself estimated from k sources (the source is the unit: one cluster's runs share its
     bias), so a new one's prediction interval is the spread x sqrt(1 + 1/k), the prediction interval
-    of a normal sample of k (e.g. Hahn and Meeker 1991, Statistical Intervals, §4.4). One source:
+    of a normal sample of k, mean +- t s sqrt(1 + 1/k) (Hahn and Meeker 1991, Statistical Intervals, ch. 4). One source:
     x1.41; four: x1.12; twenty: x1.02."""
     return math.sqrt(1.0 + 1.0 / max(float(sources), 1.0))
 
