@@ -1,6 +1,6 @@
 """Held knobs that contradict each other are bad input (exit 2, one line), as `step` refuses the
 same layout, not a search that found nothing (newcomer review: `plan --fix sp=1,tp=1` exited 1
-"every one of the 2,430 candidates breaks a rule"). planner/space.RULE_KNOBS names the rules
+"every one of the 2,430 candidates breaks a rule"). planner/reasons.RULE_KNOBS names the rules
 that read only held knobs."""
 
 import pytest

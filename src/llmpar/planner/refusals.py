@@ -13,6 +13,7 @@ from llmpar.parallel import Parallel
 from llmpar.planner import knobs as K
 from llmpar.planner import space as SP
 from llmpar.planner.evaluate import memory_in_chunks
+from llmpar.planner.reasons import RULE_KNOBS
 
 
 class NoLayout(CheckFailed):
@@ -46,7 +47,7 @@ def nothing_valid(cand: SP.Candidates, spec: SP.SpaceSpec, model) -> CheckFailed
         return NoLayout(f"no layout of {spec.gpus:,} GPUs is left by --fix/--allow/--max-tp (nothing to search)", hits)
     why = "; ".join(f"{SP.REASONS[k]}: {v:,}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
     for rule in cand.universal:
-        held = [k for k in SP.RULE_KNOBS.get(rule, ()) if k in spec.allowed]
+        held = [k for k in RULE_KNOBS.get(rule, ()) if k in spec.allowed]
         if held:
             # one rule breaks every candidate on its own and reads a knob the user held: the options
             # contradict each other (planner/reasons.RULE_KNOBS), bad input as in `step`

@@ -54,7 +54,7 @@ MAX_MICRO_BATCH = 16
 DEFAULT_SCHEDULES = tuple(SCHEDULES.index(s) for s in ("1f1b", "interleaved", "zb-h1", "dualpipe"))
 
 # reason key -> what it means (in the order candidates are tested)
-from llmpar.planner.reasons import REASONS, RULE_KNOBS  # noqa: E402  (re-exported: refusals reads SP.REASONS)
+from llmpar.planner.reasons import REASONS  # noqa: E402  (SP.REASONS: the planner's rejection keys)
 
 # the rules of layout.layout_violations checked per degree row (tp, cp, pp, ep), in REASONS order
 _DEGREE_RULES = ("tp_heads", "pp_layers", "cp_seq", "ep", "etp")

@@ -5,7 +5,6 @@ docs/serving.md, serve-plan; docs/api.md, serve_plan."""
 
 from __future__ import annotations
 
-import math
 
 from llmpar.errors import UserError
 from llmpar.serving.plan import _bands, _spec, plan
