@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from llmpar.errors import UserError, refuse_unknown
 from llmpar.inputs import load_hardware_spec, load_model_spec, make_settings, parse_reserve, stack_note  # noqa: F401 (API)
-from llmpar.parallel import positive_int
+from llmpar.parallel import callback, positive_int
 from llmpar.run import memory as RM
 from llmpar.results import (MEMORY_COMPONENTS, STEP_NUMBERS, CollectiveResult, CollectiveSweepResult, MemoryResult,
                             StepFigures, StepResult, ValidateResult, step_numbers)
@@ -37,22 +37,25 @@ from llmpar.units import parse_tolerance  # noqa: F401 (parse_tolerance: API)
 # ------------------------------------------------------------------------------ spec loading
 
 
-def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None) -> ModelSpec:
+def load_model(model: str | ModelSpec | None = None, *, hf: str | None = None, **unknown) -> ModelSpec:
     """A model spec: a shipped name or alias (``"llama-70b"``), a YAML path, a Hugging Face
     ``config.json`` path (or ``hf=`` one), or a loaded :class:`ModelSpec` (returned as is)."""
+    refuse_unknown("load_model", unknown, ["model", "hf"])   # a UserError naming the closest keyword (docs/api.md)
     if model is None and hf is None:
         raise UserError("give a MODEL (e.g. llama-3-70b) or hf= a config.json")
     return load_model_spec(model, hf)[0]
 
 
-def load_hardware(hardware: str | Hardware | None = DEFAULT_HARDWARE) -> Hardware:
+def load_hardware(hardware: str | Hardware | None = DEFAULT_HARDWARE, **unknown) -> Hardware:
     """A hardware profile: a shipped name (``"h100-sxm"``), a YAML path, or a loaded :class:`Hardware`."""
+    refuse_unknown("load_hardware", unknown, ["hardware"])
     return load_hardware_spec(hardware)
 
 
-def load_stack(stack: str | Stack | None = None) -> Stack:
+def load_stack(stack: str | Stack | None = None, **unknown) -> Stack:
     """A software stack: a shipped name (``"megatron-core"``), a YAML path, a loaded :class:`Stack`,
     or None for the default stack."""
+    refuse_unknown("load_stack", unknown, ["stack"])
     from llmpar.specs.registry import load_stack as _load_stack
 
     return _load_stack(stack)
@@ -266,6 +269,7 @@ def validate(
     tolerance: str | float | None = None,
     progress=None,
     serving: bool = False,
+    finetune: bool = False,
     **unknown,
 ) -> ValidateResult:
     """Published vs predicted for every shipped published run (or those of ``source``: one name or
@@ -275,14 +279,27 @@ def validate(
     :class:`~llmpar.errors.CheckFailed` if any group's mean absolute error exceeds it (the CLI's
     exit 1); :meth:`ValidateResult.over_tolerance` asks the same without raising.
     ``progress(name, done, total)`` is called before each source. ``serving=True``: the published
-    serving runs instead (``validate --serving``; the result's ``serving`` holds the block)."""
+    serving runs instead (``validate --serving``; the result's ``serving`` holds the block).
+    ``finetune=True``: the published LoRA / QLoRA runs (``validate --finetune``; in ``finetune``)."""
     refuse_unknown("validate", unknown, [k for k in locals() if k != "unknown"])
+    from llmpar.parallel import flag
     from llmpar.validation.core import validate as _validate
 
+    serving, finetune = flag(serving, "serving", False), flag(finetune, "finetune", False)
+    if serving and finetune:
+        raise UserError("serving=True and finetune=True are two sets of published runs: choose one")
+    if serving or finetune:
+        given = [n for n, v in (("source", source), ("stack", stack), ("limit", limit), ("tolerance", tolerance),
+                                ("progress", progress)) if v is not None]
+        if given:   # an option that changes nothing is refused (the CLI's rule)
+            what = "serving" if serving else "finetune"
+            raise UserError(f"{what}=True validates every published {'serving' if serving else 'fine-tuning'} run; "
+                            f"{', '.join(given)} change{'s' if len(given) == 1 else ''} nothing there")
+    if finetune:
+        from llmpar.validation.finetune import validate_finetune
+
+        return ValidateResult(rows=[], groups=[], sources=[], finetune=validate_finetune())
     if serving:
-        if source is not None or stack is not None or limit is not None or tolerance is not None:
-            raise UserError("serving=True validates every published serving run; source, stack, limit and tolerance "
-                            "change nothing there")
         from llmpar.serving.report import validate_block
 
         return ValidateResult(rows=[], groups=[], sources=[], serving=validate_block())
@@ -294,8 +311,9 @@ def validate(
                                                                  and all(isinstance(x, str) for x in source))):
         raise UserError(f"source must be a validation source name (a file stem of validation/*.yaml) or a list of "
                         f"them, got {source!r}")
-    if progress is not None and not callable(progress):
-        raise UserError(f"progress must be a function progress(name, done, total), got {progress!r}")
+    if isinstance(source, (list, tuple)) and not source:   # [] had validated nothing and passed any tolerance
+        raise UserError("source=[] names no source: give one or more names (validation/*.yaml stems), or None for all")
+    callback(progress, "progress", "progress(name, done, total)")
     r = _validate(source, stack, limit, progress)
     result = ValidateResult(rows=r.rows, groups=r.groups, sources=[s.as_dict() for s in r.sources], stack=r.stack,
                             cross_validation=r.cross_validation)

@@ -348,7 +348,8 @@ def _recompute_layers(recompute_layers, rec: int, layers: int, pp: int, v: int) 
 
 def _offload_layers(offload_layers, rec: int, layers: int, pp: int, hardware: Hardware) -> int:
     """--offload-layers N: fewer than the model's layers, pp 1, no recompute, a host link to copy over."""
-    if offload_layers is None or offload_layers == 0:
+    # whole() first: offload_layers=False had passed "== 0" as none
+    if offload_layers is None or whole(offload_layers, "offload-layers") == 0:
         return 0
     # Megatron-Core TransformerConfig (cpu_offloading): fewer layers than the model has, no
     # pipeline parallelism, no activation recomputation

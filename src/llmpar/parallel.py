@@ -289,10 +289,14 @@ class Settings:
             raise UserError(f"--finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
         if self.lora_targets not in LORA_TARGETS:
             raise UserError(f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, got {self.lora_targets!r}")
-        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, (int, np.integer)) or self.lora_rank < 1:
+        r = self.lora_rank   # the API's whole-number rule (whole()): 8.0 is 8 (docs/api.md), True is refused
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer, float, np.floating)) \
+                or not np.isfinite(r) or not float(r).is_integer() or r < 1:
             raise UserError(f"--lora-rank must be a whole number of 1 or more, got {self.lora_rank!r}")
+        object.__setattr__(self, "lora_rank", int(r))
         off = self.optimizer_offload
-        if isinstance(off, bool) or not isinstance(off, (int, float, np.floating)) or not 0.0 <= float(off) <= 1.0:
+        if isinstance(off, (bool, np.bool_)) or not isinstance(off, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(off) <= 1.0:
             raise UserError(f"--optimizer-offload must be a fraction from 0 to 1 (the share of the optimizer states "
                             f"kept in host memory), got {off!r}")
         object.__setattr__(self, "optimizer_offload", float(off))
@@ -388,6 +392,14 @@ def flag(value, what: str, default_none: bool = True) -> bool | None:
         return bool(value)
     raise UserError(f"{what} must be True or False{' (or None for the default)' if default_none else ''}, "
                     f"got {value!r}")
+
+
+def callback(value, what: str, call: str):
+    """The rule for a function argument of the Python API (``progress=``): a callable or None; a
+    string had been called and raised a TypeError mid-run (reliability: sweep(progress='x'))."""
+    if value is not None and not callable(value):
+        raise UserError(f"{what} must be a function {call}, got {value!r}")
+    return value
 
 
 def fraction(value, what: str) -> float | None:

@@ -323,10 +323,13 @@ class ValidateResult(Result):
     stack: str | None = None       # the stack every row was evaluated under, when one was asked for
     cross_validation: dict[str, Any] | None = None
     serving: dict[str, Any] | None = None   # validate(serving=True): the published serving runs (docs/serving.md)
+    finetune: dict[str, Any] | None = None  # validate(finetune=True): the published LoRA/QLoRA runs (docs/finetune.md)
 
     def to_dict(self) -> dict[str, Any]:
         if self.serving is not None:
             return {"serving": self.serving}
+        if self.finetune is not None:   # `validate --finetune --json`'s object
+            return {"finetune": self.finetune}
         return {"cross_validation": self.cross_validation, "rows": self.rows, "groups": self.groups,
                 "sources": self.sources}
 

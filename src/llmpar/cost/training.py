@@ -99,6 +99,8 @@ MAX_POWER_PER_GPU_W = 1e5
 
 def parse_price(value, text) -> float:
     try:
+        if isinstance(value, (bool, np.bool_)):   # True had been a price of 1 (float(True))
+            raise TypeError
         v = float(value)
     except (TypeError, ValueError):
         raise UserError(f"--gpu-hour-price {text!r}: expected a price (2.5) or per profile (h100-sxm=2.5,b200=4.5)") \
@@ -174,6 +176,11 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
 
     out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None,
                            "failure_rate": None, "restart_s": None, "checkpoint_bandwidth": None, "checkpoint": None}
+    for name, v in (("tokens", tokens), ("pue", pue), ("gpu-hour-price", gpu_hour_price),
+                    ("power-per-gpu", power_per_gpu), ("failure-rate", failure_rate), ("restart-time", restart_time),
+                    ("checkpoint-bandwidth", checkpoint_bandwidth)):
+        if isinstance(v, (bool, np.bool_)):   # pue=True had been a PUE of 1.0 (float(True)): a number, not a flag
+            raise UserError(f"--{name} takes a number, got {v!r}")
     if failure_rate is not None:
         try:
             value = float(failure_rate)

@@ -30,7 +30,7 @@ import numpy as np
 from llmpar import evidence as EV
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError
-from llmpar.parallel import Parallel, Settings
+from llmpar.parallel import Parallel, Settings, flag
 from llmpar.planner import ranking as RK
 from llmpar.planner import space as SP
 from llmpar.planner.evaluate import Shown, memory_in_chunks
@@ -285,7 +285,8 @@ def plan(
     (:func:`search`, docs/planner.md); ``space.tight`` counts the TIGHT ones kept.
     ``interval_level`` (default 0.8): the level of every row's ``interval`` (:mod:`llmpar.evidence`).
     """
-    if min_gpus:
+    # a flag is True or False: min_gpus="no" (or nan, or 2) had been taken as True (parallel.flag)
+    if flag(min_gpus, "min_gpus", default_none=False):
         return _smallest(dict(locals()))
     t_start = time.perf_counter()
     req = read_request(dict(locals()))

@@ -28,7 +28,7 @@ import numpy as np
 
 from llmpar import inputs
 from llmpar.errors import CheckFailed, UserError, refuse_unknown
-from llmpar.parallel import MAX_GPUS, whole
+from llmpar.parallel import MAX_GPUS, callback, whole
 from llmpar.results_plan import SweepResult, SweepRow
 from llmpar.specs.registry import DEFAULT_HARDWARE
 
@@ -222,8 +222,13 @@ def sweep(
     bad = sorted(set(plan_options) & set(_NOT_PLAN_OPTIONS))
     if bad:
         raise UserError(f"sweep() keeps plan #1 at each count by step time; it takes no {', '.join(bad)}")
+    unread = sorted(set(plan_options) & {"units", "keep_points"})
+    if unread:   # accepted and ignored before: a sweep row has bytes, not a unit, and keeps no candidate points
+        raise UserError(f"sweep() takes no {', '.join(unread)}: its rows hold memory in bytes and no candidate "
+                        "points (llmpar.plan(gpus=N, ...) has them for one count)")
     refuse_unknown("sweep", {k: v for k, v in plan_options.items() if k not in _plan_keywords()},
                    [*_plan_keywords(), "gpus", "hardware", "tokens", "deadline", "progress"])
+    callback(progress, "progress", "progress(name, done, total)")
     counts = parse_gpu_list(gpus)
     train_in = TR.parse_inputs(tokens, pue, gpu_hour_price, power_per_gpu, failure_rate, restart_time,
                                checkpoint_bandwidth, checkpoint)

@@ -22,13 +22,14 @@ def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, swee
 
     explain = flag(explain, "explain", False)
     name = C.normalize_collective(collective)
-    if algorithm:
+    # None is the default; anything else is read (algorithm=False or sweep=0 had been taken as not given)
+    if algorithm is not None:
         algorithm = CP.normalize_algorithm(algorithm, name)
     hw = load_hardware_spec(hardware)
     gpus, place, notes = _collective_group(hw, gpus, gpus_per_node)
-    if sweep and size is not None:
+    if sweep is not None and size is not None:
         raise UserError("give --size or --sweep, not both")
-    if sweep:
+    if sweep is not None:
         rows = []
         for s in _sweep_sizes(sweep):
             rep = C.collective_report(hw, name, s, gpus, place["members_per_node"], algorithm=algorithm)
@@ -56,7 +57,7 @@ def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, swee
         algorithms=[_algorithm_dict(r) for r in rep.rows], assumptions=notes,
         explain=C.explain(rep, hw) if explain else None,
     )
-    if algorithm and result.chosen is None:
+    if algorithm is not None and result.chosen is None:
         raise UserError(
             f"algorithm {algorithm!r} cannot run {name} over {gpus} GPUs with {place['members_per_node']} per node "
             f"on {hw.name}: " + next(a["unavailable_because"] for a in result.algorithms if a["algorithm"] == algorithm)

@@ -21,6 +21,8 @@ LOADS = ("concurrency", "rate", "batch")
 MAX_REQUESTS = 10_000_000
 #: --max-num-batched-tokens, in `serve` and in `serve-plan`'s list alike (they had disagreed: 1 and 16)
 BUDGET_RANGE = (1, 1_048_576)
+#: request lengths when none are given (`serve`, `serve-plan` and the API alike; a keyword's None is this)
+DEFAULT_ISL, DEFAULT_OSL = 1024, 128
 
 
 @dataclass
@@ -46,24 +48,29 @@ class Deployment:
 
 
 def _int(value, name: str, lo: int = 1, hi: int = MAX_REQUESTS, why: str = "") -> int | None:
-    """A whole number in [lo, hi]; ``why``: what sets the upper bound, said when it binds."""
+    """A whole number in [lo, hi]; ``why``: what sets the upper bound, said when it binds. What is a
+    whole number is the API's one rule (:func:`llmpar.parallel.whole`: an int, a numpy integer or a
+    whole float; never a bool); ``np.int64(8)`` had been refused as "not a whole number"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or float(value) != int(value):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        v = int(value)
+    elif isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        v = int(value)
+    else:
         raise UserError(f"--{name.replace('_', '-')} must be a whole number, got {value!r}")
-    v = int(value)
     if not lo <= v <= hi:
         limit = f" ({why})" if why and v > hi else ""
-        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}{limit}, got {v:,}")
+        raise UserError(f"--{name.replace('_', '-')} must be between {lo:,} and {hi:,}{limit}, got {v:,}"
+                        if v < 10**15 else f"--{name.replace('_', '-')} {v:.3g} is out of range: at most {hi:,}{limit}")
     return v
 
 
 def _share(value, name: str, top_open: bool) -> float:
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not (0.0 <= value < 1.0 if top_open else 0.0 <= value <= 1.0):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or not (0.0 <= value < 1.0 if top_open else 0.0 <= value <= 1.0):
         raise UserError(f"--{name} must be a share between 0 and {'1 (exclusive)' if top_open else '1'}, got {value!r}")
     return float(value)
 
@@ -182,7 +189,7 @@ def _rate(text, allow_inf: bool = True) -> float:
     serve-plan's, which sizes for a finite one and says so in its messages): a number or its text.
     A bool, an array or a complex number is refused as concurrency's are (numpy had raised a
     TypeError at np.array([1, 2]), and True had been a rate of 1)."""
-    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+    if isinstance(text, (bool, np.bool_)) or not isinstance(text, (int, float, str, np.integer, np.floating)):
         raise UserError(f"rate {text!r}: expected requests per second, a number (e.g. 4 or 0.5)"
                         + (" or 'inf'" if allow_inf else ""))
     t = str(text).strip().lower()

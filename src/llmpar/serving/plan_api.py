@@ -5,8 +5,10 @@ docs/serving.md, serve-plan; docs/api.md, serve_plan."""
 
 from __future__ import annotations
 
+import numpy as np
 
 from llmpar.errors import UserError
+from llmpar.serving.deployment import DEFAULT_ISL, DEFAULT_OSL
 from llmpar.serving.plan import _bands, _spec, plan
 from llmpar.specs.registry import DEFAULT_HARDWARE
 
@@ -17,10 +19,18 @@ def _slo(text, name: str) -> float | None:
         return None
     from llmpar.units import parse_seconds
 
-    t = str(text).strip()
-    if t.replace(".", "", 1).isdigit():
-        raise UserError(f"--{name} {t}: give a unit, e.g. {t}ms or {t}s")
-    v = parse_seconds(t, f"--{name}", allow_zero=False)   # one wording for 0 and below: "must be positive"
+    if isinstance(text, (bool, np.bool_)):
+        raise UserError(f"{name} must be a latency target ('500ms', or seconds as a number), got {text!r}")
+    if isinstance(text, (int, float, np.integer, np.floating)):
+        # the API's number is seconds (docs/api.md, serve_plan): ttft=0.5 had been refused "give a unit"
+        v = parse_seconds(float(text), name, allow_zero=False)
+    else:
+        t = str(text).strip()
+        if t.replace(".", "", 1).isdigit():   # the CLI's bare number: 500 what? (0 is refused as not positive)
+            if float(t) == 0:
+                raise UserError(f"--{name} {t}: a latency target must be positive")
+            raise UserError(f"--{name} {t}: give a unit, e.g. {t}ms or {t}s")
+        v = parse_seconds(t, f"--{name}", allow_zero=False)   # one wording for 0 and below: "must be positive"
     if v > MAX_SLO_S:   # an hour to the first token, or per token, is no serving target (--ttft 1e308)
         raise UserError(f"--{name} {text}: a serving latency target of at most an hour")
     return v
@@ -77,8 +87,8 @@ def _engines(engine, hw) -> list:
     return engines
 
 
-def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gpus=None, rate=None, isl=1024,
-                   osl=128, ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
+def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gpus=None, rate=None, isl=DEFAULT_ISL,
+                   osl=DEFAULT_OSL, ttft=None, tpot=None, weights=None, kv_dtype=None, max_num_batched_tokens=None,
                    disagg=False, dp_attention=False, spec_tokens=None, acceptance=None, gpu_hour_price=None,
                    top=10, **unknown):
     """``llmpar.serve_plan(...)``: ranked deployments meeting the targets (docs/serving.md, serve-plan).
@@ -94,8 +104,8 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
     spec = load_model_spec(model, hf)[0]
     hw = load_hardware_spec(hardware)
     engines = _engines(engine, hw)
-    isl = _int(isl, "isl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
-    osl = _int(osl, "osl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
+    isl = _int(DEFAULT_ISL if isl is None else isl, "isl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
+    osl = _int(DEFAULT_OSL if osl is None else osl, "osl", 1, spec.max_seq, f"{spec.name}'s context, max_seq")
     gpus = _int(gpus, "gpus", 1, 1_048_576)
     top = _int(top, "top", 1, 1000)
     if rate is not None:   # serve's rule (serving/deployment._rate); a target load is finite
@@ -111,7 +121,7 @@ def serve_plan_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=Non
         budgets = []
         for t in texts:
             try:
-                v = int(str(t).strip()) if not isinstance(t, (int, float)) else t
+                v = t if isinstance(t, (int, float, np.integer, np.floating)) else int(str(t).strip())
             except ValueError:
                 raise UserError(f"--max-num-batched-tokens {t!r}: expected whole numbers of tokens, e.g. 2048,8192") \
                     from None

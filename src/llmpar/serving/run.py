@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from llmpar.cost import serving_load as load
 from llmpar.cost.serving import compute_dtype, iteration_terms
 from llmpar.cost.serving_capacity import kv_capacity, max_concurrency
@@ -18,7 +20,7 @@ from llmpar.cost.serving_finite import finite_rate
 from llmpar.cost.serving_tails import length_percentiles
 from llmpar.errors import UserError
 from llmpar.cost.serving_capacity import prompt_exceeds_budget
-from llmpar.serving.deployment import BUDGET_RANGE, _int, _load_kind, _range, _rate, deployment, refuse_speculation_without_decode
+from llmpar.serving.deployment import BUDGET_RANGE, DEFAULT_ISL, DEFAULT_OSL, _int, _load_kind, _range, _rate, deployment, refuse_speculation_without_decode
 from llmpar.specs.registry import DEFAULT_HARDWARE
 from llmpar.specs.stack import per_gen
 
@@ -26,7 +28,7 @@ from llmpar.specs.stack import per_gen
 DEFAULT_PROMPTS = 1000
 
 
-def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, osl=128, concurrency=None,
+def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=DEFAULT_ISL, osl=DEFAULT_OSL, concurrency=None,
           rate=None, batch=None, prompts=None, weights="bf16", kv_dtype=None, max_num_seqs=None,
           max_num_batched_tokens=None, memory_fraction=None, spec_tokens=None, acceptance=None,
           prefix_hit=None, dp_attention=False, disagg=None, isl_range=None, osl_range=None, simulate=None,
@@ -84,6 +86,9 @@ def serve(model, hw, engine, *, gpus=None, tp=None, pp=None, ep=None, isl=1024, 
 def _lengths(model, isl, osl, isl_range, osl_range, concurrency, rate, batch, disagg):
     """(spread or None, isl, osl): the request lengths, checked; a spread's mean lengths stand for isl/osl."""
     spread = None
+    # None is the default, as every keyword of the API (docs/api.md): isl=None had been a TypeError
+    isl = DEFAULT_ISL if isl is None else isl
+    osl = DEFAULT_OSL if osl is None else osl
     if isl_range is not None or osl_range is not None:
         ir = _range(isl_range, "isl-range", model.max_seq) if isl_range is not None else (int(isl), int(isl))
         orr = _range(osl_range, "osl-range", model.max_seq) if osl_range is not None else (int(osl), int(osl))
@@ -173,8 +178,8 @@ def _capacity(model, hw, engine, d, max_num_seqs, max_num_batched_tokens, memory
     """The replica's KV pool and scheduler limits (cost/serving_capacity.py), the engine's options checked."""
     seqs = _int(max_num_seqs, "max_num_seqs", 1, 1_048_576)
     budget = _int(max_num_batched_tokens, "max_num_batched_tokens", *BUDGET_RANGE)
-    if memory_fraction is not None and (isinstance(memory_fraction, bool) or not (
-            isinstance(memory_fraction, (int, float)) and 0 < memory_fraction <= 1)):
+    if memory_fraction is not None and (isinstance(memory_fraction, (bool, np.bool_)) or not (
+            isinstance(memory_fraction, (int, float, np.integer, np.floating)) and 0 < memory_fraction <= 1)):
         raise UserError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
     sched, gen = engine.scheduler, hw.gpu.generation
     seqs_v = per_gen(sched.max_num_seqs, gen) if seqs is None else seqs
@@ -325,7 +330,7 @@ def _breakdown(model, hw, engine, d, decode, isl, osl) -> dict[str, Any]:
             "engine_per_step_s": per_gen(engine.overhead.per_step_s, hw.gpu.generation)}
 
 def serve_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gpus=None, tp=None, pp=None, ep=None,
-              isl=1024, osl=128, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
+              isl=DEFAULT_ISL, osl=DEFAULT_OSL, concurrency=None, rate=None, batch=None, prompts=None, weights="bf16",
               kv_dtype=None, max_num_seqs=None, max_num_batched_tokens=None, memory_fraction=None,
               interval_level=None, spec_tokens=None, acceptance=None, prefix_hit=None, dp_attention=False,
               disagg=None, isl_range=None, osl_range=None, simulate=None, seed=None, **unknown):
@@ -363,7 +368,7 @@ def serve_api(model=None, *, hardware=DEFAULT_HARDWARE, engine=None, hf=None, gp
         iv = {thr_key: evidence.interval_json(bands["throughput"], f[thr_key], False)}
         if math.isfinite(f["ttft_s"]):
             iv["ttft_s"] = evidence.interval_json(bands["ttft"], f["ttft_s"], True)
-        if osl > 1:
+        if out["osl"] > 1:   # the resolved length (osl=None is the default; a range its mean)
             iv["tpot_s"] = evidence.interval_json(bands["tpot"], f["tpot_s"], True)
             if "itl_median_s" in f and math.isfinite(f["itl_median_s"]):
                 # the TPOT residuals hold both kinds of token gap (published means and medians are
