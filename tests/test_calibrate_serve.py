@@ -78,6 +78,9 @@ def sglang_fit(tmp_path_factory):
 
 def test_fit_writes_a_profile_that_loads_and_cross_validates(cli, sglang_fit):
     d, out = sglang_fit
+    from test_json_schema import assert_keys_pinned
+
+    assert_keys_pinned(d, "calibrate serve")   # docs/json.md, calibrate serve
     assert d["cv_scheme"] == "leave-one-file-out"
     assert all(math.isfinite(v) for v in d["cv"].values())
     from llmpar.specs.registry import load_engine

@@ -124,6 +124,9 @@ def test_cpu_pipeline_writes_a_loadable_profile(cli, tmp_path):
               "--iters", "2", "--warmup", "1", "--model", "llama-3-8b", "--out", out, "--json")
     assert res.code == 0, res.err
     data = res.json()
+    from test_json_schema import assert_keys_pinned
+
+    assert_keys_pinned(data, "calibrate gemm")   # docs/json.md, calibrate gemm
     assert [s["m"] for s in data["samples"]] == [16, 32, 64, 128]
     # efficiency = 2 m n k / t / peak, with the profile's fp32 peak (H100: 67 TFLOPS)
     s = data["samples"][3]

@@ -88,7 +88,7 @@ def test_fp8_weights_on_a_gpu_without_fp8_say_they_multiply_in_16_bit(cli):
     fp8 = cli("serve", "llama-3-8b", "--weights", "fp8", "--hardware", "a100", "--concurrency", "4", "--json").json()
     bf16 = cli("serve", "llama-3-8b", "--hardware", "a100", "--concurrency", "4", "--json").json()
     assert any("states no fp8 peak" in n for n in fp8["notes"])
-    assert fp8["breakdown"]["prefill"]["peak_linear"] == bf16["breakdown"]["prefill"]["peak_linear"]
+    assert fp8["breakdown"]["prefill"]["peak_linear_flops_per_s"] == bf16["breakdown"]["prefill"]["peak_linear_flops_per_s"]
     assert fp8["breakdown"]["decode"]["weight_bytes"] < 0.6 * bf16["breakdown"]["decode"]["weight_bytes"]
 
 

@@ -242,5 +242,5 @@ def _explain(con, r) -> None:
         con.print(simple_table(("term", "time", "formula"), rows, title=title))
     d = b["decode"]
     con.print(f"  decode batch per micro-batch {b['decode_batch']:.1f}: reads {fmt_bytes(d['weight_bytes'])} of weights and "
-              f"{fmt_bytes(d['kv_read_bytes'])} of KV cache per GPU at {d['bandwidth'] / 1e12:.2f} TB/s; the weight-read "
+              f"{fmt_bytes(d['kv_read_bytes'])} of KV cache per GPU at {d['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; the weight-read "
               f"bound at the datasheet bandwidth is {fmt_seconds(b['bandwidth_bound_s'])}")

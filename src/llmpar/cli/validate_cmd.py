@@ -209,7 +209,9 @@ def _serving(as_json: bool, html_path: Path | None) -> None:
 
     block = validate_block()
     tables = serving_tables(block)
-    schemes = "schemes: " + "; ".join(f"{k}: {v} figures" for k, v in block["figures_by_scheme"].items())
+    from llmpar.serving.fit import SCHEME_WORDS
+
+    schemes = "schemes: " + "; ".join(f"{SCHEME_WORDS.get(k, k)}: {v} figures" for k, v in block["figures_by_scheme"].items())
     if html_path is not None:
         from llmpar.cli import report_html as H
         from llmpar.outputs import write_text

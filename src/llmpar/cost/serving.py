@@ -194,7 +194,7 @@ def iteration_terms(model, hw, engine, *, tp, pp=1, ep=1, weights="bf16", kv_dty
     out = {"linear_s": linear_s, "attention_s": attention_s, "tp_s": tp_s, "ep_s": ep_s, "pp_s": pp_s,
            "overhead_s": overhead_s, "total_s": total, "weight_bytes": w_bytes, "kv_read_bytes": kv_read,
            "linear_flops": lin_flops, "attention_flops": dec_flops + pf_flops,
-           "bandwidth": bw + 0.0 * t, "peak_linear": peak_lin + 0.0 * t}
+           "bandwidth_bytes_per_s": bw + 0.0 * t, "peak_linear_flops_per_s": peak_lin + 0.0 * t}
     return {key: scalar_out(v) for key, v in out.items()}
 
 

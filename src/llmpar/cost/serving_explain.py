@@ -18,7 +18,7 @@ def _rate(x: float, unit: str) -> str:
 def iteration_explained(part: dict, phase: str) -> list[Term]:
     """The terms of one iteration's ``part`` (a ServeResult breakdown's ``decode`` or ``prefill``
     dict); ``phase``: the component name ("decode" or "prefill")."""
-    bw, peak = part["bandwidth"], part["peak_linear"]
+    bw, peak = part["bandwidth_bytes_per_s"], part["peak_linear_flops_per_s"]
     rows = [
         ("linear_s", "weight GEMMs", "max(weight bytes / bandwidth, linear FLOPs / peak)",
          f"{fmt_bytes(part['weight_bytes'])} / {_rate(bw, 'B/s')}, {part['linear_flops']:.4g} FLOP / "

@@ -261,9 +261,13 @@ def leave_one_source_out(rows: list[ServingRow], engine, prior: list[float] | No
 
 # how predict_loso predicted a source: its engine refitted without it, the engine's prior (it was the
 # engine's only source), or the in-sample fit of an engine never fitted on it ('other', `fit: false`)
+# (short ids: they are JSON keys of `validate --serving --json`'s figures_by_scheme, and a key is
+# snake_case; SCHEME_WORDS says each in words for the tables)
 SCHEME_HELD_OUT = "source"
-SCHEME_PRIOR = "prior (the engine's only source)"
-SCHEME_NOT_FITTED = "out of sample (engine not fitted on it)"
+SCHEME_PRIOR = "prior"
+SCHEME_NOT_FITTED = "not_fitted"
+SCHEME_WORDS = {SCHEME_HELD_OUT: "its engine refitted without it", SCHEME_PRIOR: "prior (the engine's only source)",
+                SCHEME_NOT_FITTED: "out of sample (engine not fitted on it)"}
 
 
 def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[str, Any]):
@@ -291,5 +295,5 @@ def predict_loso(rows: list[ServingRow], engines: dict[str, Any], record: dict[s
     return out
 
 
-__all__ = ["PARAMS", "SCHEME_HELD_OUT", "SCHEME_NOT_FITTED", "SCHEME_PRIOR", "cross_engine_prior", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
+__all__ = ["PARAMS", "SCHEME_HELD_OUT", "SCHEME_NOT_FITTED", "SCHEME_PRIOR", "SCHEME_WORDS", "cross_engine_prior", "fit", "leave_one_source_out", "predict_loso", "predict_many", "row_residuals", "with_params",
            "load_kwargs"]
