@@ -105,7 +105,7 @@ How to read it:
   the band is x0.5-x2. The 2.5 % is the one constant of the rule chosen on data: the middle of the
   margins at which the 80 % intervals, each row's built from the *other* sources' residuals only,
   cover 75-90 % of the rows of every figure (source-weighted: training speed, serving throughput,
-  TPOT, TTFT): 2 % gives 76.5 / 77.6 / 89.2 / 76.0 %, 2.5 % 80.2 / 80.0 / 89.7 / 76.1 %, 3 %
+  TPOT, TTFT): 2 % gives 76.5 / 77.6 / 89.2 / 76.0 %, 2.5 % 80.2 / 79.9 / 89.7 / 76.1 %, 3 %
   83.5 / 81.3 / 90.0 / 76.7 %. Until 2026-12-04 the rule had no few-sources factor and 5 %
   margins: training read 84 %, but serving TTFT, whose classes draw on one or two sources, 73 %.
   The coverage column below is that honest check, not an in-sample one.
@@ -126,7 +126,7 @@ How to read it:
   the section below shows the error growing from a few percent on 1-2 nodes to an order of
   magnitude at 64 nodes, and the runs with TP 16 or 32 across nodes ran at 10-40 tokens/s per GPU
   (the source prints 0.0 % MFU for 14 of them), 50-100x below llmpar. The mean is carried by those
-  runs; what a planner competes with is each configuration's fastest quarter, 10.3 % off
+  runs; what a planner competes with is each configuration's fastest quarter, 9.8 % off
   (`python scripts/fit_stacks.py nanotron`, held out; docs/stacks.md), and nanotron's intervals are
   wide where the grid was slow, since they are built from these residuals.
 - **nemo-2511-h100** (megatron-core, nothing fitted on it): two fine-grained MoE rows (Qwen3-30B-A3B
@@ -135,7 +135,7 @@ How to read it:
 - **nemo-2608-blackwell** (megatron-core, nothing fitted on it): a container later, the same MoE
   models ran 1.3-1.8x faster than the 25.11 tables the Blackwell constants were fitted on (HybridEP,
   CUDA graphs); llmpar reads them 24-47 % slow (docs/stacks.md, "A container later, on Blackwell").
-- **nemo-gpt-oss** (megatron-core, nothing fitted on it): the 25.11 rows read +34...+47 %, the 26.08
+- **nemo-gpt-oss** (megatron-core, nothing fitted on it): the 25.11 rows read +34...+46 %, the 26.08
   rows -15 % and +1 %; the same model on GB200 nearly doubled between the containers; llmpar counts
   the windowed layers' 128-token band as the work it is, and an undocumented masked-dense kernel
   would explain the 25.11 gap (docs/stacks.md, "gpt-oss-120b").
