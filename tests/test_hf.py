@@ -355,7 +355,7 @@ def test_a_cost_key_the_model_type_does_not_have_is_refused(tmp_path, key, value
 
     cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
            "num_attention_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096, key: value}
-    with pytest.raises(UserError, match=f"key '{key}' changes the cost, but model_type 'llama' has no such field"):
+    with pytest.raises(UserError, match=f"key '{key}' changes the cost, but llmpar's reading of model_type 'llama' does not use it: the model_type has no such field"):
         load_hf_config(write(tmp_path, cfg, "odd-llama"))
 
 

@@ -379,7 +379,7 @@ COMMANDS = {
     "calibrate runs --check": ["calibrate", "runs", "{runs}", "--check"],
     "validate": ["validate", "--source", "korthikanti2022-table5"],
     "sweep": ["sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "1T"],
-    "sweep --deadline": ["sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "1T", "--deadline", "30d",
+    "sweep --deadline": ["sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "1T", "--deadline", "400d",
                          "--gpu-hour-price", "2.5"],
     "serve": ["serve", "llama-3-8b", "--concurrency", "8"],
     "serve --rate": ["serve", "llama-3-8b", "--rate", "2"],

@@ -67,6 +67,17 @@ def check_out(out: Path | str | None, *, inputs: Iterable[Path | str] = (), spec
                                 "it would overwrite the base with a file that extends itself; write to another file")
 
 
+def refuse_same_outputs(outputs: dict[str, Path | str | None]) -> None:
+    """Two output options of one command naming one file (``--out x.svg --plot x.svg``): refused,
+    since the second write would silently replace the first (fuzz review: calibrate runs reported
+    writing both). ``outputs``: option -> path or None."""
+    given = [(o, Path(p)) for o, p in outputs.items() if p is not None and str(p).strip()]
+    for i, (a, pa) in enumerate(given):
+        for b, pb in given[i + 1:]:
+            if _same(pa, pb):
+                raise UserError(f"{a} and {b} both name {pa}: give each output its own file")
+
+
 def spec_inputs(*specs) -> list[Path]:
     """The files the specs ``(kind, name or path)`` are read from, each with its ``extends:`` chain
     (kind None: a plain file such as an HF config), for :func:`check_out`'s ``inputs``."""

@@ -22,12 +22,21 @@ from llmpar.errors import UserError
 _DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
+def text_float(value) -> float:
+    """float() for a number typed as text, without Python's literal underscores: float("6_5") is
+    65.0, so a runs table's step time '6_5' had read as 65 s; every other reader (sizes, times,
+    bandwidths) refuses them. Raises ValueError as float() does; non-strings go to float()."""
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(f"underscore in the number {value!r}")
+    return float(value)
+
+
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 _SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE]i?)?\s*(B|b|bits?|bytes?)?\s*$")
 _PREFIX_WORD = {"": "", "k": "kilo", "K": "kilo", "M": "mega", "G": "giga", "T": "tera", "P": "peta", "E": "exa",
                 "Ki": "kibi", "Mi": "mebi", "Gi": "gibi", "Ti": "tebi", "Pi": "pebi", "Ei": "exbi"}
 _BW_RE = re.compile(
-    rf"^\s*{_NUM}\s*([kKMGTP])?\s*(B|b|bit|bits)\s*/\s*s(?:ec)?\s*"
+    rf"^\s*{_NUM}\s*([kKMGTP]i?)?\s*(B|b|bit|bits)\s*/\s*s(?:ec)?\s*"
     r"(bidirectional|bidir|bi-directional|per[ _-]direction|unidirectional|uni)?\s*$"
 )
 _FLOPS_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE])?\s*(FLOPS|FLOP/s|flops|flop/s)?\s*$")
@@ -103,7 +112,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> tuple[f
                             + (f", e.g. '{t} GB/s' or '{t} Gb/s'" if ok else ", and must be positive: e.g. '450 GB/s'"))
         raise UserError(f"cannot read {what} {text!r}: expected e.g. '450 GB/s', '400 Gb/s', '900 GB/s bidirectional'")
     num, prefix, unit, direction = m.groups()
-    value = float(num) * _DEC[prefix or ""]
+    # a binary prefix (25 GiB/s, as some tools print) is read as written (it had been "cannot read")
+    value = float(num) * (_BIN[prefix.replace("k", "K")] if prefix and prefix.endswith("i") else _DEC[prefix or ""])
     if unit != "B":
         value /= 8.0
     bidir = bool(direction) and direction.lower().startswith("bi")

@@ -274,9 +274,31 @@ def _row_problem(r: Row) -> str | None:
             return f"{name} time ({shown}) is not a positive finite number"
         if not (math.isfinite(m.algbw_GBps) and math.isfinite(m.busbw_GBps)):
             return f"{name} algbw/busbw {m.algbw_GBps:g}/{m.busbw_GBps:g} GB/s is not finite"
+        if (why := _time_disagrees(r.size_bytes, m)) is not None:
+            return f"{name} {why}"
     if r.size_bytes <= 0:
         return "size 0: nothing was moved"
+    if r.size_bytes > MAX_ROW_BYTES:
+        return f"size {r.size_bytes:.3g} B is above 1 PiB, no collective's message"
     return None
+
+
+MAX_ROW_BYTES = 2**50   # 1 PiB: `collective --size`'s bound; a log row above it is a corrupted size
+
+
+def _time_disagrees(size: int, m) -> str | None:
+    """A row's own physics: nccl-tests prints algbw = size / time (common.cu, for every collective),
+    so a time that gives another bandwidth than the row prints by more than 2x (beyond the printed
+    digits' rounding) is a corrupted number, never a measurement (a 1e30 us time had been fitted).
+    -C rows (CPU time) are not checked: their bandwidths come from the GPU time."""
+    if m.cputime or size <= 0 or not m.algbw_GBps > 0:
+        return None
+    implied = size / (m.time_us * 1e-6) / 1e9
+    ratio = implied / m.algbw_GBps
+    if 0.5 <= ratio <= 2.0 or abs(implied - m.algbw_GBps) <= 0.02:
+        return None
+    return (f"time {m.time_us:g} us and algbw {m.algbw_GBps:g} GB/s disagree (size / time is {implied:.3g} GB/s): "
+            "a corrupted row")
 
 
 def _flag_rows(f: _Facts) -> None:

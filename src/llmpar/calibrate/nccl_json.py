@@ -10,6 +10,14 @@ from llmpar.calibrate.nccl_records import Device, Measurement, Row, Section, pri
 from llmpar.errors import UserError
 
 
+def _count(value, lo: int = 1) -> int:
+    """A JSON count: an int (or a float with a whole value) of at least ``lo``; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")) or int(value) != value or value < lo:
+        raise ValueError(value)
+    return int(value)
+
+
 def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
     from llmpar.specs.reading import loads_json   # the one JSON reader (a key given twice: item 31)
 
@@ -21,9 +29,17 @@ def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
     if args and isinstance(args[0], str):
         sec.stated = printable(os.path.basename(args[0].replace("\\", "/")))
     cfg = data.get("config") or {}
-    sec.nthread = int(cfg.get("nthreads") or 1)
-    sec.ngpus = int(cfg.get("ngpus") or 1)
-    for d in cfg.get("devices") or []:
+    if not isinstance(cfg, dict):   # "config": "x" had been an AttributeError
+        raise UserError(f"{file}:1: 'config' is not an object: not nccl-tests -J output")
+    try:
+        sec.nthread = _count(cfg.get("nthreads") or 1)
+        sec.ngpus = _count(cfg.get("ngpus") or 1)
+    except (TypeError, ValueError):
+        raise UserError(f"{file}:1: config.nthreads / config.ngpus must be whole numbers of 1 or more") from None
+    devices = cfg.get("devices") or []
+    if not isinstance(devices, list):
+        raise UserError(f"{file}:1: config.devices is not a list")
+    for d in devices:
         try:
             sec.devices.append(Device(rank=int(d["rank"]), host=str(d.get("hostname", "")), device=int(d.get("device", 0)),
                                       name=str(d.get("device_info", "")).strip(), group=int(d.get("group", 0)),
@@ -64,7 +80,8 @@ def scan_json(text: str, file: str) -> list[tuple[Section, dict[str, Any]]]:
         if not isinstance(res, dict):
             raise UserError(f"{file}:1: {where} is not an object")
         try:
-            size, count = int(res["size"]), int(res["count"])
+            # whole numbers: int(16777216.5) had read a corrupted size as 16 MiB
+            size, count = _count(res["size"], 0), _count(res["count"], 0)
             root_raw = str(res.get("root", "-1")).strip()
             root = int(root_raw) if root_raw else None
         except (KeyError, TypeError, ValueError):

@@ -339,7 +339,30 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
             file_notes.append(f"{where}: column {col!r} is not a known column; ignored "
                               f"(first seen here){suggest(column_key(col), ALIASES)}")
         result.notes.extend(file_notes)
+    result.notes.extend(_conflicting_repeats(result.runs))
     return result
+
+
+REPEAT_SPREAD = 1.25   # repeats of one run within 25 % are run-to-run noise; beyond it, a slip or two setups
+
+
+def _conflicting_repeats(runs) -> list[str]:
+    """Rows that describe the same run (model, hardware, stack and every layout key) but measured it
+    more than 1.25x apart: both are fitted (repeats are evidence), and the note names them, since
+    6.5 s beside 13 s is a slip or two setups the table does not tell apart (fuzz review)."""
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        speed = r.step_time_s or (1.0 / r.tokens_per_s_per_gpu if r.tokens_per_s_per_gpu else None)
+        if r.status == "ok" and speed:
+            key = (r.model, r.hardware, r.stack, tuple(sorted((k, str(v)) for k, v in r.layout.items())))
+            groups.setdefault(key, []).append((speed, r.source))
+    out = []
+    for rows in groups.values():
+        lo, hi = min(rows), max(rows)
+        if len(rows) > 1 and hi[0] > REPEAT_SPREAD * lo[0]:
+            out.append(f"{lo[1]} and {hi[1]}: the same run measured {hi[0] / lo[0]:.2f}x apart (step time or "
+                       "1/tokens per second); both are fitted: if one is a slip, fix or drop it")
+    return out
 
 
 def _merge_log(ctx: RowContext, rel: str, where: str, layout: dict, measured: dict, meta: dict,

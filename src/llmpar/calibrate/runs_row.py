@@ -21,7 +21,7 @@ from llmpar.calibrate.train_logs import MAX_MEMORY_BYTES
 from llmpar.errors import UserError
 from llmpar.parallel import (DTYPES, EP_DISPATCHERS, GRAD_DTYPES, MAX_BATCH, MAX_GPUS, MAX_SEQ, OPTIMIZERS, RECOMPUTE,
                              SCHEDULES)
-from llmpar.units import parse_bytes, parse_seconds
+from llmpar.units import parse_bytes, parse_seconds, text_float
 
 
 # ----------------------------------------------------------------------------- values
@@ -34,7 +34,7 @@ def _int(value: Any, where: str, col: str, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise _fail(where, f"{col} must be an integer, got {value!r}")
     try:
-        f = float(str(value).replace(",", "").strip()) if not isinstance(value, (int, float)) else float(value)
+        f = text_float(str(value).replace(",", "").strip()) if not isinstance(value, (int, float)) else float(value)
     except ValueError:
         raise _fail(where, f"{col} must be an integer, got {value!r}") from None
     if not math.isfinite(f) or f != int(f):
@@ -48,7 +48,7 @@ def _float(value: Any, where: str, col: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise _fail(where, f"{col} must be a number, got {value!r}")
     try:
-        f = float(value.replace(",", "").strip()) if isinstance(value, str) else float(value)
+        f = text_float(value.replace(",", "").strip()) if isinstance(value, str) else float(value)
     except ValueError:
         raise _fail(where, f"{col} must be a number, got {value!r}") from None
     if not math.isfinite(f) or f < 0:
@@ -393,12 +393,19 @@ def make_run(source: str, layout: dict, measured: dict, meta: dict, notes: list[
         meta.setdefault(k, v)
     checked = _check_layout(merged, source, notes)
     _check_log_shape(meta, source)
-    for k, v in measured.items():  # logs too: a log can print nonsense
+    for k, v in list(measured.items()):  # logs too: a log can print nonsense
         if not math.isfinite(v) or v < 0 or (k == "step_time_s" and v == 0):
             raise _fail(source, f"{k} = {v!r} is not a usable measurement")
         if k in ("peak_allocated_bytes", "peak_reserved_bytes") and v > MAX_MEMORY_BYTES:
             raise _fail(source, f"{k} = {v:.3g} bytes is an implausible size, more than any GPU holds (llmpar "
                                 f"reads at most {MAX_MEMORY_BYTES / 1e12:g} TB): check the unit")
+        if k in ("peak_allocated_bytes", "peak_reserved_bytes") and v == 0:   # had been dropped unsaid
+            del measured[k]
+            notes.append(f"{source}: {k} = 0 is no measurement (no run fits in no memory): not used")
+    status = meta.get("status", "ok")
+    if status != "ok" and measured:   # an OOM/crash row's figures had become '-' unsaid
+        notes.append(f"{source}: status {status} beside measured {', '.join(sorted(measured))}: a run that did not "
+                     "complete is compared by its verdict only; those figures are not used")
     extra = {k: meta[k] for k in ("convention", "mfu_peak_dtype", "memory_stage", "row", "stack", "metric") if k in meta}
     return MeasuredRun(
         source=source, model=meta.get("model"), hardware=meta.get("hardware"),

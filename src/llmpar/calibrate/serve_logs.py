@@ -226,6 +226,9 @@ def _from_result(d: dict[str, Any], where: str) -> dict[str, Any] | None:
             if v is not None and key not in m:
                 m[key] = {"median" if n.startswith("median") else "mean": v}
     _consistent(d, m, done, tout, where)
+    if d.get("model_id") is not None and not isinstance(d.get("model_id"), str):
+        # model_id 5 had skipped the check of the run's model against --model
+        raise UserError(f"{where}: model_id = {d.get('model_id')!r}: the served model's name is text")
     # the run's request count: a rate run is predicted as that many requests (serving_finite.finite_rate)
     return {"isl": tin / done, "osl": tout / done, "load": load, "measured": m, "where": where,
             "model_id": d.get("model_id"), "requests": prompts}

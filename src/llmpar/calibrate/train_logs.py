@@ -139,6 +139,19 @@ def _finite(text: str, where: str, what: str) -> float:
     return v
 
 
+def _rate(text: str, where: str, what: str, scale: float = 1.0, top: float | None = None) -> float:
+    """A measured figure of an iteration line (a time, tokens/s, TFLOP/s, MFU): finite, not negative,
+    and at most ``top`` where physics bounds it (only MFU's: 1, the GPU's peak). docs/runs-format.md: an MFU above 1 or a
+    negative value from any log line is refused; such a line had gone into the steady-state median
+    unsaid (a 340 % MFU, -5,869 tokens/s)."""
+    v = _finite(text, where, what) * scale
+    if v < 0:   # a zero is kept: a rounded-down rate is dropped with a note where the row has another
+        raise UserError(f"{where}: {what} {text} is negative: not a measurement")
+    if top is not None and v > top:
+        raise UserError(f"{where}: {what} {text} % is above 100 % of the GPU's peak: not a measurement")
+    return v
+
+
 def _memory(text: str, scale: float, where: str, what: str) -> float:
     """A memory figure of a log line in bytes; beyond any GPU's memory it is refused (wrong unit?)."""
     v = _finite(text, where, what) * scale
@@ -266,10 +279,10 @@ def _megatron_iteration(s: _Scan, line: str, lineno: int, where: str) -> None:
         s.notes.append(f"{where}: Megatron iteration line without a readable iteration number "
                        f"and elapsed time; not used")
         return
-    vals = {"step_time_s": _finite(el.group(1), where, "the iteration time (ms)") * 1e-3}
+    vals = {"step_time_s": _rate(el.group(1), where, "the iteration time (ms)", 1e-3)}
     tf = _MEG_TFLOPS.search(line)
     if tf:
-        vals["tflops_per_gpu"] = _finite(tf.group(1), where, "throughput per GPU (TFLOP/s/GPU)")
+        vals["tflops_per_gpu"] = _rate(tf.group(1), where, "throughput per GPU (TFLOP/s/GPU)")
     g = _MEG_GBS.search(line)
     if g:
         s.gbs_seen.setdefault(int(g.group(1)), lineno)
@@ -301,7 +314,7 @@ def _nemo_step(s: _Scan, line: str, lineno: int, where: str) -> None:
     if g:
         s.gbs_seen.setdefault(int(g.group(1)), lineno)
     s.nemo.append(_Entry(int(step.group(1)), lineno,
-                         {"step_time_s": _finite(t.group(1), where, "train_step_timing")}))
+                         {"step_time_s": _rate(t.group(1), where, "train_step_timing")}))
 
 
 def _torchtitan_step(s: _Scan, line: str, lineno: int, where: str) -> None:
@@ -313,11 +326,11 @@ def _torchtitan_step(s: _Scan, line: str, lineno: int, where: str) -> None:
     if not (st and tps):
         s.notes.append(f"{where}: torchtitan step line without a readable tps; not used")
         return
-    vals = {"tokens_per_s_per_gpu": _finite(tps.group(1), where, "tps")}
+    vals = {"tokens_per_s_per_gpu": _rate(tps.group(1), where, "tps")}
     for key, rx, scale in (("tflops_per_gpu", _TT_TFLOPS, 1.0), ("mfu", _TT_MFU, 0.01)):
         m = rx.search(line)
         if m:
-            vals[key] = _finite(m.group(1), where, key.split("_")[0]) * scale
+            vals[key] = _rate(m.group(1), where, key.split("_")[0], scale, 1.0 if key == "mfu" else None)
     m = _TT_MEM.search(line)
     if m:
         s.tt_mem.append(_memory(m.group(1), _GIB, where, "memory (GiB)"))

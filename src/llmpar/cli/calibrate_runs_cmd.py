@@ -231,9 +231,11 @@ def runs_cmd(files, stack, hardware, model, layout_text, fit_names, folds, only_
     if stack is None:
         named = {r.stack for r in read.runs if r.stack}
         stack = named.pop() if len(named) == 1 else "megatron-core"
-    from llmpar.outputs import check_out, spec_inputs
+    from llmpar.outputs import check_out, refuse_same_outputs, spec_inputs
 
-    # before any work: never over an input (the tables and logs, the specs given, the stack's chain)
+    # before any work: never over an input (the tables and logs, the specs given, the stack's chain),
+    # nor over its other output
+    refuse_same_outputs({"--out": out, "--plot": plot_path})
     check_out(out, inputs=[*files, *spec_inputs(("hardware", hardware), ("models", model))],
               spec_kind="stacks", spec=stack)
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names is not None else None

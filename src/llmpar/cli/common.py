@@ -184,10 +184,11 @@ def guard_outputs(model, kw: dict, outputs: dict) -> None:
     None) is checked before any work against the files it reads (a model, HF config, hardware or
     stack given as a path; a comma list of profiles too): never written over an input (reliability
     review, writers: `plan m.yaml --html m.yaml` replaced the model with the report)."""
-    from llmpar.outputs import check_out, spec_inputs
+    from llmpar.outputs import check_out, refuse_same_outputs, spec_inputs
 
     if not any(outputs.values()):
         return
+    refuse_same_outputs(outputs)
     # each spec file and every file of its extends: chain (its bases are inputs too)
     inputs = spec_inputs(("models", model), (None, kw.get("hf")), ("stacks", kw.get("stack")),
                          *(("hardware", h) for h in str(kw.get("hardware") or "").split(",")))

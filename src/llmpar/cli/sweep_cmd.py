@@ -112,6 +112,10 @@ def sweep(model, **kw):
     if not result.any_ok:
         n = len(result.rows)
         raise CheckFailed(f"no GPU count of the sweep has a layout that runs ({n} row{'s' * (n != 1)}: see the reasons)")
+    if result.deadline is not None and all(d is None for d in result.deadline["by_hardware"].values()):
+        # the question --deadline asks has no answer among the counts swept: valid, nothing feasible (exit 1)
+        raise CheckFailed(f"no swept GPU count makes the {result.deadline['days']:g}-day deadline on "
+                          f"{', '.join(result.deadline['by_hardware'])}: add larger counts to --gpus")
 
 
 def _csv_row(d: dict) -> dict:

@@ -136,8 +136,9 @@ def validate(sources, stack, tolerance, as_markdown, out, limit, as_json, servin
         raise UserError("--json and --markdown: choose one")
     if out is not None and not as_markdown:
         raise UserError("--out goes with --markdown")
-    if out is not None and html_path is not None and Path(out).resolve() == html_path.resolve():
-        raise UserError(f"--out and --html both name {out}: give each its own file")
+    from llmpar.outputs import refuse_same_outputs
+
+    refuse_same_outputs({"--out": out, "--html": html_path})
     if out is not None:   # before the run: a folder, a missing folder or an unwritable one is said first
         from llmpar.outputs import check_out
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from llmpar.errors import UserError
-from llmpar.units import fmt_watts
+from llmpar.units import fmt_watts, text_float
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
@@ -101,7 +101,7 @@ def parse_price(value, text) -> float:
     try:
         if isinstance(value, (bool, np.bool_)):   # True had been a price of 1 (float(True))
             raise TypeError
-        v = float(value)
+        v = text_float(value)
     except (TypeError, ValueError):
         raise UserError(f"--gpu-hour-price {text!r}: expected a price (2.5) or per profile (h100-sxm=2.5,b200=4.5)") \
             from None
@@ -172,7 +172,7 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
     (cost/goodput.py): failures per GPU-hour, restart time ('10min', '600 s'), checkpoint bandwidth
     per node ('25 GB/s'), checkpoint mode sync | async. Raises UserError (exit 2) for bad values."""
     from llmpar.cost.goodput import MODES
-    from llmpar.units import parse_bandwidth, parse_count, parse_power, parse_seconds
+    from llmpar.units import parse_count, parse_power, parse_seconds
 
     out: dict[str, Any] = {"tokens": None, "pue": None, "gpu_hour_price": None, "power_per_gpu_w": None,
                            "failure_rate": None, "restart_s": None, "checkpoint_bandwidth": None, "checkpoint": None}
@@ -183,7 +183,7 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
             raise UserError(f"--{name} takes a number, got {v!r}")
     if failure_rate is not None:
         try:
-            value = float(failure_rate)
+            value = text_float(failure_rate)
         except (TypeError, ValueError):
             raise UserError(f"--failure-rate must be failures per GPU-hour (e.g. 2e-5), got {failure_rate!r}") from None
         if not np.isfinite(value) or value < MIN_FAILURE_RATE or value > MAX_FAILURE_RATE:
@@ -198,9 +198,11 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
         if out["restart_s"] > MAX_RESTART_S:
             raise UserError(f"--restart-time {restart_time} is above a week: a typing slip?")
     if checkpoint_bandwidth is not None:
-        from llmpar.units import refuse_bare_small
+        from llmpar.units import parse_per_direction_bandwidth, refuse_bare_small
 
-        bw, _ = parse_bandwidth(checkpoint_bandwidth, "--checkpoint-bandwidth")
+        # a write is one direction: '2 GB/s bidirectional' is 1 GB/s of it (docs/architecture.md,
+        # Units); the qualifier had been dropped
+        bw = parse_per_direction_bandwidth(checkpoint_bandwidth, "--checkpoint-bandwidth")
         refuse_bare_small(checkpoint_bandwidth, bw, 1e6, "--checkpoint-bandwidth", "GB/s")
         if not MIN_CHECKPOINT_BYTES_PER_S <= bw <= MAX_CHECKPOINT_BYTES_PER_S:
             # 1e-300 GB/s had made the checkpoint stall infinite and printed "goodput nan %"
@@ -217,7 +219,7 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
             raise UserError(f"--tokens {tokens} is above {MAX_TOKENS:.0e} (10,000T) tokens: a typing slip?")
     if pue is not None:
         try:
-            value = float(pue)
+            value = text_float(pue)
         except (TypeError, ValueError):
             raise UserError(f"--pue must be a number >= 1, got {pue!r}") from None
         if not np.isfinite(value) or value < 1.0 or value > MAX_PUE:

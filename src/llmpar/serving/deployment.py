@@ -16,6 +16,7 @@ import numpy as np
 
 from llmpar.cost.serving import KV_DTYPES, WEIGHT_DTYPES
 from llmpar.errors import UserError
+from llmpar.units import text_float
 
 LOADS = ("concurrency", "rate", "batch")
 MAX_REQUESTS = 10_000_000
@@ -199,7 +200,7 @@ def _rate(text, allow_inf: bool = True) -> float:
             raise UserError("--rate inf: serve-plan sizes a deployment for a finite rate (requests/s)")
         return math.inf
     try:
-        v = float(t.removesuffix("/s"))
+        v = text_float(t.removesuffix("/s"))
     except ValueError:
         raise UserError(f"--rate {text!r}: expected requests per second (e.g. 4 or 0.5){inf}") from None
     if not math.isfinite(v) or v <= 0:

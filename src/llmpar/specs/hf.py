@@ -46,7 +46,7 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
         norm="rmsnorm",
         position="rope",
         attention="flash",
-        dropout=c.number("attention_dropout", 0.0) > 0,
+        dropout=c.probability("attention_dropout", 0.0) > 0,
     )
     if family == "llama":
         attn_bias = c.flag("attention_bias", False)  # LlamaAttention: bias on q, k, v and o
@@ -82,10 +82,14 @@ def _sliding(c: _Config, out: dict[str, Any], default: str) -> None:
     on; Qwen2Config: "the first max_window_layers layers use full attention"). A window of null,
     or one at least the model's max_seq, changes nothing and is not set."""
     window = c.integer("sliding_window", default=None, allow_null=True)
-    if window is None:
-        return
     layers = out["layers"]
     types = c.raw("layer_types")
+    if window is None:
+        # newer transformers save layer_types beside a null window ("full_attention" throughout):
+        # read, it changes nothing; a sliding layer without a window is a contradiction
+        if isinstance(types, list) and "sliding_attention" in types:
+            raise c._fail("key 'layer_types' lists sliding_attention layers, but sliding_window is null")
+        return
     if types is not None:
         if not (isinstance(types, list) and len(types) == layers):
             raise c._fail(f"key 'layer_types' must list one type per layer ({layers}), got {types!r}")
@@ -145,7 +149,7 @@ def _gemma3(c: _Config) -> dict[str, Any]:
     if not isinstance(text, dict):
         raise c._fail(f"key 'text_config' must be a mapping (Gemma3Config's language model), got {text!r}")
     c.raw("vision_config")   # read: not priced, and said so (load_hf_config)
-    return _gemma2(_Config(text, c.path, "gemma3_text", c.seen))
+    return _gemma2(c.nested("text_config", "gemma3_text"))
 
 
 def _llama4(c: _Config) -> dict[str, Any]:
@@ -160,7 +164,7 @@ def _llama4(c: _Config) -> dict[str, Any]:
     text = c.raw("text_config", c.data)
     if not isinstance(text, dict):
         raise c._fail(f"key 'text_config' must be a mapping, got {text!r}")
-    t = _Config(text, c.path, c.model_type, c.seen)
+    t = c.nested("text_config") if "text_config" in c.data else c
     out = _llama_like(t, "llama")
     layers, step = out["layers"], t.integer("interleave_moe_layer_step", default=1)
     moe_idx = [i for i in range(layers) if (i + 1) % step == 0]
@@ -170,7 +174,12 @@ def _llama4(c: _Config) -> dict[str, Any]:
                       dense_layers=[i for i in range(layers) if i not in moe_idx], router_bias=False)
     chunk = t.integer("attention_chunk_size", default=None, allow_null=True)
     rope = t.raw("no_rope_layers")
-    share = (sum(1 for x in rope if x) / layers if isinstance(rope, list) and len(rope) == layers
+    if rope is not None and not (isinstance(rope, list) and len(rope) == layers
+                                 and all(x in (0, 1) and not isinstance(x, float) for x in rope)):
+        # a list of another length had fallen back to "three of every four" unsaid
+        raise t._fail(f"key 'no_rope_layers' must list 1 (RoPE, chunked attention) or 0 per layer ({layers}), "
+                      f"got {rope!r}")
+    share = (sum(1 for x in rope if x) / layers if rope is not None
              else sum(1 for i in range(layers) if (i + 1) % 4 != 0) / layers)
     if chunk is not None and share > 0 and chunk < out["max_seq"]:
         out.update(sliding_window=chunk, sliding_window_share=share)
@@ -276,7 +285,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
 def _gpt2(c: _Config) -> dict[str, Any]:
     """GPT2Config: learned positions, LayerNorm, GeLU 4h (n_inner null), biases everywhere, tied."""
     hidden = c.integer("n_embd")
-    drops = [c.number(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
+    drops = [c.probability(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
     return dict(
         family="gpt",
         layers=c.integer("n_layer"),
@@ -314,7 +323,7 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
         qkv_bias=attn_bias,
         attention_out_bias=attn_bias,
         mlp_bias=True,  # dense_h_to_4h and dense_4h_to_h always have biases
-        dropout=max(c.number("hidden_dropout", 0.0), c.number("attention_dropout", 0.0)) > 0,
+        dropout=max(c.probability("hidden_dropout", 0.0), c.probability("attention_dropout", 0.0)) > 0,
         attention="standard",  # gpt-neox's default attention is the unfused "global" kernel
     )
 
@@ -383,6 +392,15 @@ def _quantization(q) -> str:
     return f"{method} {bits}-bit" if bits else method
 
 
+def _unread_cost_keys(data: dict[str, Any], seen: set[str]) -> list[str]:
+    """The cost-changing keys stated with a value that no builder read, by their path in the file:
+    at the top level and inside a nested ``text_config`` (Gemma 3's, Llama 4's), whose MoE or window
+    keys had been dropped unchecked."""
+    scopes = [("", data)] + [(f"{k}.", data[k]) for k in ("text_config",) if isinstance(data.get(k), dict)]
+    return [p + k for p, d in scopes for k in COST_KEYS
+            if k in d and d[k] not in (None, False, 0, [], {}) and p + k not in seen]
+
+
 def load_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (see the module docstring)."""
     from llmpar.specs.reading import validate
@@ -396,11 +414,12 @@ def load_hf_config(path: Path) -> ModelSpec:
         raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
     c = _Config(data, path, model_type)
     spec = _BUILDERS[model_type](c)
-    unread = [k for k in COST_KEYS if k in data and data[k] not in (None, False, 0, [], {}) and k not in c.seen]
+    unread = _unread_cost_keys(data, c.seen)
     if unread:   # an unknown field that would change the cost is never silently dropped
-        raise UserError(f"{path}: key {unread[0]!r} changes the cost, but model_type {model_type!r} has no such "
-                        "field (transformers would ignore it too); if the model has it, its config names another "
-                        f"model_type (supported: {', '.join(SUPPORTED)})")
+        raise UserError(f"{path}: key {unread[0]!r} changes the cost, but llmpar's reading of model_type "
+                        f"{model_type!r} does not use it: the model_type has no such field (transformers would ignore "
+                        "it too), or the keys it goes with are absent (an expert count beside no experts); if the "
+                        f"model has it, its config names another model_type (supported: {', '.join(SUPPORTED)})")
     spec.update(
         checkpoint=_quantization(data.get("quantization_config")),
         name=_name(path, data),

@@ -17,20 +17,30 @@ _MISSING = object()
 class ConfigReader:
     """A config dict with one-line errors that name the file and the key."""
 
-    def __init__(self, data: dict[str, Any], path: Path, model_type: str, seen: set[str] | None = None):
+    def __init__(self, data: dict[str, Any], path: Path, model_type: str, seen: set[str] | None = None,
+                 prefix: str = ""):
         self.data, self.path, self.model_type = data, path, model_type
         self.seen = set() if seen is None else seen   # the keys a builder read (unread_cost_keys)
+        # where ``data`` sits in the file ("text_config." for a nested text model): a key is recorded
+        # by its path, so a top-level 'sliding_window' is not taken as read because text_config's was
+        self.prefix = prefix
 
     def raw(self, key: str, default: Any = None) -> Any:
         """The value as stated (a builder that checks it itself); the key counts as read."""
-        self.seen.add(key)
+        self.seen.add(self.prefix + key)
         return self.data.get(key, default)
 
     def _fail(self, msg: str) -> UserError:
         return UserError(f"{self.path}: {msg} (model_type {self.model_type!r})")
 
+    def nested(self, key: str, model_type: str | None = None) -> "ConfigReader":
+        """The reader of the mapping under ``key`` (a multimodal config's ``text_config``), sharing
+        what was read; the caller has checked that it is a mapping."""
+        return ConfigReader(self.data[key], self.path, model_type or self.model_type, self.seen,
+                            f"{self.prefix}{key}.")
+
     def integer(self, key: str, default: Any = _MISSING, allow_null: bool = False) -> int | None:
-        self.seen.add(key)
+        self.seen.add(self.prefix + key)
         value = self.data.get(key, _MISSING)
         if value is _MISSING:
             if default is _MISSING:
@@ -64,3 +74,8 @@ class ConfigReader:
 
     def number(self, key: str, default: float) -> float:
         return float(self._typed(key, default, lambda v: type(v) in (int, float), "a number"))
+
+    def probability(self, key: str, default: float) -> float:
+        """A dropout probability: a number from 0 to 1 (NaN had read as no dropout, 1e308 as dropout)."""
+        return float(self._typed(key, default, lambda v: type(v) in (int, float) and 0.0 <= v <= 1.0,
+                                 "a probability from 0 to 1"))

@@ -125,6 +125,8 @@ def loads_json(text: str, where: str, what: str = "JSON", *, line: int | None = 
         raise JSONReadError(f"{at(None)}: {what}: {exc}") from None
     except RecursionError:   # the C decoder recurses once per nesting level
         raise JSONReadError(f"{at(None)}: {what} nested too deeply") from None
+    except ValueError as exc:   # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise JSONReadError(f"{at(None)}: malformed {what}: a number too long to read ({exc})") from None
 
 
 def _construct_int(loader, node) -> int:
