@@ -222,3 +222,54 @@ def test_sweep_whose_deadline_no_count_makes_exits_1(cli):
     res = cli("sweep", "llama-3-8b", "--gpus", "8,16", "--tokens", "100B", "--deadline", "1d")
     assert_one_line_error(res, "1-day deadline", "larger counts", code=1)
     assert "deadline 1.00 days: no swept count of h100-sxm makes it" in res.out
+
+
+# ------------------------------------------------------------------------ smaller findings
+
+def test_quantization_config_is_a_mapping_and_memory_says_it(cli, tmp_path):
+    with pytest.raises(UserError, match="'quantization_config' must be a mapping"):
+        load_hf_config(write(tmp_path, dict(LLAMA_3_8B, quantization_config="fp8"), "s"))
+    # memory --inference counts the weights at --dtype: it now says the checkpoint is quantized,
+    # as serve does (2 B/param for bf16, not the checkpoint's 0.5)
+    path = write(tmp_path, dict(LLAMA_3_8B, quantization_config={"quant_method": "gptq", "bits": 4}), "q")
+    res = cli("memory", "--hf", path, "--inference", "--json")
+    assert any("the checkpoint is gptq 4-bit" in a and "(2 B/param)" in a for a in res.json()["assumptions"])
+
+
+def test_qwen3_moe_mlp_only_layers_are_layer_indices(tmp_path):
+    from test_hf import QWEN3_30B_A3B
+
+    with pytest.raises(UserError, match=r"'mlp_only_layers' must be a list of layer indices from 0 to 47"):
+        load_hf_config(write(tmp_path, dict(QWEN3_30B_A3B, mlp_only_layers=[-1, 100])))
+
+
+def test_a_nested_text_model_of_another_type(tmp_path):
+    cfg = copy.deepcopy(GEMMA3_27B)
+    cfg["text_config"]["model_type"] = "llama"   # had been read as gemma3_text unsaid
+    with pytest.raises(UserError, match=r"'text_config.model_type' is 'llama'"):
+        load_hf_config(write(tmp_path, cfg))
+
+
+def test_a_runs_table_stack_is_checked_where_it_is_written(cli, tmp_path):
+    f = tmp_path / "runs.yaml"
+    f.write_text("stack: 5\nhardware: h100-sxm\nruns:\n"
+                 "  - {model: llama-3-8b, gpus: 8, tp: 1, global_batch: 64, seq: 8192, step_time_s: 6.5}\n")
+    assert_one_line_error(cli("calibrate", "runs", f, "--check"), "runs.yaml: top level", "stack must be")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("step", "llama-3-8b", "--gpus", "8", "--tokens", "1T", "--restart-time", "10 GB"), "'10 GB'"),  # not '10 gb'
+    (("collective", "all-reduce", "--size", "nan"), "--size 'nan'"),
+    (("calibrate", "runs", str(TITAN_LOG), "--model", "llama-3-8b", "--layout", "seq=8k", "--check"),
+     "--layout/--model/--hardware: seq"),
+])
+def test_refusals_name_the_option_as_typed(cli, args, needle):
+    assert_one_line_error(cli(*args), needle)
+
+
+def test_greek_mu_and_negative_zero():
+    from llmpar.units import parse_seconds
+
+    assert parse_seconds("30μs") == parse_seconds("30µs") == pytest.approx(30e-6)   # U+03BC and U+00B5
+    r = llmpar.memory("llama-3-8b", reserve="-0")
+    assert math.copysign(1.0, r.memory["runtime_bytes"]) == 1.0   # had printed "-0.00 GiB"

@@ -324,7 +324,7 @@ def test_non_utf8_table_and_missing_file(tmp_path):
         read_runs([p])
     with pytest.raises(UserError, match="cannot read"):
         read_runs([tmp_path / "absent.csv"])
-    with pytest.raises(UserError, match=r"defaults: 'tpp' is not a layout option"):
+    with pytest.raises(UserError, match=r"--layout: 'tpp' is not a layout option"):
         read_runs([LOGS / "torchtitan_pr1349_autoparallel_dp8.log"], defaults={"tpp": 2})
 
 

@@ -60,7 +60,8 @@ def parse_reserve(reserve, hw: Hardware) -> float | None:
     as --reserve). Must leave room on the GPU."""
     if reserve is None and getattr(hw, "reserve", None) is None:
         return None
-    value = float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)
+    # + 0.0: '-0' is zero, not a "-0.00 GiB" reserve
+    value = (float(hw.reserve) if reserve is None else parse_bytes(reserve, "--reserve", allow_zero=True)) + 0.0
     if reserve is not None:
         from llmpar.units import refuse_bare_small
 

@@ -40,7 +40,8 @@ _BW_RE = re.compile(
     r"(bidirectional|bidir|bi-directional|per[ _-]direction|unidirectional|uni)?\s*$"
 )
 _FLOPS_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTPE])?\s*(FLOPS|FLOP/s|flops|flop/s)?\s*$")
-_TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|ms|s|min|h)?\s*$")
+# µ: the micro sign (U+00B5) and the Greek mu (U+03BC) that keyboards type for it
+_TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|μs|ms|s|min|h)?\s*$")
 # suffixes in either case: "70b", "15t" and "350m" are how model names and budgets are written
 # (newcomer review: --tokens 15t was refused); "m" is a million here, never milli
 _COUNT_RE = re.compile(rf"^\s*{_NUM}\s*([kKmMbBtTgG])?\s*$")
@@ -145,7 +146,7 @@ def parse_seconds(text: str | int | float, what: str = "time", allow_zero: bool 
     if not m:
         raise UserError(f"cannot read {what} {text!r}: expected e.g. '2 us', '5 ms', '0.1 s', '2 min', '1 h'")
     num, unit = m.groups()
-    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, None: 1.0}[unit]
+    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, None: 1.0}[unit]
     return _positive(float(num) * scale, str(text), what, allow_zero)
 
 

@@ -266,11 +266,13 @@ def _norm_defaults(defaults: dict | None) -> tuple[dict, dict]:
     """defaults -> (layout, meta); same names, aliases and checks as a table row."""
     if not defaults:
         return {}, {}
-    ctx = RowContext(file="defaults", base_dir=Path("."))
-    layout, measured, meta, _ = read_row(dict(defaults), "defaults", ctx)
+    # the CLI's defaults come from --layout, --model and --hardware: errors name them as typed
+    where = "--layout/--model/--hardware"
+    ctx = RowContext(file=where, base_dir=Path("."))
+    layout, measured, meta, _ = read_row(dict(defaults), where, ctx)
     bad = sorted(ctx.unknown) or sorted(measured) or sorted(k for k in meta if k not in ("model", "hardware"))
     if bad:
-        raise UserError(f"defaults: {bad[0]!r} is not a layout option, model or hardware"
+        raise UserError(f"--layout: {bad[0]!r} is not a layout option, model or hardware"
                         f"{suggest(column_key(bad[0]), LAYOUT_KEYS)}")
     return layout, meta
 
@@ -322,6 +324,8 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
             if key in file_defaults:
                 choice_of(str(file_defaults[key]).strip(), names, f"{name}: top level",
                         "flops_convention" if key == "convention" else key)
+        if head.get("stack") is not None:   # the table's stack, named where it is written ('stack: 5' had not been)
+            _check_stack(head["stack"], f"{name}: top level")
         result.files.append({"path": name, "source": ctx.source, **{k: head[k] for k in head if k != "models"}})
         for where, row in rows:
             merged = {**file_defaults, **common, **row}
@@ -341,6 +345,18 @@ def read_runs(paths: Iterable[str | Path], *, defaults: dict | None = None) -> R
         result.notes.extend(file_notes)
     result.notes.extend(_conflicting_repeats(result.runs))
     return result
+
+
+def _check_stack(value, where: str) -> None:
+    """A table's ``stack:``: the name (or path) of a stack llmpar loads, refused with its place."""
+    from llmpar.specs.registry import load_stack
+
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: stack must be a stack name (`llmpar stacks`) or a stack YAML path, got {value!r}")
+    try:
+        load_stack(value)
+    except UserError as exc:
+        raise UserError(f"{where}: stack {value!r}: {exc}") from None
 
 
 REPEAT_SPREAD = 1.25   # repeats of one run within 25 % are run-to-run noise; beyond it, a slip or two setups

@@ -191,10 +191,11 @@ def parse_inputs(tokens=None, pue=None, gpu_hour_price=None, power_per_gpu=None,
                             f"{MAX_FAILURE_RATE:g}] (Llama 3: 2.0e-5), got {failure_rate!r}")
         out["failure_rate"] = value
     if restart_time is not None:
-        text = str(restart_time).strip().lower()
-        if text.endswith("min"):
-            text = f"{float(text[:-3]) * 60.0} s" if text[:-3].strip().replace(".", "", 1).isdigit() else text
-        out["restart_s"] = parse_seconds(text, "--restart-time")
+        # units read in any case ('10 MIN'); a refusal echoes the value as typed, not lowercased
+        try:
+            out["restart_s"] = parse_seconds(str(restart_time).strip().lower(), "--restart-time")
+        except UserError:
+            out["restart_s"] = parse_seconds(str(restart_time).strip(), "--restart-time")
         if out["restart_s"] > MAX_RESTART_S:
             raise UserError(f"--restart-time {restart_time} is above a week: a typing slip?")
     if checkpoint_bandwidth is not None:

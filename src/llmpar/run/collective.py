@@ -48,7 +48,7 @@ def run(collective: str, *, size, gpus, gpus_per_node, hardware, algorithm, swee
     if size is None:
         size = "1GiB"
         notes.append("no --size: 1 GiB")
-    nbytes = _whole_bytes(parse_bytes(size, "size"), size, "--size")
+    nbytes = _whole_bytes(parse_bytes(size, "--size"), size, "--size")
     rep = C.collective_report(hw, name, nbytes, gpus, place["members_per_node"], algorithm=algorithm)
     result = CollectiveResult(
         collective=rep.collective, size_bytes=num(rep.size_bytes), gpus=gpus, hardware=hw.name, **_placement(place),
@@ -90,8 +90,8 @@ def _sweep_sizes(text: str) -> list[float]:
     parts = str(text).split(":")
     if len(parts) != 2 or not all(p.strip() for p in parts):
         raise UserError(f"--sweep expects A:B (e.g. 1KiB:8GiB), got {text!r}")
-    lo = _whole_bytes(parse_bytes(parts[0], "sweep start"), parts[0].strip(), "--sweep")
-    hi = _whole_bytes(parse_bytes(parts[1], "sweep end"), parts[1].strip(), "--sweep")
+    lo = _whole_bytes(parse_bytes(parts[0], "--sweep start"), parts[0].strip(), "--sweep")
+    hi = _whole_bytes(parse_bytes(parts[1], "--sweep end"), parts[1].strip(), "--sweep")
     if lo > hi:
         raise UserError(f"--sweep start {parts[0].strip()} is larger than its end {parts[1].strip()}")
     sizes = []

@@ -213,6 +213,10 @@ def inference(spec, alias, hw, settings, layout, res_bytes, notes, batch, contex
     if T % int(par.cp):
         raise UserError(f"cp={int(par.cp)} does not divide the context length {T}")
     notes.append(f"KV cache in {settings.kv_dtype}; working activations: one prefill of {T} tokens at a time")
+    if spec.checkpoint:   # as `serve` says it: the config's quantization is not a cost input here
+        notes.append(f"the checkpoint is {spec.checkpoint} (its config.json's quantization_config); the weights are "
+                     f"counted at --dtype {settings.dtype} ({M.INFERENCE_WEIGHT_BYTES[settings.dtype]:g} B/param): "
+                     "`llmpar serve --weights` prices quantized weights")
     if int(par.dp) > 1:
         notes.append(f"dp={int(par.dp)}: {int(par.dp)} independent replicas, each GPU holds its own copy of its shard")
     out = M.inference_memory_per_gpu(spec, hw, par, settings, b, T, res_bytes)

@@ -149,7 +149,17 @@ def _gemma3(c: _Config) -> dict[str, Any]:
     if not isinstance(text, dict):
         raise c._fail(f"key 'text_config' must be a mapping (Gemma3Config's language model), got {text!r}")
     c.raw("vision_config")   # read: not priced, and said so (load_hf_config)
+    _text_model_type(c, text, "gemma3_text")
     return _gemma2(c.nested("text_config", "gemma3_text"))
+
+
+def _text_model_type(c: _Config, text: dict, expected: str) -> None:
+    """A nested text model states its own model_type; another than the one read is refused (a
+    gemma3 text_config saying 'llama' had been read as gemma3_text unsaid)."""
+    mt = text.get("model_type")
+    if mt is not None and mt != expected:
+        raise c._fail(f"key 'text_config.model_type' is {mt!r}: model_type {c.model_type!r} holds a {expected!r} "
+                      "text model")
 
 
 def _llama4(c: _Config) -> dict[str, Any]:
@@ -164,6 +174,8 @@ def _llama4(c: _Config) -> dict[str, Any]:
     text = c.raw("text_config", c.data)
     if not isinstance(text, dict):
         raise c._fail(f"key 'text_config' must be a mapping, got {text!r}")
+    if "text_config" in c.data:
+        _text_model_type(c, text, "llama4_text")
     t = c.nested("text_config") if "text_config" in c.data else c
     out = _llama_like(t, "llama")
     layers, step = out["layers"], t.integer("interleave_moe_layer_step", default=1)
@@ -203,8 +215,11 @@ def _qwen3_moe(c: _Config) -> dict[str, Any]:
     out = _qwen3(c)
     step = c.integer("decoder_sparse_step", default=1)
     only = c.raw("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-        raise c._fail(f"key 'mlp_only_layers' must be a list of layer indices, got {only!r}")
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                             and 0 <= i < out["layers"] for i in only):
+        # an index outside the layers ([-1, 100]) had been accepted and changed nothing
+        raise c._fail(f"key 'mlp_only_layers' must be a list of layer indices from 0 to {out['layers'] - 1}, "
+                      f"got {only!r}")
     dense = sorted({i for i in range(out["layers"]) if i in only or (i + 1) % step})
     out["moe"] = dict(experts=c.integer("num_experts"), top_k=c.integer("num_experts_per_tok"), shared_experts=0,
                       expert_ffn_hidden=c.integer("moe_intermediate_size"), dense_layers=dense, router_bias=False)
@@ -414,6 +429,10 @@ def load_hf_config(path: Path) -> ModelSpec:
         raise UserError(f"{path}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
     c = _Config(data, path, model_type)
     spec = _BUILDERS[model_type](c)
+    q = data.get("quantization_config")
+    if q is not None and not isinstance(q, dict):   # "fp8" (a string) had been passed over unsaid
+        raise UserError(f"{path}: key 'quantization_config' must be a mapping (transformers' quantizer config, "
+                        f"e.g. {{\"quant_method\": \"fp8\"}}), got {q!r}")
     unread = _unread_cost_keys(data, c.seen)
     if unread:   # an unknown field that would change the cost is never silently dropped
         raise UserError(f"{path}: key {unread[0]!r} changes the cost, but llmpar's reading of model_type "
